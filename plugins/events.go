@@ -1,0 +1,71 @@
+package plugins
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event types the gateway emits; ABI.md describes each one's data.
+const (
+	EventSandboxCreated  = "sandbox.created"
+	EventSandboxDeleted  = "sandbox.deleted"
+	EventSandboxExpired  = "sandbox.expired"
+	EventCommandStarted  = "command.started"
+	EventFileWritten     = "file.written"
+	EventPreviewAccessed = "preview.accessed"
+	EventPolicyDenied    = "policy.denied"
+)
+
+// Event is the envelope of every event a plugin receives, as the gateway
+// marshals it. Data holds the type's own fields (PreviewAccess,
+// PolicyDenial, or a plain map for the others).
+type Event struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	Tenant    string    `json:"tenant"`
+	SandboxID string    `json:"sandboxId,omitempty"`
+	Time      time.Time `json:"time"`
+	Data      any       `json:"data"`
+}
+
+// PreviewAccess is the data of a preview.accessed event.
+type PreviewAccess struct {
+	Port       int    `json:"port"`
+	Method     string `json:"method"`
+	Path       string `json:"path"`
+	Status     int    `json:"status"`
+	Bytes      int64  `json:"bytes"`
+	DurationMs int64  `json:"durationMs"`
+	// Credential names how the request was let in: "apiKey",
+	// "accessToken", "signedLink" or "cookie".
+	Credential string `json:"credential"`
+}
+
+// PolicyDenial is the data of a policy.denied event.
+type PolicyDenial struct {
+	Action  string `json:"action"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// MarshalEvent encodes e the way plugins expect it (time in RFC 3339 with
+// nanoseconds, UTC; data never null).
+func MarshalEvent(e Event) ([]byte, error) {
+	e.Time = e.Time.UTC()
+	if e.Data == nil {
+		e.Data = struct{}{}
+	}
+	return json.Marshal(e)
+}
+
+// OnEvent queues event (a JSON Event) for every plugin of tenant that
+// declares on_event, and returns at once. Each plugin has a bounded queue;
+// an event that finds it full is dropped and counted in Stats.Drops. The
+// host keeps event: the caller must not modify it afterwards. Routing is by
+// the tenant argument alone, so a tenant's plugins never see another
+// tenant's events.
+func (h *Host) OnEvent(tenant string, event []byte) {
+	for _, s := range h.routes.Load().events[tenant] {
+		s.enqueue(event)
+	}
+}

@@ -1,0 +1,162 @@
+//go:build wasip1
+
+// Command ttl-business-hours extends sandboxes generously during business
+// hours and sparingly outside them:
+//
+//   - on a business day (default Monday to Friday) between open and close in
+//     the configured UTC offset, activity extends the expiry to now plus
+//     extendMinutes, but never past that day's closing time;
+//   - at any other time, activity extends only to now plus
+//     offHoursExtendMinutes;
+//   - an explicit renew gets the requested expiry under the same caps;
+//   - activity never shortens an expiry.
+//
+// Settings (defaults shown):
+//
+//	{"utcOffsetMinutes": 0, "open": "08:00", "close": "20:00",
+//	 "weekdays": [1, 2, 3, 4, 5], "extendMinutes": 60, "offHoursExtendMinutes": 10}
+//
+// weekdays uses Go's numbering: 0 is Sunday, 6 is Saturday.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate/plugins/guest"
+)
+
+type settings struct {
+	UTCOffsetMinutes      int    `json:"utcOffsetMinutes"`
+	Open                  string `json:"open"`
+	Close                 string `json:"close"`
+	Weekdays              []int  `json:"weekdays"`
+	ExtendMinutes         int    `json:"extendMinutes"`
+	OffHoursExtendMinutes int    `json:"offHoursExtendMinutes"`
+}
+
+// rules is the settings turned into what decide_ttl needs.
+type rules struct {
+	zone           *time.Location
+	open, close    int // minutes after local midnight
+	weekdays       [7]bool
+	extend         time.Duration
+	offHoursExtend time.Duration
+}
+
+var rule rules
+
+func init() {
+	if err := configure([]byte("{}")); err != nil {
+		panic(err)
+	}
+	guest.OnConfigure(configure)
+}
+
+func configure(raw []byte) error {
+	s := settings{Open: "08:00", Close: "20:00", Weekdays: []int{1, 2, 3, 4, 5}, ExtendMinutes: 60, OffHoursExtendMinutes: 10}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	var r rules
+	var err error
+	if s.UTCOffsetMinutes < -14*60 || s.UTCOffsetMinutes > 14*60 {
+		return fmt.Errorf("settings: utcOffsetMinutes %d out of range", s.UTCOffsetMinutes)
+	}
+	r.zone = time.FixedZone("business", s.UTCOffsetMinutes*60)
+	if r.open, err = clock(s.Open); err != nil {
+		return fmt.Errorf("settings: open: %w", err)
+	}
+	if r.close, err = clock(s.Close); err != nil {
+		return fmt.Errorf("settings: close: %w", err)
+	}
+	if r.close <= r.open {
+		return fmt.Errorf("settings: close %s must be after open %s", s.Close, s.Open)
+	}
+	for _, d := range s.Weekdays {
+		if d < 0 || d > 6 {
+			return fmt.Errorf("settings: weekday %d out of range 0-6", d)
+		}
+		r.weekdays[d] = true
+	}
+	if s.ExtendMinutes <= 0 || s.OffHoursExtendMinutes <= 0 {
+		return fmt.Errorf("settings: extendMinutes and offHoursExtendMinutes must be positive")
+	}
+	r.extend = time.Duration(s.ExtendMinutes) * time.Minute
+	r.offHoursExtend = time.Duration(s.OffHoursExtendMinutes) * time.Minute
+	rule = r
+	return nil
+}
+
+// clock parses "HH:MM" into minutes after midnight.
+func clock(s string) (int, error) {
+	t, err := time.Parse("15:04", s)
+	if err != nil {
+		return 0, err
+	}
+	return t.Hour()*60 + t.Minute(), nil
+}
+
+type input struct {
+	Reason             string     `json:"reason"`
+	Now                time.Time  `json:"now"`
+	CurrentExpiresAt   time.Time  `json:"currentExpiresAt"`
+	RequestedExpiresAt *time.Time `json:"requestedExpiresAt"`
+}
+
+var noChange = []byte(`{"noChange":true}`)
+
+//go:wasmexport decide_ttl
+func decideTTL(ptr, n uint32) uint64 {
+	var in input
+	if err := json.Unmarshal(guest.Input(ptr, n), &in); err != nil {
+		guest.Log(guest.LevelWarn, "ttl-business-hours: unreadable input: "+err.Error())
+		return guest.Output(noChange)
+	}
+	if in.Reason != "activity" && in.Reason != "renew" {
+		return guest.Output(noChange)
+	}
+	want, ok := decide(in)
+	if !ok {
+		return guest.Output(noChange)
+	}
+	return guest.Output([]byte(`{"expiresAt":"` + want.UTC().Format(time.RFC3339Nano) + `"}`))
+}
+
+// decide applies the business-hours rule; ok is false for "no change".
+func decide(in input) (time.Time, bool) {
+	local := in.Now.In(rule.zone)
+	minute := local.Hour()*60 + local.Minute()
+	var limit time.Time
+	if rule.weekdays[local.Weekday()] && minute >= rule.open && minute < rule.close {
+		y, m, d := local.Date()
+		closing := time.Date(y, m, d, rule.close/60, rule.close%60, 0, 0, rule.zone)
+		limit = in.Now.Add(rule.extend)
+		if in.RequestedExpiresAt != nil {
+			limit = closing
+		}
+		if limit.After(closing) {
+			limit = closing
+		}
+	} else {
+		limit = in.Now.Add(rule.offHoursExtend)
+	}
+	want := limit
+	if in.Reason == "renew" {
+		if in.RequestedExpiresAt == nil {
+			return time.Time{}, false
+		}
+		want = *in.RequestedExpiresAt
+		if want.After(limit) {
+			want = limit
+		}
+		return want, true
+	}
+	if !want.After(in.CurrentExpiresAt) {
+		return time.Time{}, false
+	}
+	return want, true
+}
+
+func main() {}
