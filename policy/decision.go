@@ -1,0 +1,178 @@
+package policy
+
+import "net/http"
+
+// Stable decision codes. Rego policies may add their own; these are the ones
+// the default policy and the engine produce.
+const (
+	// CodeOK marks an allowed decision.
+	CodeOK = "OK"
+	// CodeDenied: the principal may not perform the action.
+	CodeDenied = "POLICY::DENIED"
+	// CodeNotFound: the resource belongs to another tenant; answer 404 so
+	// that its existence does not leak.
+	CodeNotFound = "POLICY::NOT_FOUND"
+	// CodeInvalidAction: the action is not of the form area.verb.
+	CodeInvalidAction = "POLICY::INVALID_ACTION"
+	// CodeTenantSuspended: the operator listed the tenant in
+	// data.sandgate.platform.suspended_tenants.
+	CodeTenantSuspended = "POLICY::TENANT_SUSPENDED"
+	// CodeEvaluationFailed: the policy could not be evaluated; fail closed.
+	CodeEvaluationFailed = "POLICY::EVALUATION_FAILED"
+
+	CodeQuotaConcurrent = "QUOTA::CONCURRENT_SANDBOXES"
+	CodeQuotaCPU        = "QUOTA::CPU"
+	CodeQuotaMemory     = "QUOTA::MEMORY"
+	CodeQuotaTimeout    = "QUOTA::TIMEOUT"
+	CodeQuotaBatchSize  = "QUOTA::BATCH_SIZE"
+
+	CodeImageNotAllowed  = "ADMISSION::IMAGE_NOT_ALLOWED"
+	CodeRuntimeRequired  = "ADMISSION::RUNTIME_REQUIRED"
+	CodeInvalidRequest   = "ADMISSION::INVALID_REQUEST"
+	CodeInvalidEgress    = "EGRESS::INVALID_POLICY"
+	evaluationFailedText = "the request could not be checked against the policy, so it was denied"
+)
+
+// Decision is the answer to one policy question. Code and Message are safe
+// to show to the caller; Cause is for logs only.
+type Decision struct {
+	Allow   bool   `json:"allow"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// DecisionID identifies this decision in logs and the audit stream.
+	DecisionID string `json:"decisionId"`
+	// InputHash is the hex SHA-256 of the JSON input the policy saw.
+	InputHash string `json:"inputHash"`
+	// PolicyVersion is Engine.Version at the time of the decision.
+	PolicyVersion string `json:"policyVersion"`
+	// Violations lists every admission denial (Code and Message repeat the
+	// first one); empty for other decisions.
+	Violations []Violation `json:"violations,omitempty"`
+	// Cause is the internal reason of a CodeEvaluationFailed denial.
+	Cause error `json:"-"`
+}
+
+// Violation is one reason an admission policy denies a request.
+type Violation struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// HTTPStatus maps a decision to the status a gateway should answer with:
+// 404 for another tenant's resource, 429 for quotas, 400 for invalid input,
+// 403 for other denials (policy errors included: fail closed, and nothing
+// about the failure leaks).
+func (d Decision) HTTPStatus() int {
+	switch {
+	case d.Allow:
+		return http.StatusOK
+	case d.Code == CodeNotFound:
+		return http.StatusNotFound
+	case len(d.Code) > 7 && d.Code[:7] == "QUOTA::":
+		return http.StatusTooManyRequests
+	case d.Code == CodeInvalidEgress || d.Code == CodeInvalidRequest || d.Code == CodeInvalidAction:
+		return http.StatusBadRequest
+	default:
+		return http.StatusForbidden
+	}
+}
+
+// Principal is who makes a request.
+type Principal struct {
+	// Kind is api_key, session (console login), sandbox_token, signed_link,
+	// cookie or anonymous.
+	Kind   string `json:"kind"`
+	ID     string `json:"id,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// Role is admin, tenant-admin, member or viewer (api_key and session).
+	Role string `json:"role,omitempty"`
+	// Sandbox and Port bind sandbox_token, signed_link and cookie
+	// credentials; Port 0 means any port of the sandbox.
+	Sandbox string `json:"sandbox,omitempty"`
+	Port    int    `json:"port,omitempty"`
+}
+
+// Resource is what an action applies to. Tenant is its owner.
+type Resource struct {
+	Kind   string `json:"kind,omitempty"`
+	ID     string `json:"id,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	Public bool   `json:"public,omitempty"`
+	Port   int    `json:"port,omitempty"`
+}
+
+// Request is the HTTP request behind an action, for policies that look at it.
+type Request struct {
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Body   any    `json:"body,omitempty"`
+}
+
+// AccessInput is the input of the access policy.
+type AccessInput struct {
+	Principal Principal `json:"principal"`
+	// Tenant is the tenant the request acts in (from the URL or the key).
+	Tenant string `json:"tenant,omitempty"`
+	// Action is "<area>.<verb>": sandbox.create, sandbox.get, sandbox.list,
+	// sandbox.delete, sandbox.update, sandbox.proxy, pool.*, batch.*,
+	// snapshot.*, plugin.*, tenant.*, key.*, audit.read, policy.read,
+	// policy.write.
+	Action   string   `json:"action"`
+	Resource Resource `json:"resource"`
+	Request  Request  `json:"request"`
+}
+
+// Quotas are a tenant's limits; a zero value is omitted and so unlimited.
+type Quotas struct {
+	MaxConcurrent     int64    `json:"maxConcurrent,omitempty"`
+	MaxCPUMillis      int64    `json:"maxCpuMillis,omitempty"`
+	MaxMemoryBytes    int64    `json:"maxMemoryBytes,omitempty"`
+	MaxTimeoutSeconds int64    `json:"maxTimeoutSeconds,omitempty"`
+	MaxBatchSize      int64    `json:"maxBatchSize,omitempty"`
+	AllowedImages     []string `json:"allowedImages,omitempty"`
+	// Runtime, when set, is the only OCI runtime the tenant may use (runsc).
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// TenantQuotas names a tenant and its quotas.
+type TenantQuotas struct {
+	ID     string `json:"id"`
+	Quotas Quotas `json:"quotas"`
+}
+
+// Usage is what a tenant consumes now, across its live sandboxes.
+type Usage struct {
+	Sandboxes   int64 `json:"sandboxes"`
+	CPUMillis   int64 `json:"cpuMillis"`
+	MemoryBytes int64 `json:"memoryBytes"`
+}
+
+// CreateRequest is the admission view of a create request; CPUMillis and
+// MemoryBytes are per sandbox, Count sandboxes are created (0 means 1).
+type CreateRequest struct {
+	Image       string `json:"image"`
+	CPUMillis   int64  `json:"cpuMillis"`
+	MemoryBytes int64  `json:"memoryBytes"`
+	// TimeoutSeconds nil means the sandbox never expires.
+	TimeoutSeconds *int64         `json:"timeoutSeconds,omitempty"`
+	Count          int            `json:"count,omitempty"`
+	NetworkPolicy  *NetworkPolicy `json:"networkPolicy,omitempty"`
+	// Runtime is the runtime the sandbox will really run with (the gateway
+	// fills in its default when the caller names none).
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// AdmissionInput is the input of the admission policy.
+type AdmissionInput struct {
+	Tenant  TenantQuotas  `json:"tenant"`
+	Usage   Usage         `json:"usage"`
+	Request CreateRequest `json:"request"`
+}
+
+// EgressInput is the input of the egress policy. A nil NetworkPolicy means
+// the sandbox asked for none and gets the platform default.
+type EgressInput struct {
+	Tenant        string         `json:"tenant"`
+	Sandbox       string         `json:"sandbox"`
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+}

@@ -1,0 +1,135 @@
+# Package sandgate.admission validates requests that create sandboxes (one,
+# or a batch of `count`) against the tenant's quotas and the platform's rules.
+# The engine evaluates data.sandgate.admission.deny: a set of
+# {"code", "message"} objects; an empty set admits the request.
+#
+# A quota that is absent (or null) is unlimited. Operators add their own
+# vetoes in their own files of this package:
+#
+#	deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": "no latest tags"} if {
+#		endswith(input.request.image, ":latest")
+#	}
+package sandgate.admission
+
+default platform := {}
+
+platform := data.sandgate.platform
+
+tenant_id := object.get(input, ["tenant", "id"], "")
+
+quotas := object.get(input, ["tenant", "quotas"], {})
+
+usage := object.get(input, "usage", {})
+
+req := object.get(input, "request", {})
+
+# limit(name) is the quota named name, defined only when one is set.
+limit(name) := n if {
+	n := quotas[name]
+	is_number(n)
+}
+
+# used(name) is the tenant's current consumption (0 when not reported).
+used(name) := object.get(usage, name, 0)
+
+# requested(name) is the per-sandbox amount the request asks for.
+requested(name) := object.get(req, name, 0)
+
+# How many sandboxes the request creates: 1 unless it is a batch.
+instances := object.get(req, "count", 1)
+
+deny contains {"code": "QUOTA::CONCURRENT_SANDBOXES", "message": msg} if {
+	max := limit("maxConcurrent")
+	current := used("sandboxes")
+	current + instances > max
+	msg := sprintf("tenant %s may run at most %v sandboxes at once; %v are running and %v more were requested", [tenant_id, max, current, instances])
+}
+
+deny contains {"code": "QUOTA::CPU", "message": msg} if {
+	max := limit("maxCpuMillis")
+	current := used("cpuMillis")
+	asked := requested("cpuMillis") * instances
+	current + asked > max
+	msg := sprintf("tenant %s may use at most %vm CPU in total; %vm are in use and %vm more were requested", [tenant_id, max, current, asked])
+}
+
+deny contains {"code": "QUOTA::MEMORY", "message": msg} if {
+	max := limit("maxMemoryBytes")
+	current := used("memoryBytes")
+	asked := requested("memoryBytes") * instances
+	current + asked > max
+	msg := sprintf("tenant %s may use at most %v bytes of memory in total; %v are in use and %v more were requested", [tenant_id, max, current, asked])
+}
+
+# A request without a timeout never expires, which exceeds any maximum.
+deny contains {"code": "QUOTA::TIMEOUT", "message": msg} if {
+	max := limit("maxTimeoutSeconds")
+	not is_number(req.timeoutSeconds)
+	msg := sprintf("tenant %s must set a timeout of at most %v seconds (sandboxes without expiry are not allowed)", [tenant_id, max])
+}
+
+deny contains {"code": "QUOTA::TIMEOUT", "message": msg} if {
+	max := limit("maxTimeoutSeconds")
+	req.timeoutSeconds > max
+	msg := sprintf("tenant %s may set a timeout of at most %v seconds; %v were requested", [tenant_id, max, req.timeoutSeconds])
+}
+
+deny contains {"code": "QUOTA::BATCH_SIZE", "message": msg} if {
+	max := limit("maxBatchSize")
+	instances > max
+	msg := sprintf("tenant %s may create at most %v sandboxes in one batch; %v were requested", [tenant_id, max, instances])
+}
+
+# allowedImages: glob patterns; "*" stops at "/", "**" crosses it. Absent or
+# empty means any image.
+deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
+	patterns := object.get(quotas, "allowedImages", [])
+	is_array(patterns)
+	count(patterns) > 0
+	not image_matches(patterns)
+	msg := sprintf("image %q is not allowed for tenant %s", [object.get(req, "image", ""), tenant_id])
+}
+
+# The operator's platform-wide image denylist (data.sandgate.platform.denied_images).
+deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
+	image_matches(object.get(platform, "denied_images", []))
+	msg := sprintf("image %q is not allowed on this platform", [req.image])
+}
+
+image_matches(patterns) if {
+	some pattern in patterns
+	glob.match(pattern, ["/"], req.image)
+}
+
+# The gateway sets request.runtime to the runtime that will really run the
+# sandbox, so a tenant pinned to a runtime (e.g. runsc) gets no other.
+deny contains {"code": "ADMISSION::RUNTIME_REQUIRED", "message": msg} if {
+	required := quotas.runtime
+	is_string(required)
+	required != ""
+	object.get(req, "runtime", "") != required
+	msg := sprintf("tenant %s must use the %s runtime", [tenant_id, required])
+}
+
+deny contains {"code": "ADMISSION::INVALID_REQUEST", "message": msg} if {
+	not valid_count
+	msg := "count must be a whole number of at least 1"
+}
+
+deny contains {"code": "ADMISSION::INVALID_REQUEST", "message": msg} if {
+	some name in ["cpuMillis", "memoryBytes", "timeoutSeconds"]
+	value := req[name]
+	not non_negative(value)
+	msg := sprintf("%s must be a non-negative number", [name])
+}
+
+valid_count if {
+	is_number(instances)
+	instances >= 1
+	instances == floor(instances)
+}
+
+non_negative(x) if {
+	is_number(x)
+	x >= 0
+}
