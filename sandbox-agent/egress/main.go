@@ -1,0 +1,243 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Environment variables the enforcer reads (flags win over them).
+const (
+	EnvToken        = "SANDGATE_EGRESS_TOKEN"             // API token; unset = open API
+	EnvPolicy       = "SANDGATE_EGRESS_POLICY"            // initial policy JSON
+	EnvUpstream     = "SANDGATE_EGRESS_UPSTREAM"          // --upstream
+	EnvPlatformDeny = "SANDGATE_EGRESS_PLATFORM_DENY"     // --platform-deny
+	EnvPolicyHook   = "SANDGATE_EGRESS_POLICY_HOOK"       // --policy-hook
+	EnvHookToken    = "SANDGATE_EGRESS_POLICY_HOOK_TOKEN" // bearer token for the hook
+)
+
+// DefaultMark is the SO_MARK of the proxy's upstream sockets ("SG").
+const DefaultMark = 0x5347
+
+type config struct {
+	listen       string
+	dnsListen    string
+	upstream     string
+	resolvConf   string
+	policyFile   string
+	platformDeny string
+	policyHook   string
+	hookToken    string
+	mark         uint
+	minTTL       time.Duration
+	maxTTL       time.Duration
+	maxRules     int
+	readyFile    string
+	cleanup      bool
+	logLevel     string
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("sandbox-agent egress", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", "0.0.0.0:18080", "address of the egress policy API")
+	fs.StringVar(&c.dnsListen, "dns-listen", "127.0.0.1:53", "IPv4 address:port of the DNS proxy every port-53 packet is redirected to")
+	fs.StringVar(&c.upstream, "upstream", os.Getenv(EnvUpstream), "upstream resolver ip:port (default: first nameserver of --resolv-conf, port 53)")
+	fs.StringVar(&c.resolvConf, "resolv-conf", "/etc/resolv.conf", "file the default upstream is read from, once, at start")
+	fs.StringVar(&c.policyFile, "policy-file", "", "initial policy JSON file (default: $"+EnvPolicy+", else deny all)")
+	fs.StringVar(&c.platformDeny, "platform-deny", os.Getenv(EnvPlatformDeny), "comma-separated targets denied ahead of any policy")
+	fs.StringVar(&c.policyHook, "policy-hook", os.Getenv(EnvPolicyHook), "URL that must approve every policy change made through the API")
+	fs.UintVar(&c.mark, "mark", DefaultMark, "SO_MARK that lets the proxy's upstream queries out")
+	fs.DurationVar(&c.minTTL, "min-ttl", 30*time.Second, "shortest time a DNS answer's addresses stay allowed")
+	fs.DurationVar(&c.maxTTL, "max-ttl", 24*time.Hour, "longest time a DNS answer's addresses stay allowed")
+	fs.IntVar(&c.maxRules, "max-rules", DefaultMaxRules, "most rules one policy may have")
+	fs.StringVar(&c.readyFile, "ready-file", "", "file written once the rules are installed and the proxy listens")
+	fs.BoolVar(&c.cleanup, "cleanup", false, "delete the nftables table on exit (default: leave it, so the sandbox stays closed)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	c.hookToken = os.Getenv(EnvHookToken)
+	return c, nil
+}
+
+// Main runs the enforcer with command-line args (those after "egress") until ctx
+// ends. It returns an error if the rules cannot be installed; once installed they stay
+// in the kernel whatever happens to this process (unless --cleanup).
+func Main(ctx context.Context, args []string) error {
+	c, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("egress: --log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "egress")
+
+	proxyAddr, err := netip.ParseAddrPort(c.dnsListen)
+	if err != nil || !proxyAddr.Addr().Is4() {
+		return fmt.Errorf("egress: --dns-listen %q must be an IPv4 address:port", c.dnsListen)
+	}
+	upstream, err := resolveUpstream(c.upstream, c.resolvConf)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if upstream == proxyAddr {
+		return fmt.Errorf("egress: upstream %s is the proxy itself; pass --upstream", upstream)
+	}
+	platform, err := parsePlatformDeny(c.platformDeny)
+	if err != nil {
+		return fmt.Errorf("egress: --platform-deny: %w", err)
+	}
+	fw, err := newFirewall(firewallConfig{proxy: proxyAddr, upstream: upstream, mark: uint32(c.mark)})
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	defer fw.close()
+	enf := newEnforcer(fw, platform, c.minTTL, c.maxTTL)
+	initial, err := loadInitialPolicy(c.policyFile, c.maxRules)
+	if err != nil {
+		// Fail closed: a sandbox whose policy cannot be read gets no network at all.
+		if derr := enf.apply(Policy{DefaultAction: ActionDeny, Egress: []Rule{}}); derr != nil {
+			log.Error("install deny-all after a bad initial policy", "err", derr)
+		}
+		return fmt.Errorf("egress: %w", err)
+	}
+	if err := enf.apply(initial); err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if c.cleanup {
+		defer func() {
+			if err := fw.remove(); err != nil {
+				log.Error("cleanup failed", "err", err)
+			}
+		}()
+	}
+	log.Info("egress rules installed", "table", "inet "+TableName, "mode", initial.Mode(), "upstream", upstream.String(), "proxy", proxyAddr.String())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	proxy := newDNSProxy(enf, upstream, uint32(c.mark), log)
+	waitDNS, err := proxy.serve(ctx, c.dnsListen)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+
+	ready := &atomic.Bool{}
+	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), token: os.Getenv(EnvToken), maxRules: c.maxRules, ready: ready, log: log}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		cancel()
+		waitDNS()
+		return fmt.Errorf("egress: listen for the policy API on %s: %w", c.listen, err)
+	}
+	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+	apiErr := make(chan error, 1)
+	go func() { apiErr <- srv.Serve(ln) }()
+
+	ready.Store(true)
+	if c.readyFile != "" {
+		if err := os.WriteFile(c.readyFile, []byte("ready\n"), 0o644); err != nil {
+			log.Error("write ready file", "path", c.readyFile, "err", err)
+		}
+	}
+	log.Info("egress enforcer ready", "api", ln.Addr().String(), "dns", c.dnsListen)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-apiErr:
+		runErr = fmt.Errorf("egress: policy API stopped: %w", err)
+	}
+	cancel()
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	_ = srv.Shutdown(shutdownCtx)
+	waitDNS()
+	return runErr
+}
+
+// resolveUpstream picks the resolver the proxy forwards to: the flag, else the first
+// nameserver of resolv.conf as it is now. The enforcer never rewrites resolv.conf: the
+// redirect catches queries to any resolver, so the file can stay as the runtime wrote it.
+func resolveUpstream(flagValue, resolvConf string) (netip.AddrPort, error) {
+	if flagValue != "" {
+		if ap, err := netip.ParseAddrPort(flagValue); err == nil {
+			return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+		}
+		if a, err := netip.ParseAddr(flagValue); err == nil {
+			return netip.AddrPortFrom(a.Unmap(), 53), nil
+		}
+		return netip.AddrPort{}, fmt.Errorf("--upstream %q is not ip or ip:port", flagValue)
+	}
+	f, err := os.Open(resolvConf)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("no --upstream and cannot read %s: %w", resolvConf, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil && a.Zone() == "" {
+				return netip.AddrPortFrom(a.Unmap(), 53), nil
+			}
+		}
+	}
+	return netip.AddrPort{}, fmt.Errorf("no --upstream and no usable nameserver in %s", resolvConf)
+}
+
+// parsePlatformDeny turns the comma-separated list into deny rules.
+func parsePlatformDeny(list string) ([]Rule, error) {
+	var rules []Rule
+	for i, t := range strings.Split(list, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		n, err := NormalizeTarget(t)
+		if err != nil {
+			return nil, fmt.Errorf("entry %s: %w", strconv.Itoa(i), err)
+		}
+		rules = append(rules, Rule{Action: ActionDeny, Target: n})
+	}
+	return rules, nil
+}
+
+func loadInitialPolicy(path string, maxRules int) (Policy, error) {
+	var data []byte
+	switch {
+	case path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Policy{}, fmt.Errorf("read --policy-file: %w", err)
+		}
+		data = b
+	default:
+		data = []byte(os.Getenv(EnvPolicy))
+	}
+	p, err := ParsePolicy(data, maxRules)
+	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return Policy{}, fmt.Errorf("initial policy: %w", err)
+		}
+		return Policy{}, err
+	}
+	return p, nil
+}

@@ -1,0 +1,356 @@
+package egress
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the nftables table (family inet) the enforcer owns in the sandbox's
+// network namespace; `nft list table inet sandgate_egress` shows it.
+const TableName = "sandgate_egress"
+
+// natPriority runs our DNS redirect before Docker's own nat OUTPUT chain (priority
+// -100, which sends 127.0.0.11:53 to the embedded resolver's real port): NAT takes the
+// first binding made, so every port-53 packet of the workload comes to the proxy, and
+// only the proxy's marked upstream queries reach Docker's rule.
+const natPriority = -110
+
+// Set names inside the table.
+const (
+	setAllow4 = "allow4" // static allow ranges from IP/CIDR rules (interval)
+	setDeny4  = "deny4"  // static deny ranges, platform denies included (interval)
+	setAllow6 = "allow6"
+	setDeny6  = "deny6"
+	setDyn4   = "dns4" // addresses pinned from allowed DNS answers (timeout)
+	setDyn6   = "dns6"
+)
+
+// firewallConfig is what the rules need besides the policy.
+type firewallConfig struct {
+	proxy    netip.AddrPort // the DNS proxy every port-53 packet is sent to (IPv4)
+	upstream netip.AddrPort // the resolver the proxy's marked queries may reach
+	mark     uint32         // SO_MARK of the proxy's upstream sockets
+}
+
+// pin is an address learned from an allowed DNS answer, alive until expires.
+type pin struct {
+	addr    netip.Addr
+	expires time.Time
+}
+
+// firewall installs and updates the table. All writes go through mu so that a policy
+// rebuild and a DNS pin never interleave inside one netlink batch.
+type firewall struct {
+	mu   sync.Mutex
+	conn *nftables.Conn
+	cfg  firewallConfig
+}
+
+func newFirewall(cfg firewallConfig) (*firewall, error) {
+	conn, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		return nil, fmt.Errorf("open netlink connection for nftables: %w", err)
+	}
+	return &firewall{conn: conn, cfg: cfg}, nil
+}
+
+func (f *firewall) close() error { return f.conn.CloseLasting() }
+
+func (f *firewall) table() *nftables.Table {
+	return &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+}
+
+// install replaces the whole table in one netlink batch: the kernel commits a batch
+// as one transaction, so packets see either the old rules or the new ones, never a
+// gap. It is used at start (a restarted enforcer takes over the table it left) and
+// for every policy change; pins are the live DNS addresses to carry over.
+func (f *firewall) install(rs *ruleSet, pins4, pins6 []pin) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.conn
+	t := f.table()
+	// add+delete+add makes the delete valid whether or not the table existed.
+	c.AddTable(t)
+	c.DelTable(t)
+	t = c.AddTable(t)
+
+	now := time.Now()
+	sets := map[string]*nftables.Set{}
+	for _, s := range []struct {
+		name     string
+		keyType  nftables.SetDatatype
+		interval bool
+		elems    []nftables.SetElement
+	}{
+		{setAllow4, nftables.TypeIPAddr, true, intervalElements(rs.allow4, 4)},
+		{setDeny4, nftables.TypeIPAddr, true, intervalElements(rs.deny4, 4)},
+		{setAllow6, nftables.TypeIP6Addr, true, intervalElements(rs.allow6, 16)},
+		{setDeny6, nftables.TypeIP6Addr, true, intervalElements(rs.deny6, 16)},
+		{setDyn4, nftables.TypeIPAddr, false, pinElements(pins4, now)},
+		{setDyn6, nftables.TypeIP6Addr, false, pinElements(pins6, now)},
+	} {
+		set := &nftables.Set{Table: t, Name: s.name, KeyType: s.keyType, Interval: s.interval, HasTimeout: !s.interval}
+		if err := c.AddSet(set, s.elems); err != nil {
+			f.discardBatch()
+			return fmt.Errorf("queue nftables set %s: %w", s.name, err)
+		}
+		sets[s.name] = set
+	}
+
+	drop := nftables.ChainPolicyDrop
+	out := c.AddChain(&nftables.Chain{
+		Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop,
+	})
+	for _, exprs := range f.filterRules(rs, sets) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: exprs})
+	}
+	nat := c.AddChain(&nftables.Chain{
+		Name: "dns_redirect", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(natPriority),
+	})
+	for _, exprs := range f.natRules() {
+		c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: exprs})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("install nftables table %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// discardBatch throws away a half-queued batch by replacing the connection: the
+// library has no way to drop queued messages, and sending a half batch (the table
+// deleted, the rules not yet added) would open the sandbox.
+func (f *firewall) discardBatch() {
+	_ = f.conn.CloseLasting()
+	if conn, err := nftables.New(nftables.AsLasting()); err == nil {
+		f.conn = conn
+	}
+}
+
+// addPins adds DNS-learned addresses to the pinned sets in one batch. Adding an
+// address already present refreshes its timeout.
+func (f *firewall) addPins(pins4, pins6 []pin) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	t := f.table()
+	if len(pins4) > 0 {
+		s := &nftables.Set{Table: t, Name: setDyn4, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+		if err := f.conn.SetAddElements(s, pinElements(pins4, now)); err != nil {
+			f.discardBatch()
+			return fmt.Errorf("queue pinned IPv4 addresses: %w", err)
+		}
+	}
+	if len(pins6) > 0 {
+		s := &nftables.Set{Table: t, Name: setDyn6, KeyType: nftables.TypeIP6Addr, HasTimeout: true}
+		if err := f.conn.SetAddElements(s, pinElements(pins6, now)); err != nil {
+			f.discardBatch()
+			return fmt.Errorf("queue pinned IPv6 addresses: %w", err)
+		}
+	}
+	if err := f.conn.Flush(); err != nil {
+		return fmt.Errorf("pin DNS answers into nftables: %w", err)
+	}
+	return nil
+}
+
+// remove deletes the table: only --cleanup does this, because leaving it is what
+// keeps the sandbox closed when the enforcer dies.
+func (f *firewall) remove() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.table()
+	f.conn.AddTable(t)
+	f.conn.DelTable(t)
+	if err := f.conn.Flush(); err != nil {
+		return fmt.Errorf("delete nftables table %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// filterRules is the output chain, in order (its policy drops whatever no rule
+// accepts):
+//
+//	oifname "lo" accept                       loopback
+//	ip daddr 127.0.0.0/8 accept               DNS redirected to the proxy (see below)
+//	ct state established,related accept       answers and flows admitted earlier
+//	meta mark MARK ip daddr UPSTREAM accept   the proxy's own upstream queries
+//	th dport 53 drop                          DNS that escaped the redirect (IPv6)
+//	icmpv6 type 133-137 accept                neighbour discovery, so IPv6 allows work
+//	ip daddr @deny4 drop / ip6 daddr @deny6   IP rules that deny, platform denies first
+//	ip daddr @allow4 accept / @allow6         IP rules that allow
+//	ip daddr @dns4 accept / @dns6             addresses pinned from allowed DNS answers
+//	counter accept|drop                       the policy's default action
+func (f *firewall) filterRules(rs *ruleSet, sets map[string]*nftables.Set) [][]expr.Any {
+	accept := &expr.Verdict{Kind: expr.VerdictAccept}
+	dropV := &expr.Verdict{Kind: expr.VerdictDrop}
+	rules := [][]expr.Any{
+		{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
+			accept,
+		},
+		// After the nat chain rewrote a DNS packet to the proxy, the packet is
+		// rerouted to lo, but oifname still reports the device chosen before NAT: so
+		// loopback destinations are matched by address too.
+		{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+			accept,
+		},
+		{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{
+				SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+				Xor:  make([]byte, 4),
+			},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			accept,
+		},
+	}
+	up := f.cfg.upstream.Addr()
+	markUp := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(f.cfg.mark)},
+	}
+	markUp = append(markUp, matchDaddr(up)...)
+	rules = append(rules, append(markUp, accept))
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rules = append(rules, []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+			&expr.Counter{},
+			dropV,
+		})
+	}
+	rules = append(rules, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
+		accept,
+	})
+	for _, step := range []struct {
+		set4, set6 string
+		verdict    *expr.Verdict
+	}{
+		{setDeny4, setDeny6, dropV},
+		{setAllow4, setAllow6, accept},
+		{setDyn4, setDyn6, accept},
+	} {
+		rules = append(rules,
+			lookupDaddr(unix.NFPROTO_IPV4, 16, 4, sets[step.set4], step.verdict),
+			lookupDaddr(unix.NFPROTO_IPV6, 24, 16, sets[step.set6], step.verdict))
+	}
+	final := dropV
+	if rs.defaultAllow {
+		final = accept
+	}
+	return append(rules, []expr.Any{&expr.Counter{}, final})
+}
+
+// natRules is the nat output chain: the proxy's marked queries leave untouched,
+// every other IPv4 packet to port 53 (UDP or TCP, any resolver) goes to the proxy.
+func (f *firewall) natRules() [][]expr.Any {
+	rules := [][]expr.Any{{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(f.cfg.mark)},
+		&expr.Verdict{Kind: expr.VerdictReturn},
+	}}
+	proxyIP := f.cfg.proxy.Addr().As4()
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rules = append(rules, []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+			&expr.Immediate{Register: 1, Data: proxyIP[:]},
+			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(f.cfg.proxy.Port())},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+		})
+	}
+	return rules
+}
+
+// matchDaddr matches packets of a's family sent to a.
+func matchDaddr(a netip.Addr) []expr.Any {
+	proto, off := byte(unix.NFPROTO_IPV4), uint32(16)
+	if a.Is6() {
+		proto, off = unix.NFPROTO_IPV6, 24
+	}
+	b := a.AsSlice()
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(b))},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
+	}
+}
+
+func lookupDaddr(proto byte, offset, length uint32, set *nftables.Set, verdict *expr.Verdict) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: length},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		verdict,
+	}
+}
+
+// intervalElements encodes disjoint sorted ranges the way nft(8) does: each range is
+// a start key and an end key one past its last address, flagged as an interval end;
+// a leading end at the zero address closes the gap below the first range, and a range
+// that reaches the top of the family has no end key.
+func intervalElements(ranges []addrRange, size int) []nftables.SetElement {
+	if len(ranges) == 0 {
+		return nil
+	}
+	var out []nftables.SetElement
+	if !ranges[0].from.IsUnspecified() {
+		out = append(out, nftables.SetElement{Key: make([]byte, size), IntervalEnd: true})
+	}
+	for _, r := range ranges {
+		out = append(out, nftables.SetElement{Key: r.from.AsSlice()})
+		if end := r.to.Next(); end.IsValid() {
+			out = append(out, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return out
+}
+
+func pinElements(pins []pin, now time.Time) []nftables.SetElement {
+	out := make([]nftables.SetElement, 0, len(pins))
+	for _, p := range pins {
+		ttl := p.expires.Sub(now).Truncate(time.Millisecond)
+		if ttl < time.Second {
+			continue
+		}
+		out = append(out, nftables.SetElement{Key: p.addr.AsSlice(), Timeout: ttl})
+	}
+	return out
+}
+
+// ifname pads an interface name to IFNAMSIZ as the kernel compares it.
+func ifname(n string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, n)
+	return b
+}
