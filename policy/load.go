@@ -72,20 +72,23 @@ func loadSources(dir string, withTests bool, extra *Module) (sourceSet, error) {
 	var operator []Module
 	operatorParsed := map[string]*ast.Module{}
 	if dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return set, fmt.Errorf("policy directory: %w", err)
+		}
+		// Loading through an fs.FS rooted at dir names every file by its
+		// path relative to dir, in modules and errors alike.
 		loaded, err := loader.NewFileLoader().
+			WithFS(os.DirFS(dir)).
 			WithRegoVersion(ast.RegoV1).
 			WithProcessAnnotation(true).
-			Filtered([]string{dir}, skipNonPolicyFiles)
+			Filtered([]string{"."}, skipNonPolicyFiles)
 		if err != nil {
 			return set, fmt.Errorf("load policy directory %s: %w", dir, err)
 		}
 		set.data = loaded.Documents
-		for file, rf := range loaded.Modules {
-			rel, err := filepath.Rel(dir, file)
-			if err != nil {
-				return set, fmt.Errorf("policy file %s: %w", file, err)
-			}
-			name := filepath.ToSlash(rel)
+		for _, rf := range loaded.Modules {
+			name := path.Clean(filepath.ToSlash(rf.Name))
+			file := filepath.Join(dir, filepath.FromSlash(name))
 			if !withTests && isTestFile(name) {
 				continue
 			}

@@ -198,9 +198,8 @@ decision := {"allow": true, "code": "OK", "message": "allowed"} if {
 	foreign
 } else := {"allow": false, "code": "POLICY::DENIED", "message": denied_message}
 
-denied_message := sprintf("%s may not perform %s", [who, input.action]) if {
-	is_string(input.action)
-} else := "request denied by policy"
+# Only reached with a valid action: an invalid one is vetoed above.
+denied_message := sprintf("%s may not perform %s", [who, input.action])
 
 who := "an anonymous caller" if {
 	principal.kind == "anonymous"

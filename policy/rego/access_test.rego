@@ -211,6 +211,12 @@ test_allowed_decision_shape if {
 	decide(req(key("admin", ""), "sandbox.get", {})) == {"allow": true, "code": "OK", "message": "allowed"}
 }
 
+test_principal_without_kind_denied if {
+	d := decide({"action": "sandbox.get", "resource": {}})
+	d.code == "POLICY::DENIED"
+	d.message == "this caller may not perform sandbox.get"
+}
+
 test_empty_input_denied if {
 	d := access.decision with input as {}
 	d.allow == false

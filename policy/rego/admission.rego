@@ -64,7 +64,7 @@ deny contains {"code": "QUOTA::MEMORY", "message": msg} if {
 # A request without a timeout never expires, which exceeds any maximum.
 deny contains {"code": "QUOTA::TIMEOUT", "message": msg} if {
 	max := limit("maxTimeoutSeconds")
-	not is_number(req.timeoutSeconds)
+	not has_timeout
 	msg := sprintf("tenant %s must set a timeout of at most %v seconds (sandboxes without expiry are not allowed)", [tenant_id, max])
 }
 
@@ -119,9 +119,12 @@ deny contains {"code": "ADMISSION::INVALID_REQUEST", "message": msg} if {
 deny contains {"code": "ADMISSION::INVALID_REQUEST", "message": msg} if {
 	some name in ["cpuMillis", "memoryBytes", "timeoutSeconds"]
 	value := req[name]
+	value != null
 	not non_negative(value)
 	msg := sprintf("%s must be a non-negative number", [name])
 }
+
+has_timeout if is_number(req.timeoutSeconds)
 
 valid_count if {
 	is_number(instances)

@@ -91,7 +91,12 @@ test_timeout_at_limit if {
 }
 
 test_no_timeout_with_limit_denied if {
-	doc := object.union(with_quotas({"maxTimeoutSeconds": 300}), {"request": {"image": "python:3.12"}})
+	doc := {"tenant": {"id": "t1", "quotas": {"maxTimeoutSeconds": 300}}, "request": {"image": "python:3.12"}}
+	messages(doc) == {"tenant t1 must set a timeout of at most 300 seconds (sandboxes without expiry are not allowed)"}
+}
+
+test_null_timeout_with_limit_denied if {
+	doc := {"tenant": {"id": "t1", "quotas": {"maxTimeoutSeconds": 300}}, "request": {"image": "python:3.12", "timeoutSeconds": null}}
 	codes(doc) == {"QUOTA::TIMEOUT"}
 }
 
@@ -118,9 +123,9 @@ test_image_allowed_by_glob if {
 }
 
 test_image_not_allowed if {
-	doc := with_request(with_quotas({"allowedImages": ["python:*"]}), {"image": "evil/miner:latest"})
+	doc := with_request(with_quotas({"allowedImages": ["python:*"]}), {"image": "evil/miner:1"})
 	codes(doc) == {"ADMISSION::IMAGE_NOT_ALLOWED"}
-	messages(doc) == {`image "evil/miner:latest" is not allowed for tenant t1`}
+	messages(doc) == {`image "evil/miner:1" is not allowed for tenant t1`}
 }
 
 test_image_glob_star_stays_in_one_path_segment if {
