@@ -3,6 +3,7 @@ package plugins
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Error codes. They are stable: the gateway returns them to users as
@@ -48,7 +49,13 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.Err != nil {
-		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+		// Causes from wazero carry multi-line stack traces; the first line
+		// is the explanation.
+		cause := e.Err.Error()
+		if i := strings.IndexByte(cause, '\n'); i >= 0 {
+			cause = cause[:i]
+		}
+		return e.Code + ": " + e.Message + ": " + cause
 	}
 	return e.Code + ": " + e.Message
 }

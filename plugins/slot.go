@@ -148,13 +148,13 @@ func (v *version) retire() {
 	}()
 }
 
-// invoke calls hook with input on a pooled instance under the plugin's
-// deadline, records the outcome, and returns the hook's output when
-// wantOutput. The caller holds v (acquire).
+// invoke calls hook with input on a pooled instance, records the outcome,
+// and returns the hook's output when wantOutput. The caller holds v
+// (acquire). The plugin's deadline applies twice: to waiting for a free
+// instance, then to the call itself; creating an instance is bounded by the
+// init deadline instead, so a cold start does not eat into the call's time.
 func (v *version) invoke(ctx context.Context, hook string, input []byte, wantOutput bool) ([]byte, error) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, v.cfg.timeout)
-	defer cancel()
 	out, err := v.invokeOn(ctx, hook, input, wantOutput)
 	v.slot.counters.record(time.Since(start), err)
 	if err != nil {
@@ -165,17 +165,21 @@ func (v *version) invoke(ctx context.Context, hook string, input []byte, wantOut
 }
 
 func (v *version) invokeOn(ctx context.Context, hook string, input []byte, wantOutput bool) ([]byte, error) {
-	inst, err := v.pool.get(ctx, func() (*instance, error) {
+	waitCtx, cancelWait := context.WithTimeout(ctx, v.cfg.timeout)
+	inst, err := v.pool.get(waitCtx, func() (*instance, error) {
 		return v.slot.host.instantiate(ctx, v.compiled, v.slot, v.cfg.settings)
 	})
+	cancelWait()
 	if err != nil {
 		return nil, err
 	}
+	callCtx, cancel := context.WithTimeout(ctx, v.cfg.timeout)
+	defer cancel()
 	fn := inst.onEvent
 	if hook == HookDecideTTL {
 		fn = inst.decideTTL
 	}
-	packed, err := inst.call(ctx, fn, input)
+	packed, err := inst.call(callCtx, fn, input)
 	if err != nil {
 		v.pool.discard(ctx, inst)
 		v.replenish()
