@@ -1,0 +1,255 @@
+// Package agent is the HTTP API of the in-sandbox daemon (port 44772): commands,
+// sessions, files, directories, metrics, PTYs, the port proxy and the code interpreter,
+// wire-compatible with OpenSandbox's execd, plus sandgate's two warm-pool extensions
+// (/sandgate/env and /sandgate/entrypoint). It is plain net/http and owns every process
+// it starts; the PID-1 duties live in package initproc.
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/procs"
+)
+
+// TokenHeader carries the access token on every request when one is configured.
+const TokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// Config configures a Server. The zero value is usable.
+type Config struct {
+	// Token, when set, is required in TokenHeader on every request.
+	Token string
+	// Env is the default environment of started processes; nil means a fresh scrubbed
+	// copy of the agent's own environment.
+	Env *procs.Environment
+	// StateDir keeps background command output; empty means a directory under
+	// os.TempDir().
+	StateDir string
+	// PingInterval is how long a stream may stay silent before a ping event is sent;
+	// zero means 3 s (what execd does).
+	PingInterval time.Duration
+	// StartEntrypoint starts or replaces the sandbox's main process for
+	// POST /sandgate/entrypoint; nil answers NOT_SUPPORTED.
+	StartEntrypoint func(argv []string) error
+	// Logger receives operational messages; nil means the standard logger.
+	Logger *log.Logger
+}
+
+// Server is the agent API. Create it with New and release it with Close.
+type Server struct {
+	cfg      Config
+	env      *procs.Environment
+	mux      *http.ServeMux
+	logger   *log.Logger
+	commands *commandRegistry
+	sessions *sessionRegistry
+	ptys     *ptyRegistry
+	code     *codeInterpreter
+	metrics  *metricsSampler
+
+	closeOnce sync.Once
+}
+
+// New builds a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Env == nil {
+		cfg.Env = procs.NewEnvironment()
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 3 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = log.Default()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-agent-%d", os.Getpid()))
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: create state dir: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		env:     cfg.Env,
+		mux:     http.NewServeMux(),
+		logger:  cfg.Logger,
+		metrics: newMetricsSampler(),
+	}
+	s.commands = newCommandRegistry(s)
+	s.sessions = newSessionRegistry(s)
+	s.ptys = newPTYRegistry(s)
+	s.code = newCodeInterpreter(s)
+	s.routes()
+	return s, nil
+}
+
+// Close stops every process the server started (commands, sessions, PTYs, kernels and
+// the Jupyter server) and removes its state directory.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.code.close()
+		s.ptys.closeAll()
+		s.sessions.closeAll()
+		s.commands.closeAll()
+		_ = os.RemoveAll(s.cfg.StateDir)
+	})
+	return nil
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+
+	m.HandleFunc("POST /command", s.handleRunCommand)
+	m.HandleFunc("DELETE /command", s.handleInterruptCommand)
+	m.HandleFunc("GET /command/{a}/{b}", s.handleCommandQuery)
+
+	m.HandleFunc("POST /session", s.handleCreateSession)
+	m.HandleFunc("POST /session/{id}/run", s.handleRunInSession)
+	m.HandleFunc("DELETE /session/{id}", s.handleDeleteSession)
+
+	m.HandleFunc("POST /code/context", s.handleCreateContext)
+	m.HandleFunc("GET /code/contexts", s.handleListContexts)
+	m.HandleFunc("DELETE /code/contexts", s.handleDeleteContextsByLanguage)
+	m.HandleFunc("GET /code/contexts/{id}", s.handleGetContext)
+	m.HandleFunc("DELETE /code/contexts/{id}", s.handleDeleteContext)
+	m.HandleFunc("POST /code", s.handleRunCode)
+	m.HandleFunc("DELETE /code", s.handleInterruptCode)
+
+	m.HandleFunc("GET /files/info", s.handleFilesInfo)
+	m.HandleFunc("DELETE /files", s.handleRemoveFiles)
+	m.HandleFunc("POST /files/permissions", s.handlePermissions)
+	m.HandleFunc("POST /files/mv", s.handleMove)
+	m.HandleFunc("GET /files/search", s.handleSearch)
+	m.HandleFunc("POST /files/replace", s.handleReplace)
+	m.HandleFunc("POST /files/upload", s.handleUpload)
+	m.HandleFunc("GET /files/download", s.handleDownload)
+
+	m.HandleFunc("GET /directories/list", s.handleListDirectory)
+	m.HandleFunc("POST /directories", s.handleMakeDirs)
+	m.HandleFunc("DELETE /directories", s.handleRemoveDirs)
+
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+	m.HandleFunc("GET /metrics/watch", s.handleWatchMetrics)
+
+	m.HandleFunc("POST /pty", s.handleCreatePTY)
+	m.HandleFunc("GET /pty/{id}", s.handleGetPTY)
+	m.HandleFunc("DELETE /pty/{id}", s.handleDeletePTY)
+	m.HandleFunc("GET /pty/{id}/ws", s.handlePTYSocket)
+
+	m.HandleFunc("/proxy/{port}", s.handleProxy)
+	m.HandleFunc("/proxy/{port}/{rest...}", s.handleProxy)
+
+	m.HandleFunc("GET /sandgate/env", s.handleGetEnv)
+	m.HandleFunc("PUT /sandgate/env", s.handlePutEnv)
+	m.HandleFunc("POST /sandgate/entrypoint", s.handleEntrypoint)
+
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+}
+
+// ServeHTTP authenticates the request, then routes it. A panic in a handler becomes a
+// 500 with a JSON body instead of a dropped connection.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.logger.Printf("sandbox-agent: panic serving %s %s: %v\n%s", r.Method, r.URL.Path, v, debug.Stack())
+			writeError(w, http.StatusInternalServerError, CodeRuntime, "internal error")
+		}
+	}()
+	if s.cfg.Token != "" {
+		got := r.Header.Get(TokenHeader)
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid "+TokenHeader+" header")
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+type envRequest struct {
+	Envs map[string]string `json:"envs"`
+}
+
+func (s *Server) handleGetEnv(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, envRequest{Envs: s.env.Extra()})
+}
+
+func (s *Server) handlePutEnv(w http.ResponseWriter, r *http.Request) {
+	var req envRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	s.env.Set(req.Envs)
+	writeJSON(w, http.StatusOK, envRequest{Envs: s.env.Extra()})
+}
+
+type entrypointRequest struct {
+	Entrypoint []string `json:"entrypoint"`
+}
+
+func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
+	var req entrypointRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if len(req.Entrypoint) == 0 || req.Entrypoint[0] == "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "entrypoint must be a non-empty array")
+		return
+	}
+	if s.cfg.StartEntrypoint == nil {
+		writeError(w, http.StatusNotImplemented, CodeNotSupported, "this agent does not manage an entrypoint")
+		return
+	}
+	if err := s.cfg.StartEntrypoint(req.Entrypoint); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entrypoint": req.Entrypoint})
+}
+
+// ListenAndServe serves s on addr until ctx ends, then shuts down gracefully.
+func ListenAndServe(ctx context.Context, addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("agent: serve %s: %w", addr, err)
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		return nil
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decodeJSON reads a JSON body into v, answering 400 itself when it cannot.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func shellPath() string { return procs.Shell() }

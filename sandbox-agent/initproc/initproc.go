@@ -1,0 +1,216 @@
+// Package initproc holds the duties of the sandbox agent when it is PID 1 of a
+// container: running the sandbox's main process (the entrypoint) in its own process
+// group, forwarding signals to it, reaping orphaned zombies without stealing the exit
+// status of the agent's own children, and reporting the entrypoint's exit so that the
+// container ends with its exit code.
+package initproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/sandbox-agent/procs"
+)
+
+// ErrNotFound is returned by Resolve when the entrypoint program does not exist.
+var ErrNotFound = errors.New("entrypoint not found")
+
+// replaceGrace is how long a replaced entrypoint gets between SIGTERM and SIGKILL.
+const replaceGrace = 2 * time.Second
+
+// Supervisor runs the sandbox's main process. Start may be called again (POST
+// /sandgate/entrypoint) to replace it; only the exit of the current one is reported.
+type Supervisor struct {
+	env    *procs.Environment
+	exited chan int
+
+	mu      sync.Mutex
+	current *exec.Cmd
+	gen     int
+}
+
+// NewSupervisor makes a supervisor whose processes get env's default environment.
+func NewSupervisor(env *procs.Environment) *Supervisor {
+	return &Supervisor{env: env, exited: make(chan int, 1)}
+}
+
+// Exited delivers the exit code (128+signal when killed) of the current entrypoint.
+func (s *Supervisor) Exited() <-chan int { return s.exited }
+
+// Resolve finds the program of argv[0] on the sandbox's PATH.
+func Resolve(argv0 string, env []string) (string, error) {
+	if strings.Contains(argv0, "/") {
+		fi, err := os.Stat(argv0)
+		if err != nil || fi.IsDir() {
+			return "", fmt.Errorf("%w: %s", ErrNotFound, argv0)
+		}
+		return argv0, nil
+	}
+	path, _ := procs.Lookup(env, "PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	for _, dir := range strings.Split(path, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + argv0
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s not found in PATH", ErrNotFound, argv0)
+}
+
+// Start starts argv as the main process, replacing (and stopping) a previous one.
+func (s *Supervisor) Start(argv []string) error {
+	if len(argv) == 0 {
+		return errors.New("initproc: empty entrypoint")
+	}
+	env := s.env.Build(nil)
+	prog, err := Resolve(argv[0], env)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(prog, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	s.mu.Lock()
+	if err := procs.Start(cmd); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("initproc: start %s: %w", argv[0], err)
+	}
+	old := s.current
+	s.gen++
+	gen := s.gen
+	s.current = cmd
+	s.mu.Unlock()
+
+	if old != nil {
+		go stopReplaced(old)
+	}
+	go func() {
+		err := procs.Wait(cmd)
+		code := procs.ExitCode(cmd.ProcessState, err)
+		s.mu.Lock()
+		isCurrent := s.gen == gen
+		if isCurrent {
+			s.current = nil
+		}
+		s.mu.Unlock()
+		if isCurrent {
+			select {
+			case s.exited <- code:
+			default:
+			}
+		}
+	}()
+	return nil
+}
+
+// stopReplaced ends a replaced entrypoint and its process group. Its own Wait
+// goroutine reaps it; here we only watch the pid.
+func stopReplaced(cmd *exec.Cmd) {
+	pgid := cmd.Process.Pid
+	_ = procs.KillGroup(pgid, syscall.SIGTERM)
+	deadline := time.Now().Add(replaceGrace)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pgid, 0) != nil {
+			break
+		}
+		if _, state, ok := procs.Stat(pgid); ok && state == 'Z' {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = procs.KillGroup(pgid, syscall.SIGKILL)
+}
+
+// Signal forwards sig to the current entrypoint; it reports false when none runs.
+func (s *Supervisor) Signal(sig os.Signal) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current == nil {
+		return false
+	}
+	_ = s.current.Process.Signal(sig)
+	return true
+}
+
+// Running reports whether an entrypoint runs.
+func (s *Supervisor) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current != nil
+}
+
+// BecomeSubreaper makes orphaned descendants reparent to this process when it is not
+// PID 1 (PID 1 gets them anyway).
+func BecomeSubreaper() error {
+	if os.Getpid() == 1 {
+		return nil
+	}
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// Reap collects orphaned zombies until ctx ends: on every SIGCHLD and every few
+// seconds (signals coalesce), it waits for each zombie child that the agent did not
+// start itself.
+func Reap(ctx context.Context) {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, syscall.SIGCHLD)
+	defer signal.Stop(ch)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		ReapOrphans()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-t.C:
+		}
+	}
+}
+
+// ReapOrphans waits for every zombie child of this process that is not tracked by
+// package procs, and returns how many it reaped.
+func ReapOrphans() int {
+	unlock := procs.LockForReap()
+	defer unlock()
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, state, ok := procs.Stat(pid)
+		if !ok || ppid != self || state != 'Z' || procs.Tracked(pid) {
+			continue
+		}
+		var ws syscall.WaitStatus
+		if got, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid {
+			n++
+		}
+	}
+	return n
+}

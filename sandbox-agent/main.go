@@ -1,0 +1,188 @@
+// Command sandbox-agent is the daemon inside every sandgate sandbox. As PID 1
+// (`sandbox-agent init -- <entrypoint...>`) it serves the agent API, runs the sandbox's
+// entrypoint, forwards signals to it, reaps orphans and exits with the entrypoint's exit
+// code. `serve` runs only the API, `egress` the egress enforcer.
+//
+// Configuration comes from the environment: SANDGATE_AGENT_ADDR (default
+// 0.0.0.0:44772) and SANDGATE_AGENT_TOKEN (required in X-EXECD-ACCESS-TOKEN when set).
+// No SANDGATE_* variable reaches a process the agent starts.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agent"
+	"github.com/sandgate/sandgate/sandbox-agent/egress"
+	"github.com/sandgate/sandgate/sandbox-agent/initproc"
+	"github.com/sandgate/sandgate/sandbox-agent/procs"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const defaultAddr = "0.0.0.0:44772"
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  sandbox-agent init [-- entrypoint [args...]]   run as PID 1: API + entrypoint
+  sandbox-agent serve                            run the API only
+  sandbox-agent egress [args...]                 run the egress enforcer
+  sandbox-agent version
+`)
+}
+
+func main() {
+	log.SetFlags(log.LstdFlags | log.LUTC)
+	log.SetPrefix("sandbox-agent: ")
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "init":
+		os.Exit(runInit(os.Args[2:]))
+	case "serve":
+		os.Exit(runServe())
+	case "egress":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := egress.Main(ctx, os.Args[2:]); err != nil {
+			log.Print(err)
+			os.Exit(1)
+		}
+	case "version", "--version", "-v":
+		fmt.Println("sandbox-agent " + version)
+	case "help", "-h", "--help":
+		usage()
+	default:
+		usage()
+		os.Exit(2)
+	}
+}
+
+func listenAddr() string {
+	if a := os.Getenv("SANDGATE_AGENT_ADDR"); a != "" {
+		return a
+	}
+	return defaultAddr
+}
+
+// startAPI binds the API port and serves it in the background. Binding before the
+// entrypoint starts means that the API answers as soon as the sandbox runs.
+func startAPI(env *procs.Environment, sup *initproc.Supervisor) (*agent.Server, *http.Server, error) {
+	cfg := agent.Config{Token: os.Getenv("SANDGATE_AGENT_TOKEN"), Env: env}
+	if sup != nil {
+		cfg.StartEntrypoint = sup.Start
+	}
+	api, err := agent.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	addr := listenAddr()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		api.Close()
+		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Printf("serve: %v", err)
+		}
+	}()
+	return api, srv, nil
+}
+
+func shutdown(api *agent.Server, srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	api.Close()
+}
+
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+func runInit(args []string) int {
+	var entrypoint []string
+	if len(args) > 0 {
+		if args[0] != "--" {
+			fmt.Fprintln(os.Stderr, "sandbox-agent init: expected -- before the entrypoint")
+			usage()
+			return 2
+		}
+		entrypoint = args[1:]
+	}
+	env := procs.NewEnvironment()
+	if len(entrypoint) > 0 {
+		if _, err := initproc.Resolve(entrypoint[0], env.Build(nil)); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox-agent: cannot start entrypoint: %v\n", err)
+			return 127
+		}
+	}
+	// Subscribe before anything starts so that no signal is lost.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	if err := initproc.BecomeSubreaper(); err != nil {
+		log.Printf("cannot become child subreaper: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go initproc.Reap(ctx)
+
+	sup := initproc.NewSupervisor(env)
+	api, srv, err := startAPI(env, sup)
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	if len(entrypoint) > 0 {
+		if err := sup.Start(entrypoint); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox-agent: cannot start entrypoint: %v\n", err)
+			shutdown(api, srv)
+			if errors.Is(err, initproc.ErrNotFound) {
+				return 127
+			}
+			return 126
+		}
+	}
+	for {
+		select {
+		case code := <-sup.Exited():
+			shutdown(api, srv)
+			return code
+		case sig := <-sigs:
+			if sup.Signal(sig) {
+				continue
+			}
+			// No entrypoint runs: the agent itself is the sandbox's main process.
+			if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGQUIT {
+				shutdown(api, srv)
+				return 0
+			}
+		}
+	}
+}
+
+func runServe() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	env := procs.NewEnvironment()
+	sup := initproc.NewSupervisor(env)
+	api, srv, err := startAPI(env, sup)
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	<-ctx.Done()
+	shutdown(api, srv)
+	return 0
+}
