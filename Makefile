@@ -1,0 +1,45 @@
+# sandgate — see README.md. Every target installs or builds what it needs itself.
+SHELL := /bin/bash
+VERSION := $(shell cat VERSION)
+GO ?= go
+LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
+
+.PHONY: all deps build agent sandgate images plugins run test test-unit test-e2e bench clean
+
+all: build
+
+## deps: install docker.io, redis-server, debootstrap, nftables…; start dockerd if no daemon answers
+deps:
+	@scripts/deps.sh
+
+## build: bin/sandgate and bin/sandbox-agent (static)
+build: sandgate agent
+
+sandgate:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
+
+agent:
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o bin/sandbox-agent ./sandbox-agent
+
+## images: sandbox base images built locally (debootstrap + docker import); skipped when present
+images: deps
+	@images/build.sh $(VERSION)
+
+## plugins: the example WASM plugins (GOOS=wasip1)
+plugins:
+	@plugins/examples/build.sh
+
+## run: gateway on local Docker with the embedded store
+run: deps build images
+	@scripts/run.sh
+
+## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis
+test: deps build images plugins
+	@scripts/test.sh
+
+## bench: hot-path figures, each beside its raw baseline
+bench: deps build images plugins
+	@scripts/bench.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,82 @@
+// Command sandgate is Caddy with sandgate's modules compiled in: `sandgate run` serves the
+// gateway with the default Caddyfile (configured by SANDGATE_* environment variables),
+// and every other Caddy subcommand works as in Caddy.
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/sandgate/sandgate/caddy/modules"
+	"github.com/sandgate/sandgate/gateway"
+)
+
+func main() {
+	if err := splitListen(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandgate:", err)
+		os.Exit(2)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		_, full := caddy.Version()
+		fmt.Printf("sandgate %s (Caddy %s)\n", gateway.Version, full)
+		return
+	}
+	if err := useDefaultCaddyfile(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandgate:", err)
+		os.Exit(1)
+	}
+	caddycmd.Main()
+}
+
+// splitListen turns SANDGATE_LISTEN (host:port, default :8080) into the two variables the
+// default Caddyfile uses, so that `SANDGATE_LISTEN=127.0.0.1:9000 sandgate run` binds there.
+func splitListen() error {
+	listen := os.Getenv("SANDGATE_LISTEN")
+	if listen == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("SANDGATE_LISTEN=%q: want host:port or :port: %w", listen, err)
+	}
+	if os.Getenv("SANDGATE_LISTEN_HOST") == "" {
+		os.Setenv("SANDGATE_LISTEN_HOST", host)
+	}
+	if os.Getenv("SANDGATE_LISTEN_PORT") == "" {
+		os.Setenv("SANDGATE_LISTEN_PORT", port)
+	}
+	return nil
+}
+
+// useDefaultCaddyfile points run, start, adapt and validate at the embedded default
+// Caddyfile when neither --config nor a Caddyfile in the working directory is given.
+func useDefaultCaddyfile() error {
+	if len(os.Args) < 2 || !slices.Contains([]string{"run", "start", "adapt", "validate"}, os.Args[1]) {
+		return nil
+	}
+	for _, a := range os.Args[2:] {
+		if a == "--config" || a == "-c" || len(a) > 9 && a[:9] == "--config=" {
+			return nil
+		}
+	}
+	if _, err := os.Stat("Caddyfile"); err == nil {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "sandgate-config-")
+	if err != nil {
+		return fmt.Errorf("write default Caddyfile: %w", err)
+	}
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, modules.DefaultCaddyfile, 0o600); err != nil {
+		return fmt.Errorf("write default Caddyfile: %w", err)
+	}
+	os.Args = append(os.Args, "--config", path, "--adapter", "caddyfile")
+	return nil
+}

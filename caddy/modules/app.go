@@ -1,0 +1,157 @@
+// Package modules holds sandgate's Caddy modules: the `sandgate` app, which owns the
+// long-lived parts (store, runtime, the lifecycle service), the `http.handlers.sandgate`
+// handler that mounts the gateway API, their Caddyfile syntax and the CLI subcommands.
+// It is thin glue: parse config, build the core, hand requests to gateway/api.
+package modules
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/runtimes/docker"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// App is the `sandgate` Caddy app. Its config says where state lives and which runtime
+// runs sandboxes; the core it builds survives config reloads (it is shared through a
+// usage pool keyed by that config), so an embedded store keeps its data across reloads.
+type App struct {
+	// APIKey is the platform admin key.
+	APIKey string `json:"api_key,omitempty"`
+	// RedisURL is a redis:// URL; empty runs the embedded in-process store.
+	RedisURL string `json:"redis_url,omitempty"`
+	// RedisPrefix namespaces sandgate's keys (default "sg:").
+	RedisPrefix string `json:"redis_prefix,omitempty"`
+	// Runtime selects the engine: "docker" (default).
+	Runtime string `json:"runtime,omitempty"`
+	// DockerHost overrides DOCKER_HOST.
+	DockerHost string `json:"docker_host,omitempty"`
+	// DockerNetwork is the bridge network sandboxes join (default "sandgate").
+	DockerNetwork string `json:"docker_network,omitempty"`
+	// AgentBinary is the static sandbox-agent injected into sandboxes (default: next to
+	// the sandgate executable).
+	AgentBinary string `json:"agent_binary,omitempty"`
+	// MinTimeout and MaxTimeout bound a sandbox's lifetime (defaults 60s and 7 days).
+	MinTimeout caddy.Duration `json:"min_timeout,omitempty"`
+	MaxTimeout caddy.Duration `json:"max_timeout,omitempty"`
+	// ReadyTimeout bounds the wait for a new sandbox's agent (default 30s).
+	ReadyTimeout caddy.Duration `json:"ready_timeout,omitempty"`
+	// FailedRetention keeps Failed sandboxes visible this long (default 10m).
+	FailedRetention caddy.Duration `json:"failed_retention,omitempty"`
+	// SyncInterval is how often records are reconciled with the runtime (default 2s).
+	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
+	// PublicAddress is host[:port] clients use to reach the gateway (default: each
+	// request's Host).
+	PublicAddress string `json:"public_address,omitempty"`
+	// PreviewDomain is the domain of host-mode preview URLs.
+	PreviewDomain string `json:"preview_domain,omitempty"`
+
+	core *core
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "sandgate", New: func() caddy.Module { return new(App) }}
+}
+
+// core is what outlives a config reload.
+type core struct {
+	store   *store.Store
+	runtime runtimes.Runtime
+	service *gateway.Service
+}
+
+// Destruct implements caddy.Destructor: the last config that used the core is gone.
+func (c *core) Destruct() error {
+	c.service.Stop()
+	_ = c.runtime.Close()
+	return c.store.Close()
+}
+
+var cores = caddy.NewUsagePool()
+
+// Provision implements caddy.Provisioner.
+func (a *App) Provision(ctx caddy.Context) error {
+	if a.Runtime == "" {
+		a.Runtime = "docker"
+	}
+	if a.AgentBinary == "" {
+		exe, err := os.Executable()
+		if err == nil {
+			a.AgentBinary = filepath.Join(filepath.Dir(exe), "sandbox-agent")
+		}
+	}
+	log := ctx.Slogger()
+	slogger := ctx.Slogger()
+	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary)
+	val, _, err := cores.LoadOrNew(key, func() (caddy.Destructor, error) {
+		bg := context.Background()
+		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Logger: slogger})
+		if err != nil {
+			return nil, err
+		}
+		var rt runtimes.Runtime
+		switch a.Runtime {
+		case "docker":
+			rt, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary, Logger: slogger})
+		default:
+			err = fmt.Errorf("unknown runtime %q (known: docker)", a.Runtime)
+		}
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		svc := gateway.New(gateway.Config{
+			MinTimeout:      time.Duration(a.MinTimeout),
+			MaxTimeout:      time.Duration(a.MaxTimeout),
+			ReadyTimeout:    time.Duration(a.ReadyTimeout),
+			FailedRetention: time.Duration(a.FailedRetention),
+			SyncInterval:    time.Duration(a.SyncInterval),
+			PublicAddress:   a.PublicAddress,
+			PreviewDomain:   a.PreviewDomain,
+		}, st, rt, slogger)
+		svc.Start(bg)
+		log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
+		return &core{store: st, runtime: rt, service: svc}, nil
+	})
+	if err != nil {
+		return err
+	}
+	a.core = val.(*core)
+	if a.APIKey == "" {
+		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
+	}
+	return nil
+}
+
+// Start implements caddy.App.
+func (a *App) Start() error { return nil }
+
+// Stop implements caddy.App.
+func (a *App) Stop() error { return nil }
+
+// Cleanup implements caddy.CleanerUpper: releases this config's hold on the core.
+func (a *App) Cleanup() error {
+	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary)
+	_, err := cores.Delete(key)
+	return err
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+	_ caddy.Destructor   = (*core)(nil)
+)

@@ -1,0 +1,96 @@
+package modules
+
+import (
+	_ "embed"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// DefaultCaddyfile is what `sandgate run` uses when no config is given. Every setting
+// comes from a SANDGATE_* environment variable.
+//
+//go:embed Caddyfile
+var DefaultCaddyfile []byte
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("sandgate", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("sandgate", parseHandlerDirective)
+	httpcaddyfile.RegisterDirectiveOrder("sandgate", httpcaddyfile.Before, "file_server")
+}
+
+// parseGlobalOption sets up the sandgate app:
+//
+//	sandgate {
+//		api_key          <key>
+//		redis_url        <redis://…>      # empty: embedded store
+//		redis_prefix     <prefix>
+//		runtime          docker
+//		docker_host      <unix:///…>
+//		docker_network   <name>
+//		agent_binary     <path>
+//		min_timeout      <duration>
+//		max_timeout      <duration>
+//		ready_timeout    <duration>
+//		failed_retention <duration>
+//		sync_interval    <duration>
+//		public_address   <host[:port]>
+//		preview_domain   <domain>
+//	}
+//
+// A setting whose value is an empty environment variable keeps its default.
+func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
+	app := new(App)
+	d.Next() // option name
+	for d.NextBlock(0) {
+		name := d.Val()
+		var val string
+		if d.NextArg() {
+			val = d.Val()
+		}
+		if d.NextArg() {
+			return nil, d.ArgErr()
+		}
+		strings := map[string]*string{
+			"api_key": &app.APIKey, "redis_url": &app.RedisURL, "redis_prefix": &app.RedisPrefix,
+			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
+			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
+		}
+		durations := map[string]*caddy.Duration{
+			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "ready_timeout": &app.ReadyTimeout,
+			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval,
+		}
+		if p, ok := strings[name]; ok {
+			*p = val
+			continue
+		}
+		if p, ok := durations[name]; ok {
+			if val == "" {
+				continue
+			}
+			dur, err := caddy.ParseDuration(val)
+			if err != nil {
+				return nil, d.Errf("%s: %v", name, err)
+			}
+			if dur < 0 {
+				return nil, d.Errf("%s: must not be negative", name)
+			}
+			*p = caddy.Duration(dur)
+			continue
+		}
+		return nil, d.Errf("unknown sandgate setting %q", name)
+	}
+	return httpcaddyfile.App{Name: "sandgate", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// parseHandlerDirective: `sandgate` in a site block mounts the gateway API.
+func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	h.Next()
+	if h.NextArg() {
+		return nil, h.ArgErr()
+	}
+	return new(Handler), nil
+}

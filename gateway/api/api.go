@@ -1,0 +1,174 @@
+// Package api is sandgate's HTTP layer: the OpenSandbox-compatible lifecycle API under /v1
+// (and the same routes without the prefix), the proxy to each sandbox's ports, and the
+// OpenAPI document. It is plain net/http; Caddy mounts it in caddy/.
+package api
+
+import (
+	"crypto/subtle"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// Options configure the HTTP layer.
+type Options struct {
+	// APIKey is the platform admin key (tenant "default").
+	APIKey string
+	Logger *slog.Logger
+}
+
+// Handler serves the whole gateway API.
+type Handler struct {
+	svc   *gateway.Service
+	opts  Options
+	log   *slog.Logger
+	mux   *http.ServeMux
+	proxy *sandboxProxy
+}
+
+// route is one registered endpoint; the table is also what the OpenAPI test checks.
+type route struct {
+	method  string // "" = any method
+	path    string // without the /v1 prefix
+	handler func(http.ResponseWriter, *http.Request, gateway.Caller)
+	public  bool // no API key needed
+	own     bool // the handler authenticates by itself (the proxy)
+}
+
+// New builds the handler.
+func New(svc *gateway.Service, opts Options) *Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &Handler{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	h.proxy = newSandboxProxy(h)
+	fallbacks := map[string]bool{}
+	for _, rt := range h.routes() {
+		h.register(rt, fallbacks)
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return h
+}
+
+func (h *Handler) routes() []route {
+	return []route{
+		{method: "GET", path: "/health", handler: h.health, public: true},
+		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
+		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
+		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
+		{method: "GET", path: "/sandboxes/{id}", handler: h.getSandbox},
+		{method: "DELETE", path: "/sandboxes/{id}", handler: h.deleteSandbox},
+		{method: "PATCH", path: "/sandboxes/{id}/metadata", handler: h.patchMetadata},
+		{method: "POST", path: "/sandboxes/{id}/pause", handler: h.pauseSandbox},
+		{method: "POST", path: "/sandboxes/{id}/resume", handler: h.resumeSandbox},
+		{method: "POST", path: "/sandboxes/{id}/renew-expiration", handler: h.renewSandbox},
+		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint},
+		{method: "", path: "/sandboxes/{id}/proxy/{port}", handler: h.proxy.serve, own: true},
+		{method: "", path: "/sandboxes/{id}/proxy/{port}/{path...}", handler: h.proxy.serve, own: true},
+	}
+}
+
+func (h *Handler) register(rt route, fallbacks map[string]bool) {
+	wrapped := func(w http.ResponseWriter, r *http.Request) {
+		var caller gateway.Caller
+		if !rt.public && !rt.own {
+			c, err := h.authenticate(r)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			caller = c
+		}
+		rt.handler(w, r, caller)
+	}
+	for _, prefix := range []string{"/v1", ""} {
+		pattern := prefix + rt.path
+		if rt.method != "" {
+			h.mux.HandleFunc(rt.method+" "+pattern, wrapped)
+			// Any other method on a known path is a 405 in our error shape, not the mux's text.
+			if !fallbacks[pattern] {
+				h.mux.HandleFunc(pattern, h.methodNotAllowed)
+				fallbacks[pattern] = true
+			}
+		} else {
+			h.mux.HandleFunc(pattern, wrapped)
+		}
+	}
+}
+
+func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, gateway.Errorf(http.StatusMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+}
+
+// ServeHTTP implements http.Handler: request id, panic safety, then the routes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-ID")
+	if id == "" || len(id) > 200 {
+		id = newRequestID()
+		r.Header.Set("X-Request-ID", id)
+	}
+	w.Header().Set("X-Request-ID", id)
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.log.Error("panic in handler", "panic", p, "path", r.URL.Path, "stack", string(debug.Stack()))
+			writeError(w, r, gateway.Errorf(http.StatusInternalServerError, gateway.CodeInternal, "internal error (request %s)", id))
+		}
+	}()
+	h.mux.ServeHTTP(w, r)
+}
+
+func newRequestID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// apiKeyFrom returns the API key a request carries in any of the accepted headers.
+func apiKeyFrom(r *http.Request) string {
+	if k := r.Header.Get("OPEN-SANDBOX-API-KEY"); k != "" {
+		return k
+	}
+	if k := r.Header.Get("X-API-Key"); k != "" {
+		return k
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		if k, ok := strings.CutPrefix(a, "Bearer "); ok {
+			return strings.TrimSpace(k)
+		}
+	}
+	return ""
+}
+
+// callerForKey resolves an API key; ok is false for an unknown key.
+func (h *Handler) callerForKey(key string) (gateway.Caller, bool) {
+	if key != "" && h.opts.APIKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(h.opts.APIKey)) == 1 {
+		return gateway.Caller{Tenant: gateway.DefaultTenant, Admin: true, KeyID: "admin"}, true
+	}
+	return gateway.Caller{}, false
+}
+
+func (h *Handler) authenticate(r *http.Request) (gateway.Caller, error) {
+	key := apiKeyFrom(r)
+	if key == "" {
+		return gateway.Caller{}, gateway.Errorf(http.StatusUnauthorized, gateway.CodeMissingAPIKey, "an API key is required in the OPEN-SANDBOX-API-KEY header")
+	}
+	c, ok := h.callerForKey(key)
+	if !ok {
+		return gateway.Caller{}, gateway.Errorf(http.StatusUnauthorized, gateway.CodeInvalidAPIKey, "the API key is not valid")
+	}
+	return c, nil
+}
+
+func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+}

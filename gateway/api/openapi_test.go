@@ -1,0 +1,58 @@
+package api
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestOpenAPIMatchesRoutes fails when a registered route is missing from the document or
+// the document names a route the handler does not serve.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	var doc struct {
+		OpenAPI string                            `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
+		t.Errorf("openapi version = %q, want 3.1.x", doc.OpenAPI)
+	}
+	anyMethods := []string{"delete", "get", "head", "options", "patch", "post", "put"}
+	var served []string
+	for _, rt := range (&Handler{}).routes() {
+		path := strings.ReplaceAll(rt.path, "...}", "}")
+		if rt.method == "" {
+			for _, m := range anyMethods {
+				served = append(served, m+" "+path)
+			}
+			continue
+		}
+		served = append(served, strings.ToLower(rt.method)+" "+path)
+	}
+	var documented []string
+	for path, ops := range doc.Paths {
+		for m := range ops {
+			if m == "parameters" || m == "summary" || m == "description" {
+				continue
+			}
+			documented = append(documented, m+" "+path)
+		}
+	}
+	sort.Strings(served)
+	sort.Strings(documented)
+	if diff := cmp.Diff(served, documented); diff != "" {
+		t.Errorf("routes (-served +documented):\n%s", diff)
+	}
+}
+
+// TestRoutesRegister builds the mux: conflicting patterns panic here, not at startup.
+func TestRoutesRegister(t *testing.T) {
+	if New(nil, Options{}) == nil {
+		t.Fatal("New returned nil")
+	}
+}

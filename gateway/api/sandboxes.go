@@ -1,0 +1,165 @@
+package api
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway"
+)
+
+func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var req gateway.CreateRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	resp, err := h.svc.Create(r.Context(), c, req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, resp)
+}
+
+func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	q := r.URL.Query()
+	lq := gateway.ListQuery{Page: 1, PageSize: 20}
+	for _, st := range q["state"] {
+		for _, part := range strings.Split(st, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				lq.States = append(lq.States, part)
+			}
+		}
+	}
+	if md := q.Get("metadata"); md != "" {
+		parsed, err := url.ParseQuery(md)
+		if err != nil {
+			writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "metadata filter %q: %v (want URL-encoded k=v&k2=v2)", md, err))
+			return
+		}
+		lq.Metadata = map[string]string{}
+		for k, vs := range parsed {
+			if k == "" {
+				writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "metadata filter %q: empty key", md))
+				return
+			}
+			lq.Metadata[k] = vs[len(vs)-1]
+		}
+	}
+	var err error
+	if lq.Page, err = intParam(q, "page", 1, 1, 1<<30); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if lq.PageSize, err = intParam(q, "pageSize", 20, 1, 200); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	resp, err := h.svc.List(r.Context(), c, lq)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
+	s := q.Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, gateway.Errorf(400, gateway.CodeInvalidParameter, "%s %q: want an integer from %d to %d", name, s, lo, hi)
+	}
+	return n, nil
+}
+
+func (h *Handler) getSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	sb, err := h.svc.Get(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (h *Handler) deleteSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	if err := h.svc.Delete(r.Context(), c, r.PathValue("id")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) patchMetadata(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var patch map[string]*string
+	if err := decodeJSON(w, r, &patch); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	sb, err := h.svc.PatchMetadata(r.Context(), c, r.PathValue("id"), patch)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (h *Handler) pauseSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	if err := h.svc.Pause(r.Context(), c, r.PathValue("id")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (h *Handler) resumeSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	if err := h.svc.Resume(r.Context(), c, r.PathValue("id")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (h *Handler) renewSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var body struct {
+		ExpiresAt *string `json:"expiresAt"`
+	}
+	if err := decodeJSON(w, r, &body); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if body.ExpiresAt == nil {
+		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidExpiration, "expiresAt is required (RFC 3339)"))
+		return
+	}
+	t, err := time.Parse(time.RFC3339Nano, *body.ExpiresAt)
+	if err != nil {
+		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidExpiration, "expiresAt %q is not an RFC 3339 time", *body.ExpiresAt))
+		return
+	}
+	exp, err := h.svc.Renew(r.Context(), c, r.PathValue("id"), t)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]time.Time{"expiresAt": exp})
+}
+
+func (h *Handler) getEndpoint(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "port %q: want a number from 1 to 65535", r.PathValue("port")))
+		return
+	}
+	ep, err := h.svc.GetEndpoint(r.Context(), c, r.PathValue("id"), port, r.Host)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ep)
+}

@@ -1,0 +1,154 @@
+// Package gateway is sandgate's service core: the sandbox lifecycle on top of a runtime
+// and the Redis store, the expiry reaper and the startup reconciler. It speaks plain Go;
+// the HTTP layer (gateway/api) and Caddy (caddy/) sit on top of it.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Version is the sandgate release, set at build time.
+var Version = "dev"
+
+// DefaultTenant owns everything created with the platform admin key.
+const DefaultTenant = "default"
+
+// Config holds the core's settings; zero values get the defaults of Defaults.
+type Config struct {
+	// MinTimeout and MaxTimeout bound a sandbox's requested lifetime.
+	MinTimeout time.Duration
+	MaxTimeout time.Duration
+	// ReadyTimeout bounds the wait for a new sandbox's agent to answer.
+	ReadyTimeout time.Duration
+	// ReapInterval is how often expired sandboxes are looked for.
+	ReapInterval time.Duration
+	// SyncInterval is how often records are compared with the runtime.
+	SyncInterval time.Duration
+	// FailedRetention is how long a Failed record stays visible before cleanup.
+	FailedRetention time.Duration
+	// PublicAddress is host[:port] under which clients reach the gateway; empty uses
+	// the Host of each request.
+	PublicAddress string
+	// PreviewDomain, when set, makes endpoints of non-agent ports host-mode URLs.
+	PreviewDomain string
+}
+
+// Defaults fills zero fields of c.
+func (c *Config) Defaults() {
+	if c.MinTimeout == 0 {
+		c.MinTimeout = 60 * time.Second
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 7 * 24 * time.Hour
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 30 * time.Second
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = 500 * time.Millisecond
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = 2 * time.Second
+	}
+	if c.FailedRetention == 0 {
+		c.FailedRetention = 10 * time.Minute
+	}
+}
+
+// Service is the sandbox lifecycle. It is safe for concurrent use.
+type Service struct {
+	cfg     Config
+	store   *store.Store
+	runtime runtimes.Runtime
+	log     *slog.Logger
+	// agentHTTP talks to agents directly (readiness pings, late binding).
+	agentHTTP *http.Client
+	owner     string
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// New builds a Service; call Start to run its background loops.
+func New(cfg Config, st *store.Store, rt runtimes.Runtime, log *slog.Logger) *Service {
+	cfg.Defaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{
+		cfg:     cfg,
+		store:   st,
+		runtime: rt,
+		log:     log,
+		agentHTTP: &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     30 * time.Second,
+		}},
+		owner: randomToken(8),
+		stop:  make(chan struct{}),
+	}
+}
+
+// Config returns the effective configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Store exposes the store to the HTTP layer's own needs (health).
+func (s *Service) Store() *store.Store { return s.store }
+
+// Runtime exposes the runtime (for benchmarks and health).
+func (s *Service) Runtime() runtimes.Runtime { return s.runtime }
+
+// Start reconciles once with the runtime, then runs the reaper and the sync loop.
+func (s *Service) Start(ctx context.Context) {
+	if err := s.Reconcile(ctx, true); err != nil {
+		s.log.Warn("startup reconciliation failed; the sync loop retries", "err", err)
+	}
+	s.loop(s.cfg.ReapInterval, func(ctx context.Context) { s.reapOnce(ctx) })
+	s.loop(s.cfg.SyncInterval, func(ctx context.Context) {
+		if err := s.Reconcile(ctx, false); err != nil {
+			s.log.Debug("reconcile", "err", err)
+		}
+	})
+}
+
+func (s *Service) loop(every time.Duration, fn func(context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				fn(ctx)
+				cancel()
+			}
+		}
+	}()
+}
+
+// Stop ends the background loops and waits for them.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	_ = s.store.ReleaseLease(context.Background(), "reaper", s.owner)
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// leaseName guards the reaper and the reconciler: with several gateways, one does the work.
+const leaseName = "reaper"
+
+func (s *Service) holdLease(ctx context.Context) bool {
+	ok, err := s.store.AcquireLease(ctx, leaseName, s.owner, 10*time.Second)
+	return err == nil && ok
+}
+
+// reapOnce deletes every sandbox whose expiry has passed.
+func (s *Service) reapOnce(ctx context.Context) {
+	if !s.holdLease(ctx) {
+		return
+	}
+	ids, err := s.store.ExpiredSandboxes(ctx, time.Now(), 256)
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s.expire(ctx, id)
+		}(id)
+	}
+	wg.Wait()
+}
+
+func (s *Service) expire(ctx context.Context, id string) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return
+	}
+	if err := s.runtime.Delete(ctx, id); err != nil {
+		s.log.Warn("reaper: remove expired sandbox", "id", id, "err", err)
+		return
+	}
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		return
+	}
+	if sb != nil {
+		s.log.Info("sandbox expired", "id", id, "tenant", sb.Tenant)
+		s.emit(ctx, sb, "sandbox.expired", nil)
+	}
+}
+
+// Reconcile makes Redis and the runtime agree: it adopts containers that carry sandgate's
+// labels but have no record, removes expired orphans, marks records whose container
+// vanished or stopped as Failed, and cleans up Failed records after FailedRetention.
+func (s *Service) Reconcile(ctx context.Context, startup bool) error {
+	if !s.holdLease(ctx) {
+		return nil
+	}
+	instances, err := s.runtime.List(ctx)
+	if err != nil {
+		return err
+	}
+	records, err := s.store.ListSandboxes(ctx, "")
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]runtimes.Instance, len(instances))
+	for _, inst := range instances {
+		if inst.ID != "" {
+			byID[inst.ID] = inst
+		}
+	}
+	now := time.Now().UTC()
+	for _, rec := range records {
+		inst, exists := byID[rec.ID]
+		delete(byID, rec.ID)
+		s.syncRecord(ctx, rec, inst, exists, now)
+	}
+	for _, inst := range byID {
+		s.adoptOrRemove(ctx, inst, now, startup)
+	}
+	return nil
+}
+
+func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, now time.Time) {
+	switch rec.State {
+	case StatePending:
+		// A create in flight owns its record; one stuck far past the ready timeout lost its gateway.
+		if now.Sub(rec.CreatedAt) > s.cfg.ReadyTimeout+30*time.Second {
+			s.log.Warn("removing a sandbox whose creation never finished", "id", rec.ID)
+			s.discard(ctx, rec.ID)
+		}
+		return
+	case StateFailed:
+		if now.Sub(rec.LastTransitionAt) > s.cfg.FailedRetention {
+			s.discard(ctx, rec.ID)
+		}
+		return
+	}
+	var reason, message string
+	switch {
+	case !exists:
+		reason, message = "CONTAINER_VANISHED", "the sandbox's container no longer exists in the runtime"
+	case inst.State == runtimes.StateExited:
+		reason, message = "EXITED", inst.Message
+	}
+	if reason != "" {
+		s.log.Warn("sandbox failed", "id", rec.ID, "reason", reason)
+		sb, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
+			return nil
+		})
+		if err == nil {
+			s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
+		}
+		return
+	}
+	wantState := rec.State
+	if inst.State == runtimes.StatePaused && rec.State == StateRunning {
+		wantState = StatePaused
+	} else if inst.State == runtimes.StateRunning && rec.State == StatePaused {
+		wantState = StateRunning
+	}
+	if wantState != rec.State || (inst.Address != "" && inst.Address != rec.Address) {
+		_, _ = s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			if sb.State != wantState {
+				sb.State, sb.LastTransitionAt = wantState, now
+			}
+			if inst.Address != "" {
+				sb.Address = inst.Address
+			}
+			return nil
+		})
+	}
+}
+
+func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {
+	expired := inst.ExpiresAt != nil && !inst.ExpiresAt.After(now)
+	if expired || inst.State == runtimes.StateExited || inst.Tenant == "" {
+		s.log.Info("removing orphaned sandbox container", "id", inst.ID, "expired", expired, "state", inst.State)
+		if err := s.runtime.Delete(ctx, inst.ID); err != nil {
+			s.log.Warn("remove orphan", "id", inst.ID, "err", err)
+		}
+		return
+	}
+	// A container younger than the ready timeout may belong to a create in flight on a
+	// gateway whose record write we have not seen; leave it to the next pass.
+	if !startup && now.Sub(inst.CreatedAt) < s.cfg.ReadyTimeout {
+		return
+	}
+	state := StateRunning
+	if inst.State == runtimes.StatePaused {
+		state = StatePaused
+	}
+	rec := &store.Sandbox{
+		ID: inst.ID, Tenant: inst.Tenant, Image: inst.Image, Entrypoint: inst.Entrypoint,
+		State: state, LastTransitionAt: now, CreatedAt: inst.CreatedAt, ExpiresAt: inst.ExpiresAt,
+		Address: inst.Address, AgentToken: inst.AgentToken, EgressToken: inst.EgressToken,
+		AccessToken: randomToken(24), Pool: inst.Pool,
+	}
+	if md := inst.Labels[labelMetadata]; md != "" {
+		_ = json.Unmarshal([]byte(md), &rec.Metadata)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now
+	}
+	if err := s.store.CreateSandbox(ctx, rec); err != nil {
+		s.log.Warn("adopt sandbox", "id", inst.ID, "err", err)
+		return
+	}
+	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
+	s.emit(ctx, rec, "sandbox.adopted", nil)
+}

@@ -1,0 +1,574 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Sandbox states of the OpenSandbox protocol.
+const (
+	StatePending    = "Pending"
+	StateRunning    = "Running"
+	StatePausing    = "Pausing"
+	StatePaused     = "Paused"
+	StateResuming   = "Resuming"
+	StateStopping   = "Stopping"
+	StateTerminated = "Terminated"
+	StateFailed     = "Failed"
+)
+
+// ImageSpec names the image of a sandbox.
+type ImageSpec struct {
+	URI  string     `json:"uri"`
+	Auth *ImageAuth `json:"auth,omitempty"`
+}
+
+// ImageAuth holds registry credentials (used only when pulling is enabled).
+type ImageAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// CreateRequest is the body of POST /v1/sandboxes.
+type CreateRequest struct {
+	Image          *ImageSpec        `json:"image"`
+	Entrypoint     []string          `json:"entrypoint"`
+	Timeout        *int64            `json:"timeout"`
+	ResourceLimits map[string]string `json:"resourceLimits"`
+	Env            map[string]string `json:"env"`
+	Metadata       map[string]string `json:"metadata"`
+	NetworkPolicy  json.RawMessage   `json:"networkPolicy,omitempty"`
+	Volumes        json.RawMessage   `json:"volumes,omitempty"`
+	Platform       *struct {
+		OS   string `json:"os"`
+		Arch string `json:"arch"`
+	} `json:"platform,omitempty"`
+	SnapshotID   string            `json:"snapshotId,omitempty"`
+	SecureAccess bool              `json:"secureAccess,omitempty"`
+	Extensions   map[string]string `json:"extensions"`
+}
+
+// Status is a sandbox's state with its explanation.
+type Status struct {
+	State            string     `json:"state"`
+	Reason           string     `json:"reason,omitempty"`
+	Message          string     `json:"message,omitempty"`
+	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
+}
+
+// Sandbox is the API view of a sandbox.
+type Sandbox struct {
+	ID         string            `json:"id"`
+	Image      ImageSpec         `json:"image"`
+	Status     Status            `json:"status"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint"`
+	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+}
+
+// CreateResponse is the body of a successful create.
+type CreateResponse struct {
+	ID         string            `json:"id"`
+	Status     Status            `json:"status"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+	Entrypoint []string          `json:"entrypoint"`
+}
+
+// Endpoint tells a client where one port of a sandbox is reached and with which headers.
+type Endpoint struct {
+	Endpoint string            `json:"endpoint"`
+	Headers  map[string]string `json:"headers,omitempty"`
+}
+
+// Caller is who makes a request, as authenticated by the HTTP layer.
+type Caller struct {
+	Tenant string
+	// Admin sees every tenant.
+	Admin bool
+	// KeyID names the credential for audit ("admin" for the configured key).
+	KeyID string
+}
+
+// View turns a record into its API form.
+func View(sb *store.Sandbox) Sandbox {
+	t := sb.LastTransitionAt
+	return Sandbox{
+		ID:         sb.ID,
+		Image:      ImageSpec{URI: sb.Image},
+		Status:     Status{State: sb.State, Reason: sb.Reason, Message: sb.Message, LastTransitionAt: &t},
+		Metadata:   sb.Metadata,
+		Entrypoint: sb.Entrypoint,
+		ExpiresAt:  sb.ExpiresAt,
+		CreatedAt:  sb.CreatedAt,
+	}
+}
+
+// Create validates req, starts a sandbox, waits for its agent and records it.
+func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) (*CreateResponse, error) {
+	spec, err := s.validateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	spec.ID = uuid.NewString()
+	spec.Tenant = caller.Tenant
+	spec.CreatedAt = now
+	spec.AgentToken = randomToken(24)
+	spec.EgressToken = randomToken(24)
+	if req.Timeout != nil {
+		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
+		spec.ExpiresAt = &exp
+	}
+	if md, err := json.Marshal(req.Metadata); err == nil && len(req.Metadata) > 0 {
+		spec.Labels = map[string]string{labelMetadata: string(md)}
+	}
+	rec := &store.Sandbox{
+		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
+		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
+		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
+		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
+	}
+	// The record comes first, so that no other gateway adopts the container as an orphan.
+	if err := s.store.CreateSandbox(ctx, rec); err != nil {
+		return nil, err
+	}
+	inst, err := s.runtime.Create(ctx, spec)
+	if err != nil {
+		_ = s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID)
+		if errors.Is(err, runtimes.ErrImageNotFound) {
+			return nil, &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
+				Message: fmt.Sprintf("image %q is not present on this host (sandgate does not pull from registries; build or load it first)", spec.Image), Cause: err}
+		}
+		return nil, &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
+	}
+	if err := s.waitReady(ctx, inst); err != nil {
+		s.discard(context.WithoutCancel(ctx), spec.ID)
+		return nil, err
+	}
+	started := time.Now().UTC()
+	saved, err := s.store.ModifySandbox(ctx, spec.ID, func(sb *store.Sandbox) error {
+		sb.State, sb.LastTransitionAt, sb.Address = StateRunning, started, inst.Address
+		return nil
+	})
+	if err != nil {
+		s.discard(context.WithoutCancel(ctx), spec.ID)
+		return nil, err
+	}
+	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID})
+	v := View(saved)
+	return &CreateResponse{ID: v.ID, Status: v.Status, Metadata: v.Metadata, ExpiresAt: v.ExpiresAt, CreatedAt: v.CreatedAt, Entrypoint: v.Entrypoint}, nil
+}
+
+// labelMetadata carries a sandbox's metadata on the runtime object for adoption.
+const labelMetadata = "sandgate.io/metadata"
+
+func (s *Service) discard(ctx context.Context, id string) {
+	if err := s.runtime.Delete(ctx, id); err != nil {
+		s.log.Warn("remove failed sandbox", "id", id, "err", err)
+	}
+	_ = s.store.DeleteSandbox(ctx, id)
+}
+
+func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
+	var spec runtimes.Spec
+	if req.SnapshotID != "" {
+		return spec, invalid("snapshotId: snapshots are not supported by this gateway yet; give an image")
+	}
+	if req.Image == nil || strings.TrimSpace(req.Image.URI) == "" {
+		return spec, invalid("image.uri is required")
+	}
+	if len(req.Entrypoint) == 0 || req.Entrypoint[0] == "" {
+		return spec, invalid("entrypoint is required with image: a non-empty array such as [\"tail\",\"-f\",\"/dev/null\"]")
+	}
+	if req.Timeout != nil {
+		t := time.Duration(*req.Timeout) * time.Second
+		if t < s.cfg.MinTimeout {
+			return spec, invalid("timeout %d s is below the minimum of %d s", *req.Timeout, int64(s.cfg.MinTimeout/time.Second))
+		}
+		if t > s.cfg.MaxTimeout {
+			return spec, invalid("timeout %d s is above the maximum of %d s", *req.Timeout, int64(s.cfg.MaxTimeout/time.Second))
+		}
+	}
+	if err := validateMetadata(req.Metadata, false); err != nil {
+		return spec, err
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return spec, invalid("env: invalid variable name %q", k)
+		}
+		if strings.HasPrefix(k, "SANDGATE_") {
+			return spec, invalid("env: names starting with SANDGATE_ are reserved (%q)", k)
+		}
+	}
+	for k, v := range req.ResourceLimits {
+		switch k {
+		case "cpu":
+			n, err := ParseCPU(v)
+			if err != nil {
+				return spec, invalid("resourceLimits.%v", err)
+			}
+			spec.CPUMillis = n
+		case "memory":
+			n, err := ParseMemory(v)
+			if err != nil {
+				return spec, invalid("resourceLimits.%v", err)
+			}
+			spec.MemoryBytes = n
+		case "gpu", "nvidia.com/gpu":
+			if v != "" && v != "0" {
+				return spec, invalid("resourceLimits.gpu: this host has no GPUs to give")
+			}
+		default:
+			return spec, invalid("resourceLimits: unknown resource %q (known: cpu, memory, gpu)", k)
+		}
+	}
+	if len(req.Volumes) > 0 && string(req.Volumes) != "null" && string(req.Volumes) != "[]" {
+		return spec, invalid("volumes: host and PVC volumes are not enabled on this gateway")
+	}
+	if req.Platform != nil && req.Platform.OS != "" && req.Platform.OS != "linux" {
+		return spec, invalid("platform.os %q: only linux is supported", req.Platform.OS)
+	}
+	spec.Image = strings.TrimSpace(req.Image.URI)
+	spec.Entrypoint = req.Entrypoint
+	spec.Env = req.Env
+	return spec, nil
+}
+
+// waitReady polls the agent's /ping until it answers, failing fast when the container
+// stops (an entrypoint that exits at once) and within ReadyTimeout otherwise.
+func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
+	deadline := time.Now().Add(s.cfg.ReadyTimeout)
+	delay := 5 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		if inst.Address != "" && s.pingAgent(ctx, inst.Address, inst.AgentToken) == nil {
+			return nil
+		}
+		if attempt%4 == 3 || inst.Address == "" {
+			cur, err := s.runtime.Inspect(ctx, inst.ID)
+			if err != nil && !errors.Is(err, runtimes.ErrNotFound) {
+				return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime lost the sandbox while it started", Cause: err}
+			}
+			if err != nil || cur.State == runtimes.StateExited {
+				logs, _ := s.runtime.Logs(context.WithoutCancel(ctx), inst.ID, 20)
+				msg := "the sandbox stopped before it became ready"
+				if err == nil {
+					msg = fmt.Sprintf("the entrypoint exited with code %d before the sandbox became ready", cur.ExitCode)
+				}
+				if logs != "" {
+					msg += "; last output: " + truncate(logs, 500)
+				}
+				return &Error{Status: http.StatusUnprocessableEntity, Code: CodeStartFailed, Message: msg}
+			}
+			inst.Address = cur.Address
+		}
+		if time.Now().After(deadline) {
+			return &Error{Status: http.StatusGatewayTimeout, Code: CodeStartFailed,
+				Message: fmt.Sprintf("the sandbox's agent did not answer within %s", s.cfg.ReadyTimeout)}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// pingAgent calls the agent's /ping with its token.
+func (s *Service) pingAgent(ctx context.Context, addr, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/ping", addr, runtimes.AgentPort), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-EXECD-ACCESS-TOKEN", token)
+	resp, err := s.agentHTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("agent ping: %s", resp.Status)
+	}
+	return nil
+}
+
+// Lookup returns the record of a sandbox the caller may see; another tenant's is not found.
+func (s *Service) Lookup(ctx context.Context, caller Caller, id string) (*store.Sandbox, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, notFound(id)
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !caller.Admin && sb.Tenant != caller.Tenant {
+		return nil, notFound(id)
+	}
+	return sb, nil
+}
+
+// Get returns one sandbox.
+func (s *Service) Get(ctx context.Context, caller Caller, id string) (*Sandbox, error) {
+	sb, err := s.Lookup(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	v := View(sb)
+	return &v, nil
+}
+
+// ListQuery filters and pages a list.
+type ListQuery struct {
+	States   []string
+	Metadata map[string]string
+	Page     int
+	PageSize int
+}
+
+// Pagination describes one page of a list.
+type Pagination struct {
+	Page        int  `json:"page"`
+	PageSize    int  `json:"pageSize"`
+	TotalItems  int  `json:"totalItems"`
+	TotalPages  int  `json:"totalPages"`
+	HasNextPage bool `json:"hasNextPage"`
+}
+
+// ListResponse is the body of GET /v1/sandboxes.
+type ListResponse struct {
+	Items      []Sandbox  `json:"items"`
+	Pagination Pagination `json:"pagination"`
+}
+
+// List returns the caller's sandboxes, newest first, filtered and paged.
+func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListResponse, error) {
+	tenant := caller.Tenant
+	if caller.Admin {
+		tenant = ""
+	}
+	all, err := s.store.ListSandboxes(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	states := map[string]bool{}
+	for _, st := range q.States {
+		states[strings.ToLower(st)] = true
+	}
+	items := make([]Sandbox, 0)
+	for _, sb := range all {
+		if len(states) > 0 && !states[strings.ToLower(sb.State)] {
+			continue
+		}
+		match := true
+		for k, v := range q.Metadata {
+			if got, ok := sb.Metadata[k]; !ok || got != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			items = append(items, View(sb))
+		}
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.After(items[j].CreatedAt) })
+	total := len(items)
+	pages := (total + q.PageSize - 1) / q.PageSize
+	start := (q.Page - 1) * q.PageSize
+	if start > total {
+		start = total
+	}
+	end := min(start+q.PageSize, total)
+	return &ListResponse{
+		Items: items[start:end],
+		Pagination: Pagination{Page: q.Page, PageSize: q.PageSize, TotalItems: total, TotalPages: pages,
+			HasNextPage: q.Page < pages},
+	}, nil
+}
+
+// Delete removes a sandbox and its record.
+func (s *Service) Delete(ctx context.Context, caller Caller, id string) error {
+	sb, err := s.Lookup(ctx, caller, id)
+	if err != nil {
+		return err
+	}
+	if err := s.runtime.Delete(ctx, id); err != nil {
+		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
+	}
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		return err
+	}
+	s.emit(ctx, sb, "sandbox.deleted", map[string]any{"key": caller.KeyID})
+	return nil
+}
+
+// PatchMetadata applies a JSON merge patch (null deletes a key) to the metadata.
+func (s *Service) PatchMetadata(ctx context.Context, caller Caller, id string, patch map[string]*string) (*Sandbox, error) {
+	if _, err := s.Lookup(ctx, caller, id); err != nil {
+		return nil, err
+	}
+	for k, v := range patch {
+		if err := validateMetadataKey(k, false); err != nil {
+			return nil, err
+		}
+		if v != nil {
+			if err := validateMetadata(map[string]string{k: *v}, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+		if sb.Metadata == nil {
+			sb.Metadata = map[string]string{}
+		}
+		for k, v := range patch {
+			if v == nil {
+				delete(sb.Metadata, k)
+			} else {
+				sb.Metadata[k] = *v
+			}
+		}
+		if len(sb.Metadata) == 0 {
+			sb.Metadata = nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.mapStoreErr(id, err)
+	}
+	v := View(sb)
+	return &v, nil
+}
+
+// Renew moves the expiry to expiresAt, which must lie in the future and within MaxTimeout.
+func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt time.Time) (time.Time, error) {
+	if _, err := s.Lookup(ctx, caller, id); err != nil {
+		return time.Time{}, err
+	}
+	now := time.Now()
+	if !expiresAt.After(now) {
+		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is not in the future", expiresAt.UTC().Format(time.RFC3339))
+	}
+	if expiresAt.Sub(now) > s.cfg.MaxTimeout {
+		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is more than the maximum lifetime of %s away", expiresAt.UTC().Format(time.RFC3339), s.cfg.MaxTimeout)
+	}
+	exp := expiresAt.UTC()
+	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+		if sb.State == StateFailed || sb.State == StateTerminated {
+			return Errorf(409, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
+		}
+		sb.ExpiresAt = &exp
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, s.mapStoreErr(id, err)
+	}
+	return *sb.ExpiresAt, nil
+}
+
+// Pause freezes a running sandbox.
+func (s *Service) Pause(ctx context.Context, caller Caller, id string) error {
+	return s.transition(ctx, caller, id, StateRunning, CodeNotRunning, StatePaused, s.runtime.Pause)
+}
+
+// Resume thaws a paused sandbox.
+func (s *Service) Resume(ctx context.Context, caller Caller, id string) error {
+	return s.transition(ctx, caller, id, StatePaused, CodeNotPaused, StateRunning, s.runtime.Resume)
+}
+
+func (s *Service) transition(ctx context.Context, caller Caller, id, from, code, to string, act func(context.Context, string) error) error {
+	sb, err := s.Lookup(ctx, caller, id)
+	if err != nil {
+		return err
+	}
+	if sb.State != from {
+		return Errorf(http.StatusConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
+	}
+	if err := act(ctx, id); err != nil {
+		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
+	}
+	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+		sb.State, sb.LastTransitionAt = to, time.Now().UTC()
+		return nil
+	})
+	return s.mapStoreErr(id, err)
+}
+
+func (s *Service) mapStoreErr(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound(id)
+	}
+	return err
+}
+
+// Credential headers: the SDKs send exactly these names to the agent and to the enforcer.
+const (
+	HeaderAgentToken  = "X-EXECD-ACCESS-TOKEN"
+	HeaderEgressToken = "OPENSANDBOX-EGRESS-AUTH"
+	HeaderAccessToken = "X-Sandgate-Access-Token"
+)
+
+// AccessHeaderFor names the header that carries a sandbox's access credential for port.
+func AccessHeaderFor(port int) string {
+	switch port {
+	case runtimes.AgentPort:
+		return HeaderAgentToken
+	case runtimes.EgressPort:
+		return HeaderEgressToken
+	}
+	return HeaderAccessToken
+}
+
+// GetEndpoint returns the gateway route to port of a sandbox and the headers to send.
+// requestHost is the Host the caller used, the fallback for PublicAddress.
+func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, port int, requestHost string) (*Endpoint, error) {
+	if port < 1 || port > 65535 {
+		return nil, invalid("port %d: must be 1-65535", port)
+	}
+	sb, err := s.Lookup(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	host := s.cfg.PublicAddress
+	if host == "" {
+		host = requestHost
+	}
+	return &Endpoint{
+		Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, sb.ID, port),
+		Headers:  map[string]string{AccessHeaderFor(port): sb.AccessToken},
+	}, nil
+}
+
+func (s *Service) emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any) {
+	ev := store.Event{Type: typ, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: data}
+	if _, err := s.store.AppendEvent(context.WithoutCancel(ctx), ev); err != nil {
+		s.log.Warn("append event", "type", typ, "sandbox", sb.ID, "err", err)
+	}
+}

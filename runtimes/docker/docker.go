@@ -1,0 +1,435 @@
+// Package docker runs sandboxes as containers of a local Docker engine. Each sandbox is
+// one container on a private bridge network, with the static sandbox-agent copied in
+// before start and run as PID 1 in front of the user's entrypoint; no port is published:
+// the gateway reaches the agent at the container's address.
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Paths inside every sandbox container.
+const (
+	agentDir  = "/.sandgate"
+	agentPath = agentDir + "/sandbox-agent"
+)
+
+// Environment variables the agent reads; it removes them from every child's environment.
+const (
+	envAgentToken  = "SANDGATE_AGENT_TOKEN"
+	envEgressToken = "SANDGATE_EGRESS_TOKEN"
+)
+
+// Label holding the sandbox's entrypoint (JSON) so that adoption can rebuild the record.
+const labelEntrypoint = "sandgate.io/entrypoint"
+
+// Options configure the Docker runtime.
+type Options struct {
+	// Host is the engine address (DOCKER_HOST form); empty uses the environment or the default socket.
+	Host string
+	// Network is the bridge network sandboxes join (created when missing).
+	Network string
+	// AgentBinary is the path of the static sandbox-agent copied into every container.
+	AgentBinary string
+	// PidsLimit caps processes per sandbox (0: 1024).
+	PidsLimit int64
+	// DefaultCPUMillis and DefaultMemoryBytes apply when a spec has none (0: 1 CPU, 1 GiB).
+	DefaultCPUMillis   int64
+	DefaultMemoryBytes int64
+	// OCIRuntime selects the engine runtime ("runc", "runsc"); empty uses the engine default.
+	OCIRuntime string
+	Logger     *slog.Logger
+}
+
+// Runtime is the Docker implementation of runtimes.Runtime.
+type Runtime struct {
+	cli  *client.Client
+	opts Options
+	log  *slog.Logger
+
+	agentMu  sync.Mutex
+	agentTar []byte
+	agentMod time.Time
+}
+
+// capabilities the sandbox's processes keep: enough for a package manager and a
+// uid/gid switch, nothing that touches the kernel, the network stack or the clock.
+var keptCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE", "SETPCAP", "SYS_CHROOT", "AUDIT_WRITE", "MKNOD", "SETFCAP"}
+
+// New connects to the engine, negotiating the API version down to what it speaks, and
+// makes sure the sandbox network exists.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	if opts.Network == "" {
+		opts.Network = "sandgate"
+	}
+	if opts.PidsLimit == 0 {
+		opts.PidsLimit = 1024
+	}
+	if opts.DefaultCPUMillis == 0 {
+		opts.DefaultCPUMillis = 1000
+	}
+	if opts.DefaultMemoryBytes == 0 {
+		opts.DefaultMemoryBytes = 1 << 30
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	clientOpts := []client.Opt{client.FromEnv}
+	if opts.Host != "" {
+		clientOpts = append(clientOpts, client.WithHost(opts.Host))
+	}
+	cli, err := client.New(clientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	host := cli.DaemonHost()
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pingCtx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker engine at %s does not answer (is dockerd running? `make deps` starts it): %w", host, err)
+	}
+	r := &Runtime{cli: cli, opts: opts, log: opts.Logger}
+	if err := r.ensureNetwork(ctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if _, err := r.agentArchive(); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Name implements runtimes.Runtime.
+func (r *Runtime) Name() string { return "docker" }
+
+// Client exposes the engine client for benchmarks and tests that need the raw baseline.
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Close implements runtimes.Runtime.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+func (r *Runtime) ensureNetwork(ctx context.Context) error {
+	if _, err := r.cli.NetworkInspect(ctx, r.opts.Network, client.NetworkInspectOptions{}); err == nil {
+		return nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspect network %s: %w", r.opts.Network, err)
+	}
+	_, err := r.cli.NetworkCreate(ctx, r.opts.Network, client.NetworkCreateOptions{
+		Driver: "bridge",
+		// Sandboxes must not reach each other; the gateway on the host still reaches them.
+		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
+		Labels:  map[string]string{"sandgate.io/network": "sandboxes"},
+	})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("create network %s: %w", r.opts.Network, err)
+	}
+	return nil
+}
+
+// agentArchive returns a tar holding the agent binary, rebuilt when the file changes.
+func (r *Runtime) agentArchive() ([]byte, error) {
+	r.agentMu.Lock()
+	defer r.agentMu.Unlock()
+	fi, err := os.Stat(r.opts.AgentBinary)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", r.opts.AgentBinary, err)
+	}
+	if r.agentTar != nil && fi.ModTime().Equal(r.agentMod) {
+		return r.agentTar, nil
+	}
+	bin, err := os.ReadFile(r.opts.AgentBinary)
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox-agent: %w", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(agentDir, "/") + "/", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(agentPath, "/"), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))})
+	_, _ = tw.Write(bin)
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("pack sandbox-agent: %w", err)
+	}
+	r.agentTar, r.agentMod = buf.Bytes(), fi.ModTime()
+	return r.agentTar, nil
+}
+
+func containerName(id string) string { return "sandgate-" + id }
+
+// Create implements runtimes.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Instance, error) {
+	archive, err := r.agentArchive()
+	if err != nil {
+		return runtimes.Instance{}, err
+	}
+	if _, err := r.cli.ImageInspect(ctx, spec.Image); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return runtimes.Instance{}, fmt.Errorf("image %q is not present on the engine: %w", spec.Image, runtimes.ErrImageNotFound)
+		}
+		return runtimes.Instance{}, fmt.Errorf("inspect image %q: %w", spec.Image, err)
+	}
+	labels := map[string]string{}
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	labels[runtimes.LabelID] = spec.ID
+	labels[runtimes.LabelTenant] = spec.Tenant
+	labels[runtimes.LabelCreatedAt] = spec.CreatedAt.UTC().Format(time.RFC3339Nano)
+	if spec.Pool != "" {
+		labels[runtimes.LabelPool] = spec.Pool
+	}
+	if spec.ExpiresAt != nil {
+		labels[runtimes.LabelExpiresAt] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if ep, err := json.Marshal(spec.Entrypoint); err == nil {
+		labels[labelEntrypoint] = string(ep)
+	}
+
+	env := make([]string, 0, len(spec.Env)+2)
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	env = append(env, envAgentToken+"="+spec.AgentToken)
+	if spec.EgressToken != "" {
+		env = append(env, envEgressToken+"="+spec.EgressToken)
+	}
+
+	cpu, mem := spec.CPUMillis, spec.MemoryBytes
+	if cpu == 0 {
+		cpu = r.opts.DefaultCPUMillis
+	}
+	if mem == 0 {
+		mem = r.opts.DefaultMemoryBytes
+	}
+	pids := r.opts.PidsLimit
+	hostCfg := &container.HostConfig{
+		NetworkMode: container.NetworkMode(r.opts.Network),
+		CapDrop:     []string{"ALL"},
+		CapAdd:      keptCapabilities,
+		SecurityOpt: []string{"no-new-privileges:true"},
+		Runtime:     r.opts.OCIRuntime,
+		Resources: container.Resources{
+			NanoCPUs:  cpu * 1_000_000,
+			Memory:    mem,
+			PidsLimit: &pids,
+		},
+	}
+	cfg := &container.Config{
+		Image:      spec.Image,
+		Entrypoint: []string{agentPath, "init", "--"},
+		Cmd:        spec.Entrypoint,
+		Env:        env,
+		Labels:     labels,
+		Hostname:   "sandbox-" + shortID(spec.ID),
+	}
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(spec.ID), Config: cfg, HostConfig: hostCfg,
+	})
+	if err != nil {
+		return runtimes.Instance{}, fmt.Errorf("create container: %w", err)
+	}
+	cleanup := func() {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = r.cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}
+	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
+		DestinationPath: "/", Content: bytes.NewReader(archive),
+	}); err != nil {
+		cleanup()
+		return runtimes.Instance{}, fmt.Errorf("inject sandbox-agent: %w", err)
+	}
+	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		cleanup()
+		return runtimes.Instance{}, fmt.Errorf("start container: %w", err)
+	}
+	inst, err := r.Inspect(ctx, spec.ID)
+	if err != nil {
+		cleanup()
+		return runtimes.Instance{}, err
+	}
+	return inst, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// Inspect implements runtimes.Runtime.
+func (r *Runtime) Inspect(ctx context.Context, id string) (runtimes.Instance, error) {
+	res, err := r.cli.ContainerInspect(ctx, containerName(id), client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return runtimes.Instance{}, fmt.Errorf("sandbox %s: %w", id, runtimes.ErrNotFound)
+		}
+		return runtimes.Instance{}, fmt.Errorf("inspect container: %w", err)
+	}
+	return r.instance(res.Container), nil
+}
+
+func (r *Runtime) instance(c container.InspectResponse) runtimes.Instance {
+	inst := runtimes.Instance{State: runtimes.StateMissing}
+	if c.Config != nil {
+		inst.Labels = c.Config.Labels
+		inst.Image = c.Config.Image
+		for _, kv := range c.Config.Env {
+			if v, ok := strings.CutPrefix(kv, envAgentToken+"="); ok {
+				inst.AgentToken = v
+			}
+			if v, ok := strings.CutPrefix(kv, envEgressToken+"="); ok {
+				inst.EgressToken = v
+			}
+		}
+	}
+	fillFromLabels(&inst, inst.Labels)
+	if c.State != nil {
+		switch {
+		case c.State.Paused:
+			inst.State = runtimes.StatePaused
+		case c.State.Running:
+			inst.State = runtimes.StateRunning
+		case c.State.Status == "created":
+			inst.State = runtimes.StateCreated
+		default:
+			inst.State = runtimes.StateExited
+			inst.ExitCode = c.State.ExitCode
+			inst.Message = fmt.Sprintf("main process exited with code %d", c.State.ExitCode)
+			if c.State.OOMKilled {
+				inst.Message += " (killed: out of memory)"
+			}
+			if c.State.Error != "" {
+				inst.Message += ": " + c.State.Error
+			}
+		}
+	}
+	if c.NetworkSettings != nil {
+		if ep, ok := c.NetworkSettings.Networks[r.opts.Network]; ok && ep != nil && ep.IPAddress.IsValid() {
+			inst.Address = ep.IPAddress.String()
+		}
+	}
+	return inst
+}
+
+func fillFromLabels(inst *runtimes.Instance, labels map[string]string) {
+	inst.ID = labels[runtimes.LabelID]
+	inst.Tenant = labels[runtimes.LabelTenant]
+	inst.Pool = labels[runtimes.LabelPool]
+	if t, err := time.Parse(time.RFC3339Nano, labels[runtimes.LabelCreatedAt]); err == nil {
+		inst.CreatedAt = t
+	}
+	if t, err := time.Parse(time.RFC3339Nano, labels[runtimes.LabelExpiresAt]); err == nil {
+		inst.ExpiresAt = &t
+	}
+	if ep := labels[labelEntrypoint]; ep != "" {
+		_ = json.Unmarshal([]byte(ep), &inst.Entrypoint)
+	}
+}
+
+// List implements runtimes.Runtime.
+func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		// One runtime owns one network: gateways on other networks (other deployments,
+		// test runs) never see, adopt or remove each other's sandboxes.
+		Filters: make(client.Filters).Add("label", runtimes.LabelID).Add("network", r.opts.Network),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	out := make([]runtimes.Instance, 0, len(res.Items))
+	for _, c := range res.Items {
+		// The summary lacks env (tokens) and exit codes: inspect each one.
+		full, err := r.cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			if cerrdefs.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("inspect container %s: %w", c.ID, err)
+		}
+		out = append(out, r.instance(full.Container))
+	}
+	return out, nil
+}
+
+// Delete implements runtimes.Runtime.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		// A removal already in progress finishes by itself.
+		if strings.Contains(err.Error(), "already in progress") {
+			return nil
+		}
+		return fmt.Errorf("remove container: %w", err)
+	}
+	return nil
+}
+
+// Pause implements runtimes.Runtime.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerPause(ctx, containerName(id), client.ContainerPauseOptions{})
+	return mapErr(id, err)
+}
+
+// Resume implements runtimes.Runtime.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerUnpause(ctx, containerName(id), client.ContainerUnpauseOptions{})
+	return mapErr(id, err)
+}
+
+func mapErr(id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("sandbox %s: %w", id, runtimes.ErrNotFound)
+	}
+	return err
+}
+
+// Logs implements runtimes.Runtime.
+func (r *Runtime) Logs(ctx context.Context, id string, lines int) (string, error) {
+	rc, err := r.cli.ContainerLogs(ctx, containerName(id), client.ContainerLogsOptions{
+		ShowStdout: true, ShowStderr: true, Tail: strconv.Itoa(lines),
+	})
+	if err != nil {
+		return "", mapErr(id, err)
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 64<<10)); err != nil && !errors.Is(err, io.EOF) {
+		return out.String(), nil
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+
+var _ runtimes.Runtime = (*Runtime)(nil)

@@ -1,0 +1,108 @@
+// Package runtimes defines the plug point between sandgate's core and the engines that
+// actually run sandboxes (Docker on one machine, Kubernetes for fleets). The interface
+// speaks only in sandgate's own terms so that either engine can stand behind it.
+package runtimes
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Label keys carried by every sandbox the runtime creates. They are what lets the gateway
+// rebuild its records from the runtime alone after a restart.
+const (
+	LabelID        = "sandgate.io/id"
+	LabelTenant    = "sandgate.io/tenant"
+	LabelExpiresAt = "sandgate.io/expires-at"
+	LabelPool      = "sandgate.io/pool"
+	LabelCreatedAt = "sandgate.io/created-at"
+)
+
+// AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.
+const (
+	AgentPort  = 44772
+	EgressPort = 18080
+)
+
+// Errors a runtime returns so the core can map them without knowing the engine.
+var (
+	ErrNotFound      = errors.New("sandbox not found in runtime")
+	ErrImageNotFound = errors.New("image not found")
+	ErrUnavailable   = errors.New("runtime unavailable")
+)
+
+// Spec is what the core asks a runtime to start.
+type Spec struct {
+	ID         string
+	Tenant     string
+	Pool       string
+	Image      string
+	Entrypoint []string
+	Env        map[string]string
+	// Labels are extra labels; the runtime adds the sandgate.io/* ones itself.
+	Labels map[string]string
+	// CPUMillis and MemoryBytes are hard limits; zero means the runtime's default.
+	CPUMillis   int64
+	MemoryBytes int64
+	// AgentToken is the secret the agent demands on every call.
+	AgentToken string
+	// EgressToken is the secret the egress enforcer demands on its API.
+	EgressToken string
+	ExpiresAt   *time.Time
+	CreatedAt   time.Time
+}
+
+// State is the runtime's view of a sandbox's process.
+type State string
+
+// States a runtime reports.
+const (
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+	StateExited  State = "exited"
+	StateCreated State = "created"
+	StateMissing State = "missing"
+)
+
+// Instance is what the runtime knows about one sandbox.
+type Instance struct {
+	ID          string
+	Tenant      string
+	Pool        string
+	Image       string
+	Entrypoint  []string
+	State       State
+	ExitCode    int
+	// Address is the host (IP) at which the sandbox's ports are reachable from the gateway.
+	Address     string
+	AgentToken  string
+	EgressToken string
+	Labels      map[string]string
+	ExpiresAt   *time.Time
+	CreatedAt   time.Time
+	// Message carries the runtime's explanation when the sandbox stopped (exit code, OOM, logs).
+	Message string
+}
+
+// Runtime runs sandboxes. Implementations must be safe for concurrent use.
+type Runtime interface {
+	// Name identifies the engine ("docker", "kubernetes").
+	Name() string
+	// Create starts a sandbox and returns once its process is started (not necessarily
+	// answering yet); a failure leaves nothing behind.
+	Create(ctx context.Context, spec Spec) (Instance, error)
+	// Inspect returns the current view of one sandbox, ErrNotFound when it is gone.
+	Inspect(ctx context.Context, id string) (Instance, error)
+	// List returns every sandbox this runtime holds with sandgate's labels.
+	List(ctx context.Context) ([]Instance, error)
+	// Delete stops and removes a sandbox; deleting a missing one is not an error.
+	Delete(ctx context.Context, id string) error
+	// Pause freezes every process of the sandbox; Resume thaws them.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// Logs returns the tail of the sandbox's main process output, for failure messages.
+	Logs(ctx context.Context, id string, lines int) (string, error)
+	// Close releases the runtime's clients.
+	Close() error
+}

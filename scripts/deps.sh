@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what sandgate needs on a Debian machine and makes sure a Docker engine answers.
+# Idempotent: a second run only checks.
+set -euo pipefail
+PACKAGES=(docker.io redis-server debootstrap nftables iproute2 curl ca-certificates)
+missing=()
+for p in "${PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "deps: installing ${missing[*]}"
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! docker info >/dev/null 2>&1; then
+	echo "deps: no Docker engine answers; starting dockerd in the background (log: /var/log/sandgate-dockerd.log)"
+	nohup dockerd >/var/log/sandgate-dockerd.log 2>&1 &
+	for _ in $(seq 1 60); do
+		docker info >/dev/null 2>&1 && break
+		sleep 0.5
+	done
+	docker info >/dev/null 2>&1 || { echo "deps: dockerd did not come up; see /var/log/sandgate-dockerd.log" >&2; tail -20 /var/log/sandgate-dockerd.log >&2; exit 1; }
+fi
+echo "deps: ok (docker $(docker version -f '{{.Server.Version}}'), $(redis-server --version | cut -d' ' -f3))"

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBadInput sends each kind of bad request and checks the status, the stable code and
+// that no container is left behind.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	img := map[string]any{"uri": baseImage}
+	tail := []string{"tail", "-f", "/dev/null"}
+	tests := []struct {
+		name   string
+		body   any
+		status int
+		code   string
+	}{
+		{"malformed JSON", `{"image": {"uri": `, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"empty body", ``, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"field of the wrong type", map[string]any{"image": img, "entrypoint": "tail -f /dev/null"}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"timeout of the wrong type", map[string]any{"image": img, "entrypoint": tail, "timeout": "soon"}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"missing image", map[string]any{"entrypoint": tail}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"missing entrypoint", map[string]any{"image": img}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"image not on this host", map[string]any{"image": map[string]any{"uri": "sandgate/does-not-exist:1"}, "entrypoint": tail}, 400, "SANDBOX::IMAGE_NOT_FOUND"},
+		{"entrypoint that exits at once", map[string]any{"image": img, "entrypoint": []string{"sh", "-c", "echo bye; exit 7"}}, 422, "SANDBOX::START_FAILED"},
+		{"entrypoint that does not exist", map[string]any{"image": img, "entrypoint": []string{"/no/such/binary"}}, 422, "SANDBOX::START_FAILED"},
+		{"bad metadata key", map[string]any{"image": img, "entrypoint": tail, "metadata": map[string]string{"bad key!": "x"}}, 400, "SANDBOX::INVALID_METADATA_LABEL"},
+		{"bad metadata value", map[string]any{"image": img, "entrypoint": tail, "metadata": map[string]string{"k": strings.Repeat("v", 64)}}, 400, "SANDBOX::INVALID_METADATA_LABEL"},
+		{"reserved metadata key", map[string]any{"image": img, "entrypoint": tail, "metadata": map[string]string{"sandgate.io/pool": "x"}}, 400, "SANDBOX::INVALID_METADATA_LABEL"},
+		{"timeout below the minimum", map[string]any{"image": img, "entrypoint": tail, "timeout": 0}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"bad cpu", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"cpu": "lots"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"bad memory", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"memory": "12 parsecs"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := g.do("POST", "/v1/sandboxes", tt.body)
+			expectError(t, r, tt.status, tt.code)
+			if r.Header.Get("X-Request-ID") == "" {
+				t.Errorf("error without X-Request-ID")
+			}
+		})
+	}
+	if left := e.containers(); len(left) != 0 {
+		t.Fatalf("bad requests left containers behind: %v", left)
+	}
+	if r := g.do("GET", "/v1/sandboxes", nil); len(r.JSON(t)["items"].([]any)) != 0 {
+		t.Fatalf("bad requests left records behind: %s", r.Body)
+	}
+
+	t.Run("unknown sandbox id", func(t *testing.T) {
+		for _, p := range []string{"/v1/sandboxes/7d4e8c1a-0000-4000-8000-000000000000", "/v1/sandboxes/not-a-uuid", "/v1/sandboxes/7d4e8c1a-0000-4000-8000-000000000000/endpoints/44772"} {
+			expectError(t, g.do("GET", p, nil), 404, "SANDBOX::NOT_FOUND")
+		}
+		expectError(t, g.do("GET", "/sandboxes/7d4e8c1a-0000-4000-8000-000000000000/proxy/44772/ping", nil), 404, "SANDBOX::NOT_FOUND")
+	})
+	t.Run("keys", func(t *testing.T) {
+		expectError(t, g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", ""), 401, "MISSING_API_KEY")
+		expectError(t, g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", "wrong"), 401, "INVALID_API_KEY")
+		for _, hdr := range [][2]string{{"X-API-Key", g.APIKey}, {"Authorization", "Bearer " + g.APIKey}} {
+			if r := g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", "", hdr[0], hdr[1]); r.Status != 200 {
+				t.Errorf("key in %s: status %d", hdr[0], r.Status)
+			}
+		}
+	})
+	t.Run("request id echoed", func(t *testing.T) {
+		r := g.do("GET", "/v1/sandboxes", nil, "X-Request-ID", "trace-123")
+		if r.Header.Get("X-Request-ID") != "trace-123" {
+			t.Fatalf("X-Request-ID = %q", r.Header.Get("X-Request-ID"))
+		}
+	})
+	t.Run("unknown route and method", func(t *testing.T) {
+		expectError(t, g.do("GET", "/v1/nothing-here", nil), 404, "ROUTE_NOT_FOUND")
+		expectError(t, g.do("PUT", "/v1/sandboxes", nil), 405, "METHOD_NOT_ALLOWED")
+	})
+	t.Run("openapi and health", func(t *testing.T) {
+		if r := g.do("GET", "/v1/openapi.json", nil, "OPEN-SANDBOX-API-KEY", ""); r.Status != 200 || r.JSON(t)["openapi"] != "3.1.0" {
+			t.Fatalf("openapi: %d", r.Status)
+		}
+		if r := g.do("GET", "/health", nil, "OPEN-SANDBOX-API-KEY", ""); r.Status != 200 || r.JSON(t)["status"] != "healthy" {
+			t.Fatalf("health: %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// TestRedisOutage: with Redis gone the API answers 503 with a clear code, and recovers by
+// itself when Redis is back on the same address.
+func TestRedisOutage(t *testing.T) {
+	redis := startRedis(t)
+	e := newEnv(t, redis)
+	g := e.startGateway()
+	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 200 {
+		t.Fatalf("list: %d", r.Status)
+	}
+	redis.stop()
+	expectError(t, g.do("GET", "/v1/sandboxes", nil), http.StatusServiceUnavailable, "STORE::UNAVAILABLE")
+	expectError(t, g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}), http.StatusServiceUnavailable, "STORE::UNAVAILABLE")
+	if left := e.containers(); len(left) != 0 {
+		t.Fatalf("create during the outage left containers: %v", left)
+	}
+	redis.start(t)
+	waitFor(t, 15*time.Second, func() bool { return g.do("GET", "/v1/sandboxes", nil).Status == 200 }, "the gateway to recover")
+	id := g.createSandbox(map[string]any{})
+	if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+		t.Fatalf("delete after recovery: %d", r.Status)
+	}
+}
+
+// TestDockerUnreachable: a gateway pointed at a socket with no engine exits with a message
+// naming that socket.
+func TestDockerUnreachable(t *testing.T) {
+	sock := "unix://" + filepath.Join(t.TempDir(), "no-docker.sock")
+	cmd := exec.Command(filepath.Join(binDir, "sandgate"), "run")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(cmd.Environ(), "SANDGATE_LISTEN=127.0.0.1:0", "SANDGATE_ADMIN=off", "SANDGATE_API_KEY=k",
+		"SANDGATE_DOCKER_HOST="+sock, "SANDGATE_AGENT_BINARY="+filepath.Join(binDir, "sandbox-agent"))
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("sandgate kept running without a Docker engine:\n%s", out)
+	}
+	if err == nil {
+		t.Fatalf("sandgate exited 0 without a Docker engine:\n%s", out)
+	}
+	if !strings.Contains(string(out), sock) {
+		t.Fatalf("the error does not name the socket %s:\n%s", sock, tail(string(out), 2000))
+	}
+}

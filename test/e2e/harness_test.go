@@ -1,0 +1,475 @@
+// Package e2e drives the built sandgate binary against a real Docker engine and a real
+// redis-server, over HTTP, the way an OpenSandbox SDK would. Nothing is mocked: every
+// sandbox is a container, and every test removes what it started.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binDir     string // holds sandgate and sandbox-agent
+	baseImage  string
+	repoRoot   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, _ := os.Getwd()
+	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
+	version, err := os.ReadFile(filepath.Join(repoRoot, "VERSION"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: read VERSION:", err)
+		return 1
+	}
+	baseImage = "sandgate/base:" + strings.TrimSpace(string(version))
+	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: no Docker engine answers (run `make deps`): %v\n%s", err, out)
+		return 1
+	}
+	if err := exec.Command("docker", "image", "inspect", baseImage).Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: image %s is missing (run `make images`)\n", baseImage)
+		return 1
+	}
+	binDir = os.Getenv("SANDGATE_E2E_BIN")
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "sandgate-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		for _, b := range []struct{ out, pkg string; static bool }{
+			{"sandgate", "./caddy", false}, {"sandbox-agent", "./sandbox-agent", true},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+			cmd.Dir = repoRoot
+			cmd.Env = os.Environ()
+			if b.static {
+				cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: build %s: %v\n%s", b.pkg, err, out)
+				return 1
+			}
+		}
+		binDir = dir
+	}
+	return m.Run()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// redisServer is a private redis-server on a loopback port.
+type redisServer struct {
+	Port int
+	URL  string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	r := &redisServer{Port: freePort(t), dir: t.TempDir()}
+	r.URL = fmt.Sprintf("redis://127.0.0.1:%d/0", r.Port)
+	r.start(t)
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *redisServer) start(t testing.TB) {
+	t.Helper()
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir)
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.Port))
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}, "redis-server to listen")
+}
+
+func (r *redisServer) stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// env is one test's world: its own Docker network (so its gateways see only its own
+// sandboxes), API key and Redis key prefix.
+type env struct {
+	t       testing.TB
+	Network string
+	APIKey  string
+	Prefix  string
+	Redis   *redisServer // nil: embedded store
+	extra   []string
+}
+
+func newEnv(t testing.TB, redis *redisServer, extra ...string) *env {
+	t.Helper()
+	e := &env{t: t, Network: "sg-e2e-" + randomHex(4), APIKey: "k-" + randomHex(12), Prefix: "e2e" + randomHex(4) + ":", Redis: redis, extra: extra}
+	t.Cleanup(e.removeDockerObjects)
+	return e
+}
+
+// removeDockerObjects deletes every container on the test's network, then the network.
+func (e *env) removeDockerObjects() {
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "network="+e.Network).Output()
+	ids := strings.Fields(string(out))
+	if len(ids) > 0 {
+		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	}
+	_ = exec.Command("docker", "network", "rm", e.Network).Run()
+}
+
+// containers lists the containers on the test's network.
+func (e *env) containers() []string {
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "network="+e.Network).Output()
+	if err != nil {
+		e.t.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// gateway is one running sandgate process.
+type gateway struct {
+	t      testing.TB
+	Addr   string
+	APIKey string
+	cmd    *exec.Cmd
+	logs   *bytes.Buffer
+	done   chan struct{}
+	client *http.Client
+}
+
+func (e *env) startGateway(extra ...string) *gateway {
+	e.t.Helper()
+	port := freePort(e.t)
+	g := &gateway{t: e.t, Addr: fmt.Sprintf("127.0.0.1:%d", port), APIKey: e.APIKey, logs: &bytes.Buffer{}, done: make(chan struct{}),
+		client: &http.Client{Timeout: 2 * time.Minute}}
+	g.cmd = exec.Command(filepath.Join(binDir, "sandgate"), "run")
+	g.cmd.Dir = e.t.TempDir()
+	g.cmd.Env = append(os.Environ(),
+		"SANDGATE_LISTEN="+g.Addr,
+		"SANDGATE_ADMIN=off",
+		"SANDGATE_API_KEY="+e.APIKey,
+		"SANDGATE_REDIS_PREFIX="+e.Prefix,
+		"SANDGATE_DOCKER_NETWORK="+e.Network,
+		"SANDGATE_AGENT_BINARY="+filepath.Join(binDir, "sandbox-agent"),
+		"SANDGATE_MIN_TIMEOUT=1s",
+		"SANDGATE_SYNC_INTERVAL=500ms",
+		"SANDGATE_FAILED_RETENTION=1h",
+	)
+	if e.Redis != nil {
+		g.cmd.Env = append(g.cmd.Env, "SANDGATE_REDIS_URL="+e.Redis.URL)
+	}
+	g.cmd.Env = append(g.cmd.Env, e.extra...)
+	g.cmd.Env = append(g.cmd.Env, extra...)
+	g.cmd.Stdout = g.logs
+	g.cmd.Stderr = g.logs
+	if err := g.cmd.Start(); err != nil {
+		e.t.Fatalf("start sandgate: %v", err)
+	}
+	go func() { _ = g.cmd.Wait(); close(g.done) }()
+	e.t.Cleanup(g.Stop)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + g.Addr + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return g
+			}
+		}
+		select {
+		case <-g.done:
+			e.t.Fatalf("sandgate exited during start:\n%s", g.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("sandgate did not become healthy:\n%s", g.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop ends the gateway gracefully (SIGTERM), killing it if it hangs.
+func (g *gateway) Stop() {
+	select {
+	case <-g.done:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(15 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+	}
+	if g.t.Failed() {
+		g.t.Logf("sandgate %s logs:\n%s", g.Addr, tail(g.logs.String(), 8000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// response is a decoded API answer.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("response %d is not a JSON object: %v: %s", r.Status, err, r.Body)
+	}
+	return m
+}
+
+// do sends an API request with the gateway's key; body may be nil, []byte or any JSON value.
+func (g *gateway) do(method, path string, body any, headers ...string) response {
+	g.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		js, _ := json.Marshal(b)
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequest(method, "http://"+g.Addr+path, rd)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("OPEN-SANDBOX-API-KEY", g.APIKey)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i+1] == "" {
+			req.Header.Del(headers[i])
+		} else {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		g.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+// expectError checks status and code of an error answer.
+func expectError(t testing.TB, r response, status int, code string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Body)
+	}
+	m := r.JSON(t)
+	if m["code"] != code {
+		t.Fatalf("code = %v, want %s; body %s", m["code"], code, r.Body)
+	}
+	if msg, _ := m["message"].(string); msg == "" {
+		t.Fatalf("error without message: %s", r.Body)
+	}
+}
+
+// createSandbox creates a sandbox and fails the test unless it is Running.
+func (g *gateway) createSandbox(req map[string]any) string {
+	g.t.Helper()
+	if req["image"] == nil {
+		req["image"] = map[string]any{"uri": baseImage}
+	}
+	if req["entrypoint"] == nil {
+		req["entrypoint"] = []string{"tail", "-f", "/dev/null"}
+	}
+	r := g.do("POST", "/v1/sandboxes", req)
+	if r.Status != http.StatusAccepted {
+		g.t.Fatalf("create: status %d: %s", r.Status, r.Body)
+	}
+	m := r.JSON(g.t)
+	if st := m["status"].(map[string]any)["state"]; st != "Running" {
+		g.t.Fatalf("create: state %v, want Running", st)
+	}
+	return m["id"].(string)
+}
+
+// agent is a client for one sandbox's agent, reached the SDK way: through the endpoint
+// the gateway returns for port 44772, with the headers it returns.
+type agent struct {
+	t       testing.TB
+	base    string
+	headers map[string]string
+	client  *http.Client
+}
+
+func (g *gateway) agent(id string) *agent {
+	g.t.Helper()
+	r := g.do("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
+	if r.Status != 200 {
+		g.t.Fatalf("endpoint: %d %s", r.Status, r.Body)
+	}
+	var ep struct {
+		Endpoint string            `json:"endpoint"`
+		Headers  map[string]string `json:"headers"`
+	}
+	if err := json.Unmarshal(r.Body, &ep); err != nil {
+		g.t.Fatal(err)
+	}
+	return &agent{t: g.t, base: "http://" + ep.Endpoint, headers: ep.Headers, client: &http.Client{Timeout: 5 * time.Minute}}
+}
+
+func (a *agent) request(method, path string, body io.Reader, contentType string) *http.Response {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.base+path, body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for k, v := range a.headers {
+		req.Header.Set(k, v)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// event is one event of an agent stream.
+type event struct {
+	Type          string `json:"type"`
+	Text          string `json:"text"`
+	Timestamp     int64  `json:"timestamp"`
+	ExecutionTime int64  `json:"execution_time"`
+	Error         *struct {
+		Ename  string `json:"ename"`
+		Evalue string `json:"evalue"`
+	} `json:"error"`
+	Results map[string]any `json:"results"`
+}
+
+// readEvents parses a stream of JSON events (bare or "data:"-prefixed, blank-line separated).
+func readEvents(t testing.TB, r io.Reader) []event {
+	t.Helper()
+	var out []event
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		line = strings.TrimSpace(strings.TrimPrefix(line, "data:"))
+		if line == "" || strings.HasPrefix(line, ":") {
+			continue
+		}
+		var ev event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("bad event line %q: %v", line, err)
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read events: %v", err)
+	}
+	return out
+}
+
+// run executes a foreground command and returns its events.
+func (a *agent) run(command string) []event {
+	a.t.Helper()
+	body, _ := json.Marshal(map[string]any{"command": command})
+	resp := a.request("POST", "/command", bytes.NewReader(body), "application/json")
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		data, _ := io.ReadAll(resp.Body)
+		a.t.Fatalf("command %q: %d %s", command, resp.StatusCode, data)
+	}
+	return readEvents(a.t, resp.Body)
+}
+
+func stdoutOf(evs []event) string {
+	var lines []string
+	for _, ev := range evs {
+		if ev.Type == "stdout" {
+			lines = append(lines, ev.Text)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func lastEvent(evs []event) event {
+	if len(evs) == 0 {
+		return event{}
+	}
+	return evs[len(evs)-1]
+}
+
+func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var _ = context.Background
