@@ -264,6 +264,19 @@ func TestEnforcerInNetns(t *testing.T) {
 		mustBlock(t, top, platformIP) // platform deny holds in allow mode too
 		mustConnect(t, top, serverIP6)
 	})
+	t.Run("ip_rules_first_match_wins_in_kernel", func(t *testing.T) {
+		code, body := top.callAPI(t, "PUT", `{"defaultAction":"deny","egress":[
+			{"action":"allow","target":"198.18.0.11"},
+			{"action":"deny","target":"198.18.0.0/24"},
+			{"action":"allow","target":"198.18.0.0/16"},
+			{"action":"allow","target":"2001:db8:5347::/64"}]}`, testToken)
+		if code != http.StatusOK {
+			t.Fatalf("PUT: %d %v", code, body)
+		}
+		mustConnect(t, top, deniedIP) // the hole punched before the deny
+		mustBlock(t, top, apexIP)     // the deny before the wider allow
+		mustConnect(t, top, serverIP6)
+	})
 	t.Run("killing_the_enforcer_does_not_open_the_network", func(t *testing.T) {
 		code, _ := top.callAPI(t, "PUT", basePolicy, testToken)
 		if code != http.StatusOK {
@@ -378,5 +391,3 @@ func TestEnforcerBadInitialPolicyFailsClosed(t *testing.T) {
 		t.Fatal("DNS answered after a failed start")
 	}
 }
-
-

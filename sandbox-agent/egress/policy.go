@@ -154,11 +154,15 @@ func parseTarget(s string) (target, error) {
 	if strings.Contains(s, ":") {
 		return target{}, errors.New("invalid IPv6 address (a host name must not carry a port)")
 	}
-	name := strings.TrimSuffix(strings.ToLower(s), ".")
+	lower := strings.ToLower(s)
+	switch lower {
+	case "*.":
+		return target{}, errors.New(`wildcard "*." needs a domain after it`)
+	case "*":
+		return target{}, errors.New(`"*" alone is not a target; set defaultAction instead`)
+	}
+	name := strings.TrimSuffix(lower, ".")
 	if rest, ok := strings.CutPrefix(name, "*."); ok {
-		if rest == "" {
-			return target{}, errors.New(`wildcard "*." needs a domain after it`)
-		}
 		if err := validateName(rest); err != nil {
 			return target{}, err
 		}
