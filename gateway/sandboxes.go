@@ -248,16 +248,32 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 	return spec, nil
 }
 
-// waitReady polls the agent's /ping until it answers, failing fast when the container
-// stops (an entrypoint that exits at once) and within ReadyTimeout otherwise.
+// startSettle is how long a sandbox's agent must keep answering after its first answer
+// before the sandbox counts as started: an entrypoint that exits at once takes the agent
+// down with it within this window, and the create then fails instead of handing out a
+// sandbox that is already dead.
+const startSettle = 100 * time.Millisecond
+
+// waitReady polls the agent's /ping until it answers twice, startSettle apart, failing
+// fast when the container stops and within ReadyTimeout otherwise.
 func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	delay := 5 * time.Millisecond
+	answered := false
 	for attempt := 0; ; attempt++ {
 		if inst.Address != "" && s.pingAgent(ctx, inst.Address, inst.AgentToken) == nil {
-			return nil
+			if answered {
+				return nil
+			}
+			answered = true
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(startSettle):
+			}
+			continue
 		}
-		if attempt%4 == 3 || inst.Address == "" {
+		if answered || attempt%4 == 3 || inst.Address == "" {
 			cur, err := s.runtime.Inspect(ctx, inst.ID)
 			if err != nil && !errors.Is(err, runtimes.ErrNotFound) {
 				return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime lost the sandbox while it started", Cause: err}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make test`: every Go test — unit tests, Rego tests (run by policy's Go tests), netns
+# egress tests and the end-to-end suite against real Docker and Redis — with the binaries
+# that `make build` just produced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SANDGATE_E2E_BIN=$PWD/bin
+mkdir -p test/e2e/artifacts
+# Packages run one at a time: the e2e, agent and egress suites each start containers and
+# namespaces, and two cores are better spent on one of them at a time.
+go test -count=1 -p 1 -timeout 75m ./... 2>&1 | tee test/e2e/artifacts/go-test.log
