@@ -205,3 +205,5 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }

@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -244,11 +245,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeJSON reads a JSON body into v, answering 400 itself when it cannot.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+	body := http.MaxBytesReader(w, r.Body, 16<<20)
+	dec := json.NewDecoder(body)
 	if err := dec.Decode(v); err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "invalid JSON body: "+err.Error())
 		return false
 	}
+	// Read the body to its end: net/http watches for the client going away (and
+	// cancels r.Context()) only once the request body is consumed, and streaming
+	// handlers rely on that to stop work nobody listens to any more.
+	_, _ = io.Copy(io.Discard, body)
 	return true
 }
 

@@ -40,9 +40,10 @@ type Session struct {
 	stderr *bufio.Reader
 	done   chan struct{}
 
-	runMu sync.Mutex // one run at a time
-	mu    sync.Mutex
-	dead  bool
+	runMu    sync.Mutex // one run at a time
+	mu       sync.Mutex
+	dead     bool
+	exitCode int
 }
 
 // Start starts a shell (bash when present, else sh) in cwd with env.
@@ -86,9 +87,10 @@ func Start(cwd string, env []string) (*Session, error) {
 		done:   make(chan struct{}),
 	}
 	go func() {
-		_ = procs.Wait(cmd)
+		err := procs.Wait(cmd)
 		s.mu.Lock()
 		s.dead = true
+		s.exitCode = procs.ExitCode(cmd.ProcessState, err)
 		s.mu.Unlock()
 		close(s.done)
 		outR.Close()
@@ -166,22 +168,46 @@ func (s *Session) Run(ctx context.Context, script, cwd string, timeout time.Dura
 		defer t.Stop()
 		timer = t.C
 	}
+	// Once the run is to stop, kill what it started again every few milliseconds
+	// until its marker arrives: the shell may not have forked the command yet when
+	// the first kill is sent.
+	var killTick <-chan time.Time
+	stopRun := func() {
+		procs.KillTree(s.cmd.Process.Pid, syscall.SIGKILL)
+		if killTick == nil {
+			t := time.NewTicker(20 * time.Millisecond)
+			defer func() { killTick = t.C }()
+			go func() { <-finished; t.Stop() }()
+		}
+	}
+	done := ctx.Done()
 	for {
 		select {
 		case <-finished:
 			res.ExitCode = exitCode
 			if !gotExit {
+				// The shell closed its output: it is exiting (for example the
+				// run said `exit`). Report its exit code once it is gone.
+				select {
+				case <-s.done:
+					s.mu.Lock()
+					res.ExitCode = s.exitCode
+					s.mu.Unlock()
+				case <-time.After(time.Second):
+				}
 				return res, ErrClosed
 			}
 			return res, nil
 		case <-timer:
 			res.TimedOut = true
-			procs.KillTree(s.cmd.Process.Pid, syscall.SIGKILL)
 			timer = nil
-		case <-ctx.Done():
+			stopRun()
+		case <-done:
 			res.Cancelled = true
+			done = nil
+			stopRun()
+		case <-killTick:
 			procs.KillTree(s.cmd.Process.Pid, syscall.SIGKILL)
-			ctx = context.Background()
 		}
 	}
 }
