@@ -1,13 +1,16 @@
 package policy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"regexp"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // quietLogger keeps expected refusals and failures out of test output.
@@ -268,6 +271,37 @@ func TestDecisionHTTPStatus(t *testing.T) {
 		t.Run(tt.d.Code, func(t *testing.T) {
 			if got := tt.d.HTTPStatus(); got != tt.want {
 				t.Errorf("HTTPStatus() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAccessInputValueMatchesJSON holds the hand-built OPA value of an
+// access input to what its JSON form parses to.
+func TestAccessInputValueMatchesJSON(t *testing.T) {
+	inputs := map[string]AccessInput{
+		"empty":   {},
+		"api key": {Principal: apiKey("member", "t1"), Tenant: "t1", Action: "sandbox.create", Resource: Resource{Kind: "sandbox"}},
+		"bound": {Principal: Principal{Kind: "signed_link", ID: "l", Tenant: "t1", Sandbox: "sb", Port: 3000}, Action: "sandbox.proxy",
+			Resource: Resource{Kind: "sandbox", ID: "sb", Tenant: "t1", Public: true, Port: 3000}, Request: Request{Method: "GET", Path: "/"}},
+		"body": {Principal: Principal{Kind: "anonymous"}, Action: "x.y", Request: Request{Method: "POST", Body: map[string]any{"n": 1.5, "list": []any{"a", true, nil}}}},
+	}
+	for name, in := range inputs {
+		t.Run(name, func(t *testing.T) {
+			raw, err := json.Marshal(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := ast.ValueFromReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := in.astValue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want.Compare(got) != 0 {
+				t.Errorf("astValue = %v, want %v", got, want)
 			}
 		})
 	}

@@ -21,19 +21,19 @@ var errUndefined = errors.New("policy result is undefined")
 // Access decides whether in.Principal may perform in.Action on in.Resource.
 func (e *Engine) Access(ctx context.Context, in AccessInput) Decision {
 	v := e.current.Load()
-	d, value := e.eval(ctx, v, v.access, AccessQuery, in)
+	d, value := e.eval(ctx, v, v.access, AccessQuery, in, in.astValue)
 	if d.Cause != nil {
 		return d
 	}
-	var out struct {
-		Allow   *bool   `json:"allow"`
-		Code    *string `json:"code"`
-		Message *string `json:"message"`
-	}
-	if err := decodeResult(value, &out); err != nil || out.Allow == nil || out.Code == nil || out.Message == nil {
+	// Read the result without a JSON round trip: this is the hot path.
+	obj, _ := value.(map[string]any)
+	allow, okAllow := obj["allow"].(bool)
+	code, okCode := obj["code"].(string)
+	message, okMessage := obj["message"].(string)
+	if !okAllow || !okCode || !okMessage {
 		return e.failed(d, AccessQuery, fmt.Errorf("access decision has the wrong shape: %v", value))
 	}
-	d.Allow, d.Code, d.Message = *out.Allow, *out.Code, *out.Message
+	d.Allow, d.Code, d.Message = allow, code, message
 	return d
 }
 
@@ -41,7 +41,7 @@ func (e *Engine) Access(ctx context.Context, in AccessInput) Decision {
 // platform's admission rules. A denial lists every violation, sorted by code.
 func (e *Engine) Admit(ctx context.Context, in AdmissionInput) Decision {
 	v := e.current.Load()
-	d, value := e.eval(ctx, v, v.admission, AdmissionQuery, in)
+	d, value := e.eval(ctx, v, v.admission, AdmissionQuery, in, nil)
 	if d.Cause != nil {
 		return d
 	}
@@ -84,7 +84,7 @@ func (e *Engine) Egress(ctx context.Context, in EgressInput) (NetworkPolicy, Dec
 		}
 		in.NetworkPolicy = &normalized
 	}
-	d, value := e.eval(ctx, v, v.egress, EgressQuery, in)
+	d, value := e.eval(ctx, v, v.egress, EgressQuery, in, nil)
 	if d.Cause != nil {
 		return DenyAll(), d
 	}
@@ -123,10 +123,12 @@ func (e *Engine) Egress(ctx context.Context, in EgressInput) (NetworkPolicy, Dec
 // DenyAll is the policy of last resort: no egress at all.
 func DenyAll() NetworkPolicy { return NetworkPolicy{DefaultAction: ActionDeny} }
 
-// eval runs a prepared query on the JSON form of input. It returns a denial
-// with Cause set on any failure, else a pending decision (Allow false, no
-// code) and the query's value for the caller to interpret.
-func (e *Engine) eval(ctx context.Context, v *version, pq rego.PreparedEvalQuery, query string, input any) (Decision, any) {
+// eval runs a prepared query on input. It returns a denial with Cause set
+// on any failure, else a pending decision (Allow false, no code) and the
+// query's value for the caller to interpret. The input hash is always taken
+// over the JSON form; toValue, when given, builds the OPA value directly
+// (it must agree with the JSON form), else the JSON is parsed.
+func (e *Engine) eval(ctx context.Context, v *version, pq rego.PreparedEvalQuery, query string, input any, toValue func() (ast.Value, error)) (Decision, any) {
 	raw, err := json.Marshal(input)
 	d := Decision{DecisionID: uuid.NewString(), PolicyVersion: v.id}
 	if err != nil {
@@ -134,7 +136,12 @@ func (e *Engine) eval(ctx context.Context, v *version, pq rego.PreparedEvalQuery
 	}
 	sum := sha256.Sum256(raw)
 	d.InputHash = hex.EncodeToString(sum[:])
-	value, err := ast.ValueFromReader(bytes.NewReader(raw))
+	var value ast.Value
+	if toValue != nil {
+		value, err = toValue()
+	} else {
+		value, err = ast.ValueFromReader(bytes.NewReader(raw))
+	}
 	if err != nil {
 		return e.failed(d, query, fmt.Errorf("convert policy input: %w", err)), nil
 	}

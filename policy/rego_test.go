@@ -76,7 +76,7 @@ func TestDefaultRegoCoverage(t *testing.T) {
 	t.Logf("rego coverage: %.1f%%", report.Coverage)
 }
 
-func writeFiles(t *testing.T, dir string, files map[string]string) {
+func writeFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))

@@ -8,12 +8,10 @@
 #     whatever granted the request. Its code and message reach the caller.
 package sandgate.access
 
-# The platform's data (gateway options and data files under sandgate/platform).
-default platform := {}
-
-platform := data.sandgate.platform
-
-principal := object.get(input, "principal", {})
+# An access decision sits on every request's path, so the rules below are
+# written flat: they test input.principal.* and input.action directly (OPA's
+# rule index then skips the rules that cannot match) and use few helper
+# documents.
 
 # An action is "<area>.<verb>", e.g. "sandbox.create" or "audit.read".
 action_parts := split(input.action, ".")
@@ -21,21 +19,6 @@ action_parts := split(input.action, ".")
 area := action_parts[0]
 
 verb := concat(".", array.slice(action_parts, 1, count(action_parts)))
-
-# Verbs that only read; the viewer role may use them.
-read_verbs := {"get", "list", "read"}
-
-# Areas that hold credentials: never readable below tenant-admin.
-private_areas := {"key"}
-
-# Areas a member may use fully in its own tenant.
-member_areas := {"sandbox", "pool", "batch", "snapshot"}
-
-# Principals that carry a role: API keys, and console sessions.
-role_kinds := {"api_key", "session"}
-
-# Principals bound to one sandbox (and maybe one port): they may only proxy.
-bound_kinds := {"sandbox_token", "signed_link", "cookie"}
 
 # Actions that change the platform rather than a tenant: admin only.
 platform_only if {
@@ -45,48 +28,54 @@ platform_only if {
 
 platform_only if input.action == "policy.write"
 
-# Every tenant the request names: the acting tenant, the resource's owner,
-# and the tenant itself when the resource is a tenant.
-named_tenants contains t if {
-	t := input.tenant
-	is_string(t)
-	t != ""
+# What a viewer (and so every tenant role) may do: read, except credentials
+# (the key area) and platform-wide actions.
+viewer_may if {
+	verb in {"get", "list", "read"}
+	area != "key"
+	not platform_only
 }
 
-named_tenants contains t if {
-	t := input.resource.tenant
-	is_string(t)
-	t != ""
-}
-
-named_tenants contains t if {
-	input.resource.kind == "tenant"
-	t := input.resource.id
-	is_string(t)
-	t != ""
-}
-
-# has_tenant holds when the principal belongs to a tenant.
-has_tenant if {
-	is_string(principal.tenant)
-	principal.tenant != ""
-}
-
-# own_tenant holds when the principal has a tenant and the request names no
-# other one.
+# own_tenant holds when the principal belongs to a tenant and the request
+# names no other: not as the acting tenant, not as the resource's owner, not
+# as the resource itself when it is a tenant.
 own_tenant if {
-	has_tenant
-	every t in named_tenants {
-		t == principal.tenant
-	}
+	t := input.principal.tenant
+	is_string(t)
+	t != ""
+	object.get(input, "tenant", "") in {t, ""}
+	object.get(input, ["resource", "tenant"], "") in {t, ""}
+	not other_tenant_resource
 }
 
-# tenant_mismatch holds when the principal's tenant differs from a tenant
-# the request names.
+other_tenant_resource if {
+	input.resource.kind == "tenant"
+	input.resource.id != ""
+	input.resource.id != input.principal.tenant
+}
+
+# tenant_mismatch holds when the principal has a tenant and the request
+# names another one.
 tenant_mismatch if {
 	has_tenant
-	some t in named_tenants
-	t != principal.tenant
+	not own_tenant
+	names_any_tenant
+}
+
+has_tenant if {
+	is_string(input.principal.tenant)
+	input.principal.tenant != ""
+}
+
+# The request names a tenant as the acting tenant, the resource's owner, or
+# the resource itself.
+names_any_tenant if input.tenant != ""
+
+names_any_tenant if input.resource.tenant != ""
+
+names_any_tenant if {
+	input.resource.kind == "tenant"
+	input.resource.id != ""
 }
 
 # foreign holds when the request names a tenant that is not the principal's
@@ -96,72 +85,69 @@ foreign if tenant_mismatch
 
 foreign if {
 	not has_tenant
-	not has_role("admin")
-	count(named_tenants) > 0
+	not input.principal.role == "admin"
+	names_any_tenant
 }
 
-# What a viewer (and so every tenant role) may do: read, except credentials
-# and platform-wide actions.
-viewer_may if {
-	verb in read_verbs
-	not area in private_areas
-	not platform_only
-}
-
-has_role(role) if {
-	principal.kind in role_kinds
-	principal.role == role
-}
+# Principals that carry a role are API keys and console sessions; a role on
+# any other kind of credential means nothing.
 
 # admin: everything, in every tenant.
-permitted if has_role("admin")
+permitted if {
+	input.principal.role == "admin"
+	input.principal.kind in {"api_key", "session"}
+}
 
 # tenant-admin: everything inside its own tenant (keys, plugins, pools
 # included) except platform-wide actions.
 permitted if {
-	has_role("tenant-admin")
+	input.principal.role == "tenant-admin"
+	input.principal.kind in {"api_key", "session"}
 	own_tenant
 	not platform_only
 }
 
 # member: sandboxes, pools, batches and snapshots, fully, in its own tenant.
 permitted if {
-	has_role("member")
+	input.principal.role == "member"
+	input.principal.kind in {"api_key", "session"}
+	area in {"sandbox", "pool", "batch", "snapshot"}
 	own_tenant
-	area in member_areas
 }
 
 # member and viewer: read-only actions in their own tenant.
 permitted if {
-	some role in {"member", "viewer"}
-	has_role(role)
-	own_tenant
+	input.principal.role == "member"
+	input.principal.kind in {"api_key", "session"}
 	viewer_may
+	own_tenant
 }
 
-# A sandbox-bound credential proxies to its own sandbox only, and to its own
-# port when it is bound to one (a signed link always is).
 permitted if {
-	principal.kind in bound_kinds
+	input.principal.role == "viewer"
+	input.principal.kind in {"api_key", "session"}
+	viewer_may
+	own_tenant
+}
+
+# A sandbox-bound credential (sandbox token, signed link, preview cookie)
+# proxies to its own sandbox only, and to its own port when it is bound to
+# one (a signed link always is).
+permitted if {
 	input.action == "sandbox.proxy"
-	is_string(principal.sandbox)
-	principal.sandbox != ""
-	principal.sandbox == input.resource.id
+	input.principal.kind in {"sandbox_token", "signed_link", "cookie"}
+	input.principal.sandbox == input.resource.id
+	input.principal.sandbox != ""
 	port_matches
 	not tenant_mismatch
 }
 
-port_bound if principal.port != null
-
 port_matches if {
-	principal.kind != "signed_link"
-	not port_bound
+	not input.principal.port
+	input.principal.kind != "signed_link"
 }
 
-port_matches if {
-	port_bound
-	principal.port == input.resource.port
-}
+port_matches if input.principal.port == input.resource.port
 
 # A public sandbox's ports are open to anyone, anonymous callers included.
 permitted if {
@@ -170,18 +156,22 @@ permitted if {
 }
 
 # deny vetoes whatever permitted the request.
-deny contains {"code": "POLICY::INVALID_ACTION", "message": msg} if {
+deny contains {"code": "POLICY::INVALID_ACTION", "message": "the action is not of the form area.verb"} if {
 	not valid_action
-	msg := "the action is not of the form area.verb"
 }
 
+# data.sandgate.platform.suspended_tenants: tenants the operator froze.
 deny contains {"code": "POLICY::TENANT_SUSPENDED", "message": msg} if {
-	some t in object.get(platform, "suspended_tenants", [])
-	t == principal.tenant
-	msg := sprintf("tenant %s is suspended", [t])
+	input.principal.tenant in data.sandgate.platform.suspended_tenants
+	msg := sprintf("tenant %s is suspended", [input.principal.tenant])
 }
 
-valid_action if regex.match(`^[a-z][a-z0-9_-]*\.[a-z*][a-z0-9_.*-]*$`, input.action)
+# area.verb with both parts non-empty. (A regex would say more, at a cost
+# paid on every request.)
+valid_action if {
+	indexof(input.action, ".") > 0
+	not endswith(input.action, ".")
+}
 
 default allow := false
 
@@ -191,7 +181,8 @@ allow if {
 }
 
 decision := {"allow": true, "code": "OK", "message": "allowed"} if {
-	allow
+	permitted
+	count(deny) == 0
 } else := object.union(sort(deny)[0], {"allow": false}) if {
 	count(deny) > 0
 } else := {"allow": false, "code": "POLICY::NOT_FOUND", "message": "resource not found"} if {
@@ -202,10 +193,10 @@ decision := {"allow": true, "code": "OK", "message": "allowed"} if {
 denied_message := sprintf("%s may not perform %s", [who, input.action])
 
 who := "an anonymous caller" if {
-	principal.kind == "anonymous"
-} else := sprintf("role %s", [principal.role]) if {
-	principal.kind in role_kinds
-	is_string(principal.role)
-} else := sprintf("a %s credential", [principal.kind]) if {
-	is_string(principal.kind)
+	input.principal.kind == "anonymous"
+} else := sprintf("role %s", [input.principal.role]) if {
+	input.principal.kind in {"api_key", "session"}
+	is_string(input.principal.role)
+} else := sprintf("a %s credential", [input.principal.kind]) if {
+	is_string(input.principal.kind)
 } else := "this caller"

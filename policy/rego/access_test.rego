@@ -179,8 +179,19 @@ test_principal_without_tenant_not_found_for_tenant_resources if {
 # --- vetoes ---
 
 test_invalid_action_denied if {
-	code(req(key("admin", ""), "sandboxcreate", {})) == "POLICY::INVALID_ACTION"
-	code(req(key("admin", ""), "Sandbox.Create", {})) == "POLICY::INVALID_ACTION"
+	every action in ["sandboxcreate", ".create", "sandbox.", ""] {
+		code(req(key("admin", ""), action, {})) == "POLICY::INVALID_ACTION"
+	}
+}
+
+test_allow_mirrors_decision if {
+	access.allow with input as req(key("member", "t1"), "sandbox.create", sandbox("t1"))
+	not access.allow with input as req(key("viewer", "t1"), "sandbox.create", sandbox("t1"))
+	not access.allow with input as req(key("admin", ""), "x", {})
+}
+
+test_tenant_resource_without_principal_tenant_not_found if {
+	code(req({"kind": "api_key", "role": "viewer"}, "tenant.get", {"kind": "tenant", "id": "t2"})) == "POLICY::NOT_FOUND"
 }
 
 test_missing_action_denied if {
