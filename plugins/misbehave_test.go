@@ -36,13 +36,13 @@ func decide(h *plugins.Host, sandboxID string) (time.Time, bool, error) {
 // counted, and the next call succeeds on a healthy instance.
 func TestMisbehavingPlugin(t *testing.T) {
 	tests := []struct {
-		name       string
-		sandboxID  string
-		limits     plugins.Limits
-		wantCode   string
-		wantMsg    string
-		within     time.Duration
-		isTimeout  bool
+		name      string
+		sandboxID string
+		limits    plugins.Limits
+		wantCode  string
+		wantMsg   string
+		within    time.Duration
+		isTimeout bool
 	}{
 		{name: "infinite loop is cut off at the deadline", sandboxID: "loop", limits: plugins.Limits{TimeoutMs: 50},
 			wantCode: plugins.CodeTimeout, wantMsg: "deadline exceeded", within: time.Second, isTimeout: true},

@@ -7,6 +7,8 @@
 // exports (on_event, decide_ttl) with //go:wasmexport; see plugins/ABI.md
 // and the plugins under plugins/examples.
 //
-// On other platforms the package is empty: it only makes sense inside a
-// WebAssembly module.
+// It also has allocation-light JSON helpers (Lookup, String, Int,
+// AppendString): inside a module, encoding/json's reflection and
+// allocations cost far more than the hook itself. On other platforms only
+// those helpers exist, so they can be tested natively.
 package guest

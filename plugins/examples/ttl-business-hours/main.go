@@ -21,6 +21,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -98,65 +99,115 @@ func clock(s string) (int, error) {
 	return t.Hour()*60 + t.Minute(), nil
 }
 
+// input is the part of decide_ttl's input this plugin reads.
 type input struct {
-	Reason             string     `json:"reason"`
-	Now                time.Time  `json:"now"`
-	CurrentExpiresAt   time.Time  `json:"currentExpiresAt"`
-	RequestedExpiresAt *time.Time `json:"requestedExpiresAt"`
+	reason       string
+	now, current time.Time
+	requested    time.Time // zero when absent
 }
 
-var noChange = []byte(`{"noChange":true}`)
+// parse reads the input in one pass with guest.Members: encoding/json
+// would cost more than the whole decision (see ABI.md).
+func parse(doc []byte) (in input, err error) {
+	var now, current, requested []byte
+	ok := guest.Members(doc, func(key, value []byte) bool {
+		switch string(key) {
+		case "reason":
+			in.reason, _ = guest.String(value)
+		case "now":
+			now = value
+		case "currentExpiresAt":
+			current = value
+		case "requestedExpiresAt":
+			requested = value
+		}
+		return true
+	})
+	if !ok {
+		return in, errors.New("input is not a JSON object")
+	}
+	if in.now, err = parseTime("now", now); err != nil {
+		return in, err
+	}
+	if in.current, err = parseTime("currentExpiresAt", current); err != nil {
+		return in, err
+	}
+	if requested != nil {
+		if in.requested, err = parseTime("requestedExpiresAt", requested); err != nil {
+			return in, err
+		}
+	}
+	return in, nil
+}
+
+func parseTime(name string, raw []byte) (time.Time, error) {
+	s, ok := guest.String(raw)
+	if !ok {
+		return time.Time{}, fmt.Errorf("%s is not a string", name)
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+var (
+	noChange = []byte(`{"noChange":true}`)
+	out      []byte
+)
 
 //go:wasmexport decide_ttl
 func decideTTL(ptr, n uint32) uint64 {
-	var in input
-	if err := json.Unmarshal(guest.Input(ptr, n), &in); err != nil {
+	in, err := parse(guest.Input(ptr, n))
+	if err != nil {
 		guest.Log(guest.LevelWarn, "ttl-business-hours: unreadable input: "+err.Error())
 		return guest.Output(noChange)
 	}
-	if in.Reason != "activity" && in.Reason != "renew" {
+	if in.reason != "activity" && in.reason != "renew" {
 		return guest.Output(noChange)
 	}
 	want, ok := decide(in)
 	if !ok {
 		return guest.Output(noChange)
 	}
-	return guest.Output([]byte(`{"expiresAt":"` + want.UTC().Format(time.RFC3339Nano) + `"}`))
+	out = append(out[:0], `{"expiresAt":"`...)
+	out = want.UTC().AppendFormat(out, time.RFC3339Nano)
+	out = append(out, `"}`...)
+	return guest.Output(out)
 }
 
 // decide applies the business-hours rule; ok is false for "no change".
 func decide(in input) (time.Time, bool) {
-	local := in.Now.In(rule.zone)
+	local := in.now.In(rule.zone)
 	minute := local.Hour()*60 + local.Minute()
 	var limit time.Time
 	if rule.weekdays[local.Weekday()] && minute >= rule.open && minute < rule.close {
 		y, m, d := local.Date()
 		closing := time.Date(y, m, d, rule.close/60, rule.close%60, 0, 0, rule.zone)
-		limit = in.Now.Add(rule.extend)
-		if in.RequestedExpiresAt != nil {
-			limit = closing
-		}
-		if limit.After(closing) {
-			limit = closing
+		// Activity earns extendMinutes; a renew may ask for anything up
+		// to closing time. Neither goes past closing.
+		limit = closing
+		if in.reason == "activity" {
+			limit = earliest(in.now.Add(rule.extend), closing)
 		}
 	} else {
-		limit = in.Now.Add(rule.offHoursExtend)
+		limit = in.now.Add(rule.offHoursExtend)
 	}
-	want := limit
-	if in.Reason == "renew" {
-		if in.RequestedExpiresAt == nil {
+	if in.reason == "renew" {
+		if in.requested.IsZero() {
 			return time.Time{}, false
 		}
-		want = *in.RequestedExpiresAt
-		if want.After(limit) {
-			want = limit
-		}
-		return want, true
+		return earliest(in.requested, limit), true
 	}
-	if !want.After(in.CurrentExpiresAt) {
+	want := limit
+	if !want.After(in.current) {
 		return time.Time{}, false
 	}
 	return want, true
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func main() {}
