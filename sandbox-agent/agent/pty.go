@@ -23,7 +23,8 @@ import (
 const (
 	ptyFrameStdin  = 0x00
 	ptyFrameStdout = 0x01
-	ptyFrameStderr = 0x02
+	// 0x02 (stderr) is part of the framing but never sent: on a terminal, stdout and
+	// stderr are the same device.
 	ptyFrameReplay = 0x03
 )
 
@@ -273,11 +274,8 @@ func (s *Server) ptyInput(ctx context.Context, cancel context.CancelFunc, conn *
 				if sig, ok := signalsByName[name]; ok {
 					_ = sess.Signal(sig)
 				}
-			case "stdin", "input":
-				// Tolerated alias for clients that send text input as JSON.
 			}
 		}
 	}
 }
 
-var _ = ptyFrameStderr

@@ -1,0 +1,123 @@
+package initproc
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/procs"
+)
+
+func TestReapOrphans(t *testing.T) {
+	if err := BecomeSubreaper(); err != nil {
+		t.Skipf("cannot become a subreaper: %v", err)
+	}
+	// A tracked child that has exited must keep its status for its owner.
+	tracked := exec.Command("sh", "-c", "exit 5")
+	if err := procs.Start(tracked); err != nil {
+		t.Fatal(err)
+	}
+	// The shell exits at once and orphans its background sleep to us.
+	orphanMaker := exec.Command("sh", "-c", "sleep 0.2 & echo $!")
+	out, err := orphanMaker.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ppid, state, ok := procs.Stat(orphan)
+		if ok && ppid != os.Getpid() {
+			t.Fatalf("orphan %d reparented to %d, not to the subreaper", orphan, ppid)
+		}
+		if ok && state == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d never became a zombie", orphan)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := ReapOrphans(); n < 1 {
+		t.Fatalf("reaped %d zombies", n)
+	}
+	if _, _, ok := procs.Stat(orphan); ok {
+		t.Fatalf("orphan %d still exists", orphan)
+	}
+	err = procs.Wait(tracked)
+	if code := procs.ExitCode(tracked.ProcessState, err); code != 5 {
+		t.Fatalf("tracked child's exit code %d (err %v): the reaper stole it", code, err)
+	}
+}
+
+func TestSupervisor(t *testing.T) {
+	env := procs.NewEnvironment()
+	tests := []struct {
+		name   string
+		argv   []string
+		signal syscall.Signal
+		want   int
+	}{
+		{"exit code", []string{"sh", "-c", "exit 9"}, 0, 9},
+		{"killed by a forwarded signal", []string{"sleep", "30"}, syscall.SIGUSR1, 128 + int(syscall.SIGUSR1)},
+		{"handles the signal", []string{"sh", "-c", "trap 'exit 42' TERM; while :; do sleep 0.05; done"}, syscall.SIGTERM, 42},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSupervisor(env)
+			if err := s.Start(tt.argv); err != nil {
+				t.Fatal(err)
+			}
+			if tt.signal != 0 {
+				time.Sleep(200 * time.Millisecond)
+				if !s.Signal(tt.signal) {
+					t.Fatal("no entrypoint to signal")
+				}
+			}
+			select {
+			case code := <-s.Exited():
+				if code != tt.want {
+					t.Fatalf("exit code %d, want %d", code, tt.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("entrypoint did not exit")
+			}
+			if s.Running() || s.Signal(syscall.SIGTERM) {
+				t.Fatal("supervisor still reports a running entrypoint")
+			}
+		})
+	}
+	t.Run("replace reports only the new one", func(t *testing.T) {
+		s := NewSupervisor(env)
+		if err := s.Start([]string{"sleep", "30"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start([]string{"sh", "-c", "sleep 0.3; exit 4"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case code := <-s.Exited():
+			if code != 4 {
+				t.Fatalf("exit code %d, want the replacement's 4", code)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("replacement did not exit")
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		s := NewSupervisor(env)
+		if err := s.Start([]string{"no-such-program-xyz"}); err == nil {
+			t.Fatal("started a missing program")
+		}
+		if _, err := Resolve("/no/such/file", nil); err == nil {
+			t.Fatal("resolved a missing path")
+		}
+	})
+}

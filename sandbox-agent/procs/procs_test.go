@@ -1,0 +1,102 @@
+package procs
+
+import (
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestEnvironmentBuild(t *testing.T) {
+	t.Setenv("SANDGATE_AGENT_TOKEN", "secret")
+	t.Setenv("KEEP_ME", "base")
+	e := NewEnvironment()
+	e.Set(map[string]string{"POOL": "p", "KEEP_ME": "override", "SANDGATE_X": "dropped", "BAD=KEY": "dropped"})
+	env := e.Build(map[string]string{"REQ": "r", "POOL": "request wins", "SANDGATE_Y": "dropped"})
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "SANDGATE_") {
+			t.Fatalf("leaked %s", kv)
+		}
+		if k == "KEEP_ME" || k == "POOL" || k == "REQ" {
+			got[k] = v
+		}
+	}
+	want := map[string]string{"KEEP_ME": "override", "POOL": "request wins", "REQ": "r"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"POOL": "p", "KEEP_ME": "override"}, e.Extra()); diff != "" {
+		t.Fatalf("extra (-want +got):\n%s", diff)
+	}
+}
+
+func TestExitCodeAndGroups(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		signal syscall.Signal
+		want   int
+	}{
+		{"success", "exit 0", 0, 0},
+		{"failure", "exit 7", 0, 7},
+		{"killed", "sleep 10", syscall.SIGKILL, 137},
+		{"terminated", "sleep 10", syscall.SIGTERM, 143},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", tt.script)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := Start(cmd); err != nil {
+				t.Fatal(err)
+			}
+			if !Tracked(cmd.Process.Pid) {
+				t.Fatal("started child is not tracked")
+			}
+			if tt.signal != 0 {
+				time.Sleep(50 * time.Millisecond)
+				if err := KillGroup(cmd.Process.Pid, tt.signal); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := Wait(cmd)
+			if got := ExitCode(cmd.ProcessState, err); got != tt.want {
+				t.Fatalf("exit code %d, want %d", got, tt.want)
+			}
+			if Tracked(cmd.Process.Pid) {
+				t.Fatal("waited child still tracked")
+			}
+		})
+	}
+	if KillGroup(1, syscall.SIGTERM) == nil || KillGroup(0, syscall.SIGTERM) == nil {
+		t.Fatal("KillGroup accepted a group <= 1")
+	}
+}
+
+func TestKillTree(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 100 & sleep 100 & wait; echo survived")
+	out := &strings.Builder{}
+	cmd.Stdout = out
+	if err := Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(2 * time.Second)
+	for len(Descendants(cmd.Process.Pid)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("children never appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	KillTree(cmd.Process.Pid, syscall.SIGKILL)
+	if err := Wait(cmd); err != nil {
+		t.Fatalf("the shell itself should survive KillTree: %v", err)
+	}
+	if out.String() != "survived\n" {
+		t.Fatalf("output %q", out.String())
+	}
+}
