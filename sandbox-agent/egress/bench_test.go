@@ -55,7 +55,7 @@ func BenchmarkDNSLookup(b *testing.B) {
 	b.Run("direct_upstream", func(b *testing.B) {
 		benchLookups(b, top, dnsServerIP+":53", "allowed.test", dns.RcodeSuccess)
 	})
-	top.startEnforcer(b, []string{EnvPolicy + "=" + basePolicy})
+	top.startEnforcer(b, []string{EnvPolicy + "=" + basePolicy}, "--log-level", "info")
 	b.Run("through_proxy_allowed", func(b *testing.B) {
 		benchLookups(b, top, dnsServerIP+":53", "allowed.test", dns.RcodeSuccess)
 	})
@@ -94,7 +94,7 @@ func BenchmarkTCPConnect(b *testing.B) {
 	b.Run("no_rules", func(b *testing.B) {
 		benchConnects(b, top, net.JoinHostPort(cidrInIP, "80"))
 	})
-	top.startEnforcer(b, []string{EnvPolicy + "=" + basePolicy})
+	top.startEnforcer(b, []string{EnvPolicy + "=" + basePolicy}, "--log-level", "info")
 	b.Run("enforcer_cidr_allow", func(b *testing.B) {
 		benchConnects(b, top, net.JoinHostPort(cidrInIP, "80"))
 	})

@@ -23,6 +23,11 @@ type dnsProxy struct {
 	udp      *dns.Client
 	tcp      *dns.Client
 	log      *slog.Logger
+	// idle keeps connected, marked UDP sockets to the upstream for reuse: a new
+	// socket per query (socket, setsockopt, connect, close) is a measurable part of
+	// the proxy's cost. Queries carry fresh random IDs, and the client skips replies
+	// whose ID does not match, so a late answer cannot be taken for another query's.
+	idle chan *dns.Conn
 }
 
 func newDNSProxy(enf *enforcer, upstream netip.AddrPort, mark uint32, log *slog.Logger) *dnsProxy {
@@ -51,7 +56,38 @@ func newDNSProxy(enf *enforcer, upstream netip.AddrPort, mark uint32, log *slog.
 		udp:      &dns.Client{Net: "udp", Dialer: dialer(), Timeout: 3 * time.Second, UDPSize: dns.DefaultMsgSize},
 		tcp:      &dns.Client{Net: "tcp", Dialer: dialer(), Timeout: 5 * time.Second},
 		log:      log,
+		idle:     make(chan *dns.Conn, 16),
 	}
+}
+
+// exchange forwards req upstream over the client's transport, reusing an idle UDP
+// socket when there is one.
+func (p *dnsProxy) exchange(ctx context.Context, req *dns.Msg, overTCP bool) (*dns.Msg, error) {
+	if overTCP {
+		resp, _, err := p.tcp.ExchangeContext(ctx, req, p.upstream)
+		return resp, err
+	}
+	var conn *dns.Conn
+	select {
+	case conn = <-p.idle:
+	default:
+		c, err := p.udp.DialContext(ctx, p.upstream)
+		if err != nil {
+			return nil, err
+		}
+		conn = c
+	}
+	resp, _, err := p.udp.ExchangeWithConnContext(ctx, req, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	select {
+	case p.idle <- conn:
+	default:
+		conn.Close()
+	}
+	return resp, nil
 }
 
 // ServeDNS implements dns.Handler.
@@ -66,13 +102,13 @@ func (p *dnsProxy) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		p.reply(w, req, dns.RcodeNameError)
 		return
 	}
-	client := p.udp
-	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
-		client = p.tcp
-	}
+	_, overTCP := w.RemoteAddr().(*net.TCPAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, _, err := client.ExchangeContext(ctx, req, p.upstream)
+	clientID := req.Id
+	req.Id = dns.Id()
+	resp, err := p.exchange(ctx, req, overTCP)
+	req.Id = clientID
 	if err != nil {
 		p.log.Warn("dns upstream failed", "name", name, "upstream", p.upstream, "err", err)
 		p.reply(w, req, dns.RcodeServerFailure)

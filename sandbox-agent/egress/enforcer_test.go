@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,9 +284,8 @@ func TestEnforcerInNetns(t *testing.T) {
 			t.Fatalf("PUT: %d", code)
 		}
 		proc.kill(t)
-		out, err := exec.Command("ip", "netns", "exec", top.sandbox, "nft", "list", "table", "inet", TableName).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "policy drop") {
-			t.Fatalf("table gone after the enforcer died: %v\n%s", err, out)
+		if !outputChainDrops(t, top.sandbox) {
+			t.Fatal("table or its drop policy gone after the enforcer died")
 		}
 		for _, server := range []string{dnsServerIP + ":53", otherDNSIP + ":53"} {
 			if resp, err := top.lookup("udp", server, "denied.test", dns.TypeA); err == nil {
@@ -390,4 +390,29 @@ func TestEnforcerBadInitialPolicyFailsClosed(t *testing.T) {
 	if _, err := top.lookup("udp", dnsServerIP+":53", "allowed.test", dns.TypeA); err == nil {
 		t.Fatal("DNS answered after a failed start")
 	}
+}
+
+// TestEnforcerCleanupFlag checks the one way the table goes away: --cleanup on a
+// clean shutdown. It also checks /healthz.
+func TestEnforcerCleanupFlag(t *testing.T) {
+	top := newTopology(t)
+	proc := top.startEnforcer(t, nil, "--cleanup")
+	resp, err := top.apiClient().Get("http://" + sandboxIP + ":18080/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"ok"`) {
+		t.Fatalf("GET /healthz: %d %s", resp.StatusCode, body)
+	}
+	mustBlock(t, top, allowedIP) // no policy given: deny all
+	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-proc.done
+	if outputChainDrops(t, top.sandbox) {
+		t.Fatal("table still there after --cleanup")
+	}
+	mustConnect(t, top, allowedIP)
 }

@@ -397,3 +397,23 @@ func mustExe(tb testing.TB) string {
 }
 
 func cmdEnv() []string { return os.Environ() }
+
+// outputChainDrops reports whether the enforcer's table is in the namespace with its
+// output chain's policy still drop (read over netlink, no nft binary needed).
+func outputChainDrops(tb testing.TB, netns string) bool {
+	tb.Helper()
+	f, err := os.Open(filepath.Join("/var/run/netns", netns))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ch, err := c.ListChain(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}, "output")
+	if err != nil {
+		return false
+	}
+	return ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop
+}
