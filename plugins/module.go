@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/tetratelabs/wazero"
@@ -149,12 +147,3 @@ func hasExport(mod wazero.CompiledModule, name string) bool {
 	_, ok := mod.ExportedFunctions()[name]
 	return ok
 }
-
-func describeHooks(hooks []string) string {
-	if len(hooks) == 0 {
-		return "none"
-	}
-	return strings.Join(slices.Clone(hooks), ",")
-}
-
-var _ = fmt.Sprintf
