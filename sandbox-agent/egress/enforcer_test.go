@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +24,9 @@ const basePolicy = `{"defaultAction":"deny","egress":[
  {"action":"allow","target":"*.example.test"},
  {"action":"allow","target":"198.18.0.64/26"},
  {"action":"allow","target":"platform.test"},
- {"action":"allow","target":"198.18.0.20"}
+ {"action":"allow","target":"198.18.0.20"},
+ {"action":"allow","target":"short.test"},
+ {"action":"allow","target":"v6.test"}
 ]}`
 
 // blockTimeout is how long a probe waits for a connection the rules must drop.
@@ -86,7 +89,7 @@ func TestEnforcerInNetns(t *testing.T) {
 	})
 
 	proc := top.startEnforcer(t, []string{EnvPolicy + "=" + basePolicy, EnvToken + "=" + testToken},
-		"--platform-deny", platformCIDR)
+		"--platform-deny", platformCIDR, "--min-ttl", "1s")
 
 	t.Run("allowed_name_resolves_and_connects", func(t *testing.T) {
 		ip, rcode := top.resolve(t, "allowed.test")
@@ -167,6 +170,22 @@ func TestEnforcerInNetns(t *testing.T) {
 		mustBlock(t, top, serverIP6)
 	})
 
+	t.Run("aaaa_answer_pins_ipv6", func(t *testing.T) {
+		resp, err := top.lookup("udp", dnsServerIP+":53", "v6.test", dns.TypeAAAA)
+		if err != nil || len(resp.Answer) != 1 {
+			t.Fatalf("v6.test AAAA: %v %v", resp, err)
+		}
+		mustConnect(t, top, serverIP6)
+	})
+	t.Run("pin_expires_with_ttl", func(t *testing.T) {
+		if ip, _ := top.resolve(t, "short.test"); ip != shortIP {
+			t.Fatalf("short.test = %q", ip)
+		}
+		mustConnect(t, top, shortIP)
+		time.Sleep(1500 * time.Millisecond) // TTL 1s, --min-ttl 1s
+		mustBlock(t, top, shortIP)
+	})
+
 	t.Run("api", func(t *testing.T) {
 		t.Run("unauthorized_without_token", func(t *testing.T) {
 			code, body := top.callAPI(t, "GET", "", "")
@@ -189,7 +208,7 @@ func TestEnforcerInNetns(t *testing.T) {
 				t.Fatalf("GET /policy (-want +got):\n%s", diff)
 			}
 			pol := body["policy"].(map[string]any)
-			if pol["defaultAction"] != "deny" || len(pol["egress"].([]any)) != 5 {
+			if pol["defaultAction"] != "deny" || len(pol["egress"].([]any)) != 7 {
 				t.Fatalf("policy = %v", pol)
 			}
 		})
@@ -208,8 +227,8 @@ func TestEnforcerInNetns(t *testing.T) {
 				}
 			}
 			_, got := top.callAPI(t, "GET", "", testToken)
-			if n := len(got["policy"].(map[string]any)["egress"].([]any)); n != 5 {
-				t.Fatalf("policy has %d rules after rejected updates, want 5", n)
+			if n := len(got["policy"].(map[string]any)["egress"].([]any)); n != 7 {
+				t.Fatalf("policy has %d rules after rejected updates, want 7", n)
 			}
 			if ip, _ := top.resolve(t, "allowed.test"); ip != allowedIP {
 				t.Fatalf("allowed.test stopped resolving after a rejected update")
@@ -223,7 +242,7 @@ func TestEnforcerInNetns(t *testing.T) {
 			t.Fatalf("PATCH: %d %v", code, body)
 		}
 		egress := body["policy"].(map[string]any)["egress"].([]any)
-		if first := egress[0].(map[string]any); first["target"] != "denied.test" || len(egress) != 6 {
+		if first := egress[0].(map[string]any); first["target"] != "denied.test" || len(egress) != 8 {
 			t.Fatalf("PATCH did not put the rule first: %v", egress)
 		}
 		start := time.Now()
@@ -311,9 +330,10 @@ func TestEnforcerPolicyHook(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var lastAuth string
+	var lastAuth atomic.Value
+	lastAuth.Store("")
 	hook := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lastAuth = r.Header.Get("Authorization")
+		lastAuth.Store(r.Header.Get("Authorization"))
 		var req HookRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -348,9 +368,9 @@ func TestEnforcerPolicyHook(t *testing.T) {
 		wantCode  int
 		wantRules int
 	}{
-		{"hook_strips_rule", "PATCH", `[{"action":"allow","target":"denied.test"},{"action":"allow","target":"new.test"}]`, http.StatusOK, 6},
-		{"hook_forbids", "PATCH", `[{"action":"allow","target":"forbidden.test"}]`, http.StatusForbidden, 6},
-		{"hook_failure_fails_closed", "PUT", `{"defaultAction":"allow","egress":[{"action":"allow","target":"broken.test"}]}`, http.StatusServiceUnavailable, 6},
+		{"hook_strips_rule", "PATCH", `[{"action":"allow","target":"denied.test"},{"action":"allow","target":"new.test"}]`, http.StatusOK, 8},
+		{"hook_forbids", "PATCH", `[{"action":"allow","target":"forbidden.test"}]`, http.StatusForbidden, 8},
+		{"hook_failure_fails_closed", "PUT", `{"defaultAction":"allow","egress":[{"action":"allow","target":"broken.test"}]}`, http.StatusServiceUnavailable, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,8 +385,8 @@ func TestEnforcerPolicyHook(t *testing.T) {
 			}
 		})
 	}
-	if lastAuth != "Bearer hook-secret" {
-		t.Errorf("hook saw Authorization %q", lastAuth)
+	if got := lastAuth.Load().(string); got != "Bearer hook-secret" {
+		t.Errorf("hook saw Authorization %q", got)
 	}
 	if _, rcode := top.resolve(t, "denied.test"); rcode != dns.RcodeNameError {
 		t.Fatalf("denied.test resolved although the hook stripped its rule")

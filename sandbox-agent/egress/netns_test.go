@@ -38,6 +38,7 @@ const (
 	deniedIP     = "198.18.0.11" // denied.test
 	subdomainIP  = "198.18.0.12" // a.example.test
 	apexIP       = "198.18.0.13" // example.test
+	shortIP      = "198.18.0.14" // short.test, answered with a 1s TTL
 	platformIP   = "198.18.0.20" // platform.test, inside the platform deny range
 	platformCIDR = "198.18.0.16/28"
 	cidrInIP     = "198.18.0.70"  // inside the CIDR rule 198.18.0.64/26
@@ -48,7 +49,7 @@ const (
 
 // serverAddrs are the addresses of the server namespace; its HTTP server listens on
 // all of them and answers with the address it was reached on.
-var serverAddrs = []string{dnsServerIP, otherDNSIP, allowedIP, deniedIP, subdomainIP, apexIP, platformIP, cidrInIP, cidrOutIP}
+var serverAddrs = []string{dnsServerIP, otherDNSIP, allowedIP, deniedIP, subdomainIP, apexIP, shortIP, platformIP, cidrInIP, cidrOutIP}
 
 // testZone is what the authoritative server answers.
 var testZone = map[string]string{
@@ -57,6 +58,8 @@ var testZone = map[string]string{
 	"a.example.test.": subdomainIP,
 	"example.test.":   apexIP,
 	"platform.test.":  platformIP,
+	"short.test.":     shortIP,
+	"v6.test.":        serverIP6,
 }
 
 const childEnv = "SANDGATE_EGRESS_TEST_CHILD"
@@ -196,12 +199,20 @@ func (top *topology) startServers(tb testing.TB) {
 		m.SetReply(r)
 		m.Authoritative = true
 		q := r.Question[0]
-		ip, ok := testZone[strings.ToLower(q.Name)]
+		name := strings.ToLower(q.Name)
+		ip, ok := testZone[name]
+		ttl := uint32(60)
+		if name == "short.test." {
+			ttl = 1
+		}
+		isV6 := strings.Contains(ip, ":")
 		switch {
 		case !ok:
 			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.ParseIP(ip)})
+		case q.Qtype == dns.TypeA && !isV6:
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.ParseIP(ip)})
+		case q.Qtype == dns.TypeAAAA && isV6:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.ParseIP(ip)})
 		}
 		_ = w.WriteMsg(m)
 	})

@@ -340,8 +340,8 @@ func pinElements(pins []pin, now time.Time) []nftables.SetElement {
 	out := make([]nftables.SetElement, 0, len(pins))
 	for _, p := range pins {
 		ttl := p.expires.Sub(now).Truncate(time.Millisecond)
-		if ttl < time.Second {
-			continue
+		if ttl <= 0 {
+			continue // expired while queued; the kernel rejects a zero timeout
 		}
 		out = append(out, nftables.SetElement{Key: p.addr.AsSlice(), Timeout: ttl})
 	}
