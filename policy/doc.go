@@ -40,7 +40,17 @@
 // operators extend the default policy without copying it (see README.md).
 //
 // Platform data given in [Options.Data] is mounted at data.sandgate.platform
-// and wins over data files at the same keys.
+// and wins over data files at the same keys. The keys the default policy
+// reads are listed in README.md.
+//
+// # Egress default
+//
+// A sandbox created without a networkPolicy gets defaultAction
+// data.sandgate.platform.default_action ("deny" unless the operator says
+// otherwise) with only the platform rules: link-local and metadata ranges
+// (169.254.0.0/16, fe80::/10), the gateway's own addresses and the
+// operator's always_deny targets denied, then the operator's always_allow
+// targets allowed. A requested policy keeps its own rules after those.
 //
 // # Versions and hot reload
 //
@@ -49,4 +59,6 @@
 // the directory and reloads on change; [Engine.Reload] reloads on demand. A
 // load that fails to parse or compile, or that lacks one of the three entry
 // points, is refused and logged, and the previous version keeps serving.
+// [Engine.Validate], [Engine.SetModule] and [Engine.RemoveModule] serve a
+// policy editor; [RunTests] and [EvalOnce] serve the CLI and playground.
 package policy

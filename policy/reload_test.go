@@ -3,9 +3,11 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -311,5 +313,51 @@ func TestExplainUsesEngineData(t *testing.T) {
 	}
 	if !strings.Contains(string(raw), `"allow"`) || explanation == "" {
 		t.Errorf("result %s, explanation %d bytes", raw, len(explanation))
+	}
+}
+
+// TestConcurrentDecisionsDuringReload: decisions keep coming, each from one
+// whole version, while versions are swapped underneath.
+func TestConcurrentDecisionsDuringReload(t *testing.T) {
+	dir := t.TempDir()
+	e := newTestEngine(t, Options{Dir: dir})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var once sync.Once
+	stopWorkers := func() { once.Do(func() { close(stop) }) }
+	t.Cleanup(stopWorkers) // also when a t.Fatal below cuts the test short
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				d := e.Access(ctx, memberCreate)
+				if d.Cause != nil || (!d.Allow && d.Code != "OPS::FREEZE") {
+					errs <- fmt.Errorf("decision during reload: %+v", d)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 10 {
+		if i%2 == 0 {
+			writeFiles(t, dir, map[string]string{"freeze.rego": freezeModule})
+		} else if err := os.Remove(filepath.Join(dir, "freeze.rego")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopWorkers()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
