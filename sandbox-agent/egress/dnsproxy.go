@@ -156,7 +156,7 @@ func answerAddrs(m *dns.Msg) []dnsAddr {
 	return out
 }
 
-// serveDNS runs the proxy on UDP and TCP at addr until ctx ends. It returns once both
+// serve runs the proxy on UDP and TCP at addr until ctx ends. It returns once both
 // listeners are bound (or with the bind error), so the caller can report readiness.
 func (p *dnsProxy) serve(ctx context.Context, addr string) (wait func(), err error) {
 	pc, err := net.ListenPacket("udp", addr)
@@ -172,12 +172,17 @@ func (p *dnsProxy) serve(ctx context.Context, addr string) (wait func(), err err
 	tcpSrv := &dns.Server{Listener: ln, Handler: p, ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }}
 	done := make(chan struct{}, 2)
 	for _, s := range []*dns.Server{udpSrv, tcpSrv} {
+		// Wait until each server runs: Shutdown on a server not yet started fails and
+		// would leave it serving.
+		started := make(chan struct{})
+		s.NotifyStartedFunc = func() { close(started) }
 		go func() {
 			defer func() { done <- struct{}{} }()
 			if err := s.ActivateAndServe(); err != nil {
 				p.log.Error("dns server stopped", "err", err)
 			}
 		}()
+		<-started
 	}
 	go func() {
 		<-ctx.Done()
