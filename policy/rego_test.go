@@ -209,3 +209,39 @@ func TestEvalOnceUndefinedIsEmptyResult(t *testing.T) {
 		t.Errorf("result = %s, want []", raw)
 	}
 }
+
+// TestReadmeExamples keeps the README's examples working: each Rego block
+// must compile with the defaults, and the YAML block must load as data.
+func TestReadmeExamples(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]string{}
+	for _, part := range strings.Split(string(readme), "```")[1:] {
+		lang, body, ok := strings.Cut(part, "\n")
+		if ok && (lang == "rego" || lang == "yaml") {
+			blocks[lang] = append(blocks[lang], body)
+		}
+	}
+	if len(blocks["rego"]) < 2 || len(blocks["yaml"]) < 1 {
+		t.Fatalf("found %d rego and %d yaml blocks", len(blocks["rego"]), len(blocks["yaml"]))
+	}
+	dir := t.TempDir()
+	files := map[string]string{"sandgate/platform/egress.yaml": blocks["yaml"][0]}
+	for i, src := range blocks["rego"] {
+		files[fmt.Sprintf("example%d.rego", i)] = src
+	}
+	writeFiles(t, dir, files)
+	e := newTestEngine(t, Options{Dir: dir})
+	if d := e.Admit(context.Background(), AdmissionInput{Request: CreateRequest{Image: "python:latest"}}); d.Allow {
+		t.Errorf("README admission example did not deny :latest: %+v", d)
+	}
+	if d := e.Access(context.Background(), AccessInput{Principal: apiKey("member", "t1"), Tenant: "t1", Action: "sandbox.create"}); d.Code != "OPS::CHANGE_FREEZE" {
+		t.Errorf("README access example did not veto: %+v", d)
+	}
+	np, d := e.Egress(context.Background(), EgressInput{})
+	if !d.Allow || np.DefaultAction != ActionDeny || len(np.Egress) != 5 {
+		t.Errorf("README egress data: %+v %+v", np, d)
+	}
+}

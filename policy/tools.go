@@ -39,6 +39,7 @@ func RunTests(ctx context.Context, dir string, w io.Writer) (passed, failed int,
 		SetModules(set.parsed).
 		CapturePrintOutput(true).
 		EnableTracing(true).
+		SetParallel(1). // results in file order, as a reader expects
 		RaiseBuiltinErrors(true)
 	results, err := runner.RunTests(ctx, txn)
 	if err != nil {
