@@ -83,7 +83,6 @@ log "importing $image"
 docker import \
 	--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 	--change 'ENV LANG=C.UTF-8' \
-	--change 'ENV MPLBACKEND=Agg' \
 	--change 'WORKDIR /root' \
 	--change 'CMD ["/bin/bash"]' \
 	- "$image" <"$tarball" >/dev/null

@@ -103,7 +103,10 @@ func Start(ctx context.Context, python string, env []string, logPath string) (*S
 	}
 	cmd := exec.Command(python, args...)
 	// The token travels in the environment, not on the command line.
-	cmd.Env = append(append([]string{}, env...), "JUPYTER_TOKEN="+token, "MPLBACKEND=Agg", "PYTHONUNBUFFERED=1")
+	// Kernels inherit this environment: figures must render inline (as PNG results),
+	// whatever non-interactive backend the image sets for plain scripts.
+	cmd.Env = append(append([]string{}, env...), "JUPYTER_TOKEN="+token,
+		"MPLBACKEND=module://matplotlib_inline.backend_inline", "PYTHONUNBUFFERED=1")
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
