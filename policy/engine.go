@@ -65,6 +65,8 @@ type version struct {
 	id        string
 	digest    string
 	modules   []Module
+	set       sourceSet      // what it was built from, for Explain
+	data      map[string]any // the data document it serves
 	compiler  *ast.Compiler
 	store     storage.Store
 	access    rego.PreparedEvalQuery
@@ -130,13 +132,11 @@ func (e *Engine) SetPlatformData(ctx context.Context, data map[string]any) error
 		return fmt.Errorf("policy platform data: %w", err)
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	old := e.platform
 	e.platform = platform
-	e.mu.Unlock()
-	if err := e.reload(ctx, false); err != nil {
-		e.mu.Lock()
+	if err := e.loadLocked(ctx); err != nil {
 		e.platform = old
-		e.mu.Unlock()
 		return err
 	}
 	return nil
@@ -186,7 +186,7 @@ func build(ctx context.Context, set sourceSet, data map[string]any) (*version, e
 		return nil, err
 	}
 	store := inmem.NewFromObject(data)
-	v := &version{modules: set.modules, compiler: compiler, store: store, maxRules: maxRulesOf(data)}
+	v := &version{modules: set.modules, set: set, data: data, compiler: compiler, store: store, maxRules: maxRulesOf(data)}
 	for _, q := range []struct {
 		query string
 		into  *rego.PreparedEvalQuery

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -359,5 +360,21 @@ func TestConcurrentDecisionsDuringReload(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+func TestExplainUsesVersionInForce(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"freeze.rego": freezeModule})
+	e := newTestEngine(t, Options{Dir: dir})
+	// A broken edit on disk, not yet (and never) in force.
+	writeFiles(t, dir, map[string]string{"freeze.rego": "package sandgate.access\n\ndeny contains"})
+	input, _ := json.Marshal(memberCreate)
+	raw, _, err := e.Explain(context.Background(), AccessQuery+".code", input)
+	if err != nil {
+		t.Fatalf("Explain: %v", err)
+	}
+	if !strings.Contains(string(raw), "OPS::FREEZE") {
+		t.Errorf("Explain result %s, want the version in force (OPS::FREEZE)", raw)
 	}
 }

@@ -82,16 +82,12 @@ func EvalOnce(ctx context.Context, dir, query string, input []byte) (json.RawMes
 	return explain(ctx, set, set.data, query, input)
 }
 
-// Explain is EvalOnce on the policy and platform data this engine serves.
+// Explain is EvalOnce on the policy version this engine serves (modules and
+// data alike, not whatever the directory holds now), for the console's
+// playground.
 func (e *Engine) Explain(ctx context.Context, query string, input []byte) (json.RawMessage, string, error) {
-	set, err := loadSources(e.dir, false, nil)
-	if err != nil {
-		return nil, "", err
-	}
-	e.mu.Lock()
-	platform := e.platform
-	e.mu.Unlock()
-	return explain(ctx, set, mergeData(set.data, platform), query, input)
+	v := e.current.Load()
+	return explain(ctx, v.set, v.data, query, input)
 }
 
 func explain(ctx context.Context, set sourceSet, data map[string]any, query string, input []byte) (json.RawMessage, string, error) {
