@@ -38,6 +38,27 @@
 // policy that cannot be installed leaves the previous one in force (500). A pin that
 // cannot be written turns the answer into SERVFAIL.
 //
+// A restarted enforcer takes the table over in the same atomic way and keeps the pins
+// the previous one left whose names its policy still allows (each pin carries its name
+// as the element's comment), so connections to addresses resolved before the restart
+// go on working.
+//
+// # Container requirements
+//
+// The enforcer needs CAP_NET_ADMIN (nftables, SO_MARK) and the right to bind port 53
+// (root, or CAP_NET_BIND_SERVICE), no sysctl, and no nft or iptables binary. The
+// workload must have neither NET_ADMIN (it could rewrite the table or set the mark) nor
+// NET_RAW (packet sockets bypass netfilter), must not be privileged, and should only
+// reach this API with the token: it shares the namespace, so 127.0.0.1:18080 is open
+// to it. Start the enforcer first and the workload once /healthz answers 200 (or the
+// --ready-file exists). /etc/resolv.conf is read once and never rewritten: the
+// redirect catches queries to any resolver, so the file stays as the runtime wrote it.
+// On a Docker user-defined network the upstream is then Docker's embedded resolver
+// 127.0.0.11: its own nat rules in the namespace send 127.0.0.11:53 to the resolver's
+// real port, our nat chain runs before them, and our marked queries skip ours and take
+// theirs. On the default bridge network the file names the host's resolvers, which the
+// marked queries reach directly.
+//
 // # Policy
 //
 // The OpenSandbox shape: {"defaultAction":"allow"|"deny","egress":[{"action",

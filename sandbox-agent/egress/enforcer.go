@@ -71,10 +71,11 @@ func (e *enforcer) apply(p Policy) error {
 			continue
 		}
 		keep[a] = &pinned{expires: pn.expires, names: names}
+		p := pin{addr: a, expires: pn.expires, name: anyName(names)}
 		if a.Is4() {
-			pins4 = append(pins4, pin{addr: a, expires: pn.expires})
+			pins4 = append(pins4, p)
 		} else {
-			pins6 = append(pins6, pin{addr: a, expires: pn.expires})
+			pins6 = append(pins6, p)
 		}
 	}
 	if err := e.fw.install(rs, pins4, pins6); err != nil {
@@ -84,6 +85,31 @@ func (e *enforcer) apply(p Policy) error {
 	e.pins = keep
 	e.rules.Store(rs)
 	return nil
+}
+
+// inherit seeds the pins a previous enforcer left in the kernel; the first apply then
+// keeps those whose names the policy still allows.
+func (e *enforcer) inherit(pins []pin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range pins {
+		pn := e.pins[p.addr]
+		if pn == nil {
+			pn = &pinned{names: map[string]bool{}}
+			e.pins[p.addr] = pn
+		}
+		pn.names[p.name] = true
+		if p.expires.After(pn.expires) {
+			pn.expires = p.expires
+		}
+	}
+}
+
+func anyName(names map[string]bool) string {
+	for n := range names {
+		return n
+	}
+	return ""
 }
 
 // allowName reports whether the DNS proxy may resolve name.
@@ -115,7 +141,7 @@ func (e *enforcer) pinAnswer(name string, addrs []dnsAddr) error {
 				continue
 			}
 		}
-		p := pin{addr: da.addr, expires: exp}
+		p := pin{addr: da.addr, expires: exp, name: name}
 		if da.addr.Is4() {
 			pins4 = append(pins4, p)
 		} else {

@@ -302,6 +302,9 @@ func TestEnforcerInNetns(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("PUT: %d", code)
 		}
+		if ip, _ := top.resolve(t, "allowed.test"); ip != allowedIP { // pinned before the crash
+			t.Fatalf("allowed.test = %q", ip)
+		}
 		proc.kill(t)
 		if !outputChainDrops(t, top.sandbox) {
 			t.Fatal("table or its drop policy gone after the enforcer died")
@@ -314,6 +317,20 @@ func TestEnforcerInNetns(t *testing.T) {
 		mustBlock(t, top, deniedIP)
 		mustBlock(t, top, apexIP)
 		mustBlock(t, top, serverIP6)
+	})
+	t.Run("restarted_enforcer_takes_over_table_and_pins", func(t *testing.T) {
+		top.startEnforcer(t, []string{EnvPolicy + "=" + basePolicy, EnvToken + "=" + testToken})
+		mustConnect(t, top, allowedIP) // pinned by the previous enforcer, not resolved again
+		mustBlock(t, top, deniedIP)
+		if _, rcode := top.resolve(t, "denied.test"); rcode != dns.RcodeNameError {
+			t.Fatalf("denied.test after restart: rcode %s", dns.RcodeToString[rcode])
+		}
+		// A policy change drops inherited pins whose names are no longer allowed.
+		code, _ := top.callAPI(t, "DELETE", `["allowed.test"]`, testToken)
+		if code != http.StatusOK {
+			t.Fatalf("DELETE: %d", code)
+		}
+		mustBlock(t, top, allowedIP)
 	})
 }
 

@@ -110,6 +110,7 @@ func Main(ctx context.Context, args []string) error {
 	}
 	defer fw.close()
 	enf := newEnforcer(fw, platform, c.minTTL, c.maxTTL)
+	enf.inherit(fw.existingPins())
 	initial, err := loadInitialPolicy(c.policyFile, c.maxRules)
 	if err != nil {
 		// Fail closed: a sandbox whose policy cannot be read gets no network at all.

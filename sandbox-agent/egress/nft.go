@@ -39,11 +39,16 @@ type firewallConfig struct {
 	mark     uint32         // SO_MARK of the proxy's upstream sockets
 }
 
-// pin is an address learned from an allowed DNS answer, alive until expires.
+// pin is an address learned from an allowed DNS answer for name, alive until expires.
 type pin struct {
 	addr    netip.Addr
 	expires time.Time
+	name    string
 }
+
+// maxCommentName bounds the name stored as an element's comment (the kernel limits
+// user data); a longer name is not stored, and its pin is not carried over a restart.
+const maxCommentName = 120
 
 // firewall installs and updates the table. All writes go through mu so that a policy
 // rebuild and a DNS pin never interleave inside one netlink batch.
@@ -343,7 +348,45 @@ func pinElements(pins []pin, now time.Time) []nftables.SetElement {
 		if ttl <= 0 {
 			continue // expired while queued; the kernel rejects a zero timeout
 		}
-		out = append(out, nftables.SetElement{Key: p.addr.AsSlice(), Timeout: ttl})
+		el := nftables.SetElement{Key: p.addr.AsSlice(), Timeout: ttl}
+		if len(p.name) <= maxCommentName {
+			// The name rides along in the kernel so that a restarted enforcer can
+			// tell which pins its policy still allows (see existingPins).
+			el.Comment = p.name
+		}
+		out = append(out, el)
+	}
+	return out
+}
+
+// existingPins reads the pinned addresses a previous enforcer left in the table, with
+// the name each was learned for and its remaining life, so that a restart does not cut
+// off connections to addresses the workload resolved before it. Without a table (first
+// start) there is nothing to read.
+func (f *firewall) existingPins() []pin {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.table()
+	if _, err := f.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		return nil
+	}
+	now := time.Now()
+	var out []pin
+	for _, s := range []*nftables.Set{
+		{Table: t, Name: setDyn4, KeyType: nftables.TypeIPAddr},
+		{Table: t, Name: setDyn6, KeyType: nftables.TypeIP6Addr},
+	} {
+		elems, err := f.conn.GetSetElements(s)
+		if err != nil {
+			continue
+		}
+		for _, el := range elems {
+			a, ok := netip.AddrFromSlice(el.Key)
+			if !ok || el.Expires <= 0 || el.Comment == "" {
+				continue
+			}
+			out = append(out, pin{addr: a.Unmap(), expires: now.Add(el.Expires), name: el.Comment})
+		}
 	}
 	return out
 }
