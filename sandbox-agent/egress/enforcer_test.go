@@ -2,6 +2,7 @@ package egress
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"io"
 	"net"
@@ -365,6 +366,9 @@ func TestEnforcerPolicyHook(t *testing.T) {
 			case "broken.test":
 				http.Error(w, "boom", http.StatusInternalServerError)
 				return
+			case "garbage.test":
+				writeJSON(w, http.StatusOK, HookResponse{Policy: Policy{Egress: []Rule{{Action: "allow", Target: "300.1.1.1"}}}})
+				return
 			case "denied.test":
 				continue
 			}
@@ -387,6 +391,7 @@ func TestEnforcerPolicyHook(t *testing.T) {
 	}{
 		{"hook_strips_rule", "PATCH", `[{"action":"allow","target":"denied.test"},{"action":"allow","target":"new.test"}]`, http.StatusOK, 8},
 		{"hook_forbids", "PATCH", `[{"action":"allow","target":"forbidden.test"}]`, http.StatusForbidden, 8},
+		{"hook_invalid_answer_fails_closed", "PATCH", `[{"action":"allow","target":"garbage.test"}]`, http.StatusServiceUnavailable, 8},
 		{"hook_failure_fails_closed", "PUT", `{"defaultAction":"allow","egress":[{"action":"allow","target":"broken.test"}]}`, http.StatusServiceUnavailable, 8},
 	}
 	for _, tt := range tests {
@@ -450,6 +455,43 @@ func TestEnforcerCleanupFlag(t *testing.T) {
 	<-proc.done
 	if outputChainDrops(t, top.sandbox) {
 		t.Fatal("table still there after --cleanup")
+	}
+	mustConnect(t, top, allowedIP)
+}
+
+// TestEnforcerConcurrentLookupsAndUpdates resolves an allowed name from several
+// goroutines while the policy is rebuilt over and over: every lookup must succeed and
+// every address must stay reachable, since each rebuild carries the pins over.
+func TestEnforcerConcurrentLookupsAndUpdates(t *testing.T) {
+	top := newTopology(t)
+	top.startEnforcer(t, []string{EnvPolicy + "=" + basePolicy}, "--log-level", "info")
+	const workers, lookups, updates = 4, 40, 20
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for i := 0; i < lookups; i++ {
+				resp, err := top.lookup("udp", dnsServerIP+":53", "allowed.test", dns.TypeA)
+				if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+					errs <- fmt.Errorf("lookup %d: %v %v", i, resp, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < updates; i++ {
+		method, body := "PATCH", `[{"action":"allow","target":"extra.test"}]`
+		if i%2 == 1 {
+			method, body = "DELETE", `["extra.test"]`
+		}
+		if code, resp := top.callAPI(t, method, body, ""); code != http.StatusOK {
+			t.Fatalf("%s: %d %v", method, code, resp)
+		}
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustConnect(t, top, allowedIP)
 }
