@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,14 +56,53 @@ func BenchmarkDNSLookup(b *testing.B) {
 	b.Run("direct_upstream", func(b *testing.B) {
 		benchLookups(b, top, dnsServerIP+":53", "allowed.test", dns.RcodeSuccess)
 	})
-	top.startEnforcer(b, []string{EnvPolicy + "=" + basePolicy}, "--log-level", "info")
+	benchPolicy := strings.Replace(basePolicy, `"egress":[`, `"egress":[{"action":"allow","target":"*.bench.test"},`, 1)
+	top.startEnforcer(b, []string{EnvPolicy + "=" + benchPolicy}, "--log-level", "info")
 	b.Run("through_proxy_allowed", func(b *testing.B) {
 		benchLookups(b, top, dnsServerIP+":53", "allowed.test", dns.RcodeSuccess)
 	})
 	b.Run("through_proxy_denied", func(b *testing.B) {
 		benchLookups(b, top, dnsServerIP+":53", "denied.test", dns.RcodeNameError)
 	})
+	// Every lookup is a new name with a new address, so every answer costs a netlink
+	// write into the pinned set before it is sent.
+	b.Run("through_proxy_new_pin", func(b *testing.B) {
+		err := inNetns(top.sandbox, func() error {
+			nc, err := net.Dial("udp", dnsServerIP+":53")
+			if err != nil {
+				return err
+			}
+			conn := &dns.Conn{Conn: nc}
+			defer conn.Close()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				q := new(dns.Msg)
+				q.SetQuestion(fmt.Sprintf("n%d.bench.test.", benchPinSeq), dns.TypeA)
+				benchPinSeq++
+				_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+				if err := conn.WriteMsg(q); err != nil {
+					return err
+				}
+				resp, err := conn.ReadMsg()
+				if err != nil {
+					return err
+				}
+				if resp.Id != q.Id || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+					return fmt.Errorf("n%d.bench.test: %v", benchPinSeq-1, resp)
+				}
+			}
+			b.StopTimer()
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	})
 }
+
+// benchPinSeq numbers the names of through_proxy_new_pin across its runs, so no
+// address is pinned twice.
+var benchPinSeq int
 
 // benchConnects opens and resets b.N TCP connections from the sandbox namespace to
 // addr (SO_LINGER 0, so no TIME_WAIT piles up).
