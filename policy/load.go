@@ -296,7 +296,14 @@ func dirFingerprint(dir string) (string, error) {
 			}
 			return nil
 		}
-		if !d.IsDir() {
+		if d.Type()&fs.ModeSymlink != 0 {
+			// Follow links: a Kubernetes ConfigMap updates its files by
+			// swapping the hidden ..data link they point through.
+			if target, err := os.Stat(p); err == nil {
+				info = target
+			}
+		}
+		if !info.IsDir() {
 			fmt.Fprintf(h, "%s\x00%d\x00%d\x00", p, info.Size(), info.ModTime().UnixNano())
 		}
 		return nil

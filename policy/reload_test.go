@@ -60,6 +60,7 @@ func TestWatchHotReload(t *testing.T) {
 		t.Fatalf("before reload: %+v", d)
 	}
 	v1 := e.Version()
+	time.Sleep(300 * time.Millisecond) // let the watcher take its first look
 
 	writeFiles(t, dir, map[string]string{"freeze.rego": freezeModule})
 	took := waitFor(t, time.Second, "new module in force", func() bool { return e.Access(ctx, memberCreate).Code == "OPS::FREEZE" })
