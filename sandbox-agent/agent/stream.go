@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"bufio"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Event is one server-sent execution event. The framing is execd's: the bare JSON object
@@ -43,7 +46,7 @@ const (
 // bulk output is batched and interactive output is not delayed.
 type eventStream struct {
 	mu        sync.Mutex
-	w         http.ResponseWriter
+	w         *bufio.Writer // batches small events into large writes
 	rc        *http.ResponseController
 	lastWrite time.Time
 	err       error
@@ -57,7 +60,7 @@ func newEventStream(w http.ResponseWriter) *eventStream {
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &eventStream{w: w, rc: http.NewResponseController(w), lastWrite: time.Now()}
+	s := &eventStream{w: bufio.NewWriterSize(w, 64<<10), rc: http.NewResponseController(w), lastWrite: time.Now()}
 	_ = s.rc.Flush()
 	return s
 }
@@ -68,26 +71,29 @@ func (s *eventStream) send(ev Event, flush bool) error {
 	if ev.Timestamp == 0 {
 		ev.Timestamp = time.Now().UnixMilli()
 	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
 	}
-	s.buf = append(append(s.buf[:0], b...), '\n', '\n')
+	if ev.Results == nil && ev.Error == nil && ev.ExecutionCount == 0 && ev.ExecutionTime == 0 {
+		// Output lines are almost all of the traffic: encode them without reflection.
+		s.buf = appendTextEvent(s.buf[:0], ev)
+	} else {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		s.buf = append(s.buf[:0], b...)
+	}
+	s.buf = append(s.buf, '\n', '\n')
 	if _, err := s.w.Write(s.buf); err != nil {
 		s.err = err
 		return err
 	}
 	s.lastWrite = time.Now()
 	if flush {
-		if err := s.rc.Flush(); err != nil {
-			s.err = err
-			return err
-		}
+		return s.flushLocked()
 	}
 	return nil
 }
@@ -95,11 +101,22 @@ func (s *eventStream) send(ev Event, flush bool) error {
 func (s *eventStream) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err == nil {
-		if err := s.rc.Flush(); err != nil {
-			s.err = err
-		}
+	_ = s.flushLocked()
+}
+
+func (s *eventStream) flushLocked() error {
+	if s.err != nil {
+		return s.err
 	}
+	if err := s.w.Flush(); err != nil {
+		s.err = err
+		return err
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
 }
 
 // keepAlive sends a ping event whenever the stream has been silent for interval, until
@@ -122,4 +139,69 @@ func (s *eventStream) keepAlive(interval time.Duration, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// appendTextEvent encodes an event that has only type, text and timestamp, exactly as
+// json.Marshal would (minus its HTML escaping, which a stream does not need).
+func appendTextEvent(b []byte, ev Event) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, ev.Type)
+	if ev.Text != "" {
+		b = append(b, `,"text":`...)
+		b = appendJSONString(b, ev.Text)
+	}
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, ev.Timestamp, 10)
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
