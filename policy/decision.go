@@ -1,6 +1,9 @@
 package policy
 
-import "net/http"
+import (
+	"log/slog"
+	"net/http"
+)
 
 // Stable decision codes. Rego policies may add their own; these are the ones
 // the default policy and the engine produce.
@@ -51,6 +54,24 @@ type Decision struct {
 	// Cause is the internal reason of a CodeEvaluationFailed denial.
 	Cause error `json:"-"`
 }
+
+// LogValue makes a decision log as the audit stream wants it: id, input
+// hash, result, policy version, and the internal cause when there is one.
+func (d Decision) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("decision_id", d.DecisionID),
+		slog.String("input_hash", d.InputHash),
+		slog.Bool("allow", d.Allow),
+		slog.String("code", d.Code),
+		slog.String("policy_version", d.PolicyVersion),
+	}
+	if d.Cause != nil {
+		attrs = append(attrs, slog.String("cause", d.Cause.Error()))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+var _ slog.LogValuer = Decision{}
 
 // Violation is one reason an admission policy denies a request.
 type Violation struct {

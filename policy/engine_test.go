@@ -306,3 +306,20 @@ func TestAccessInputValueMatchesJSON(t *testing.T) {
 		})
 	}
 }
+
+func TestDecisionLogValue(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	d := Decision{DecisionID: "id-1", InputHash: "abc", Code: CodeEvaluationFailed, PolicyVersion: "3-x", Cause: io.ErrUnexpectedEOF}
+	logger.Info("decided", "decision", d)
+	var line struct {
+		Decision map[string]any `json:"decision"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"decision_id": "id-1", "input_hash": "abc", "allow": false, "code": CodeEvaluationFailed, "policy_version": "3-x", "cause": "unexpected EOF"}
+	if diff := cmp.Diff(want, line.Decision); diff != "" {
+		t.Errorf("logged decision (-want +got):\n%s", diff)
+	}
+}
