@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -59,10 +61,7 @@ func (e *Engine) Admit(ctx context.Context, in AdmissionInput) Decision {
 		return d
 	}
 	slices.SortFunc(violations, func(a, b Violation) int {
-		if a.Code != b.Code {
-			return compareStrings(a.Code, b.Code)
-		}
-		return compareStrings(a.Message, b.Message)
+		return cmp.Or(strings.Compare(a.Code, b.Code), strings.Compare(a.Message, b.Message))
 	})
 	d.Code, d.Message, d.Violations = violations[0].Code, violations[0].Message, violations
 	return d
@@ -182,14 +181,4 @@ func decodeResult(value any, out any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	return dec.Decode(out)
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
