@@ -101,11 +101,18 @@ type container struct {
 // removed when the test ends.
 func startContainer(t testing.TB, bin string, entrypoint ...string) *container {
 	t.Helper()
+	return startContainerWith(t, bin, nil, entrypoint...)
+}
+
+// startContainerWith is startContainer with extra `docker run` options.
+func startContainerWith(t testing.TB, bin string, dockerArgs []string, entrypoint ...string) *container {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	args := []string{"run", "-d", "--label", "sandgate.test=sandbox-agent",
-		"-v", bin + ":/sandgate:ro", "-e", "SANDGATE_AGENT_TOKEN=" + dockerToken,
-		testImage, "/sandgate/sandbox-agent", "init", "--"}
+		"-v", bin + ":/sandgate:ro", "-e", "SANDGATE_AGENT_TOKEN=" + dockerToken}
+	args = append(args, dockerArgs...)
+	args = append(args, testImage, "/sandgate/sandbox-agent", "init", "--")
 	id, err := docker(ctx, append(args, entrypoint...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -486,6 +493,24 @@ func TestDockerInit(t *testing.T) {
 		}
 		if code := c.waitExit(t, 30*time.Second); code != 5 {
 			t.Fatalf("exit code %d, want the new entrypoint's 5", code)
+		}
+	})
+	t.Run("metrics come from the container's cgroup", func(t *testing.T) {
+		c := startContainerWith(t, bin, []string{"--memory", "256m", "--cpus", "0.5"}, "sleep", "infinity")
+		c.waitReady(t)
+		resp := c.request(t, http.MethodGet, "/metrics", nil)
+		defer resp.Body.Close()
+		var m struct {
+			CPUCount    float64 `json:"cpu_count"`
+			CPUUsedPct  float64 `json:"cpu_used_pct"`
+			MemTotalMiB float64 `json:"mem_total_mib"`
+			MemUsedMiB  float64 `json:"mem_used_mib"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		if m.MemTotalMiB != 256 || m.CPUCount != 0.5 || m.MemUsedMiB <= 0 || m.MemUsedMiB > 256 {
+			t.Fatalf("metrics %+v, want the container's 256 MiB and 0.5 CPU limits", m)
 		}
 	})
 	t.Run("serves forever without an entrypoint", func(t *testing.T) {
