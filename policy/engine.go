@@ -160,6 +160,9 @@ func (e *Engine) loadLocked(ctx context.Context) error {
 		return err
 	}
 	data := mergeData(set.data, e.platform)
+	if err := validatePlatformData(platformOf(data)); err != nil {
+		return fmt.Errorf("policy data: %w", err)
+	}
 	sum, err := digest(set, data)
 	if err != nil {
 		return err
@@ -230,10 +233,16 @@ func compile(set sourceSet, enablePrint bool) (*ast.Compiler, error) {
 	return compiler, nil
 }
 
-func maxRulesOf(data map[string]any) int {
+// platformOf returns data.sandgate.platform, nil when absent.
+func platformOf(data map[string]any) map[string]any {
 	sg, _ := data["sandgate"].(map[string]any)
 	platform, _ := sg["platform"].(map[string]any)
-	if n, ok := platform["max_rules"].(float64); ok && n > 0 {
+	return platform
+}
+
+func maxRulesOf(data map[string]any) int {
+	platform := platformOf(data)
+	if n, ok := asNumber(platform["max_rules"]); ok && n > 0 {
 		return int(n)
 	}
 	return DefaultMaxEgressRules

@@ -271,6 +271,18 @@ func validatePlatformData(platform map[string]any) error {
 	if v, ok := platform["default_action"]; ok && v != ActionAllow && v != ActionDeny {
 		errs = append(errs, fmt.Errorf("platform data default_action must be allow or deny"))
 	}
+	for _, key := range []string{"suspended_tenants", "denied_images"} {
+		if v, ok := platform[key]; ok && v != nil {
+			if _, isList := v.([]any); !isList {
+				errs = append(errs, fmt.Errorf("platform data %s must be a list", key))
+			}
+		}
+	}
+	if v, ok := platform["max_rules"]; ok {
+		if n, isNumber := asNumber(v); !isNumber || n < 1 || n != float64(int(n)) {
+			errs = append(errs, fmt.Errorf("platform data max_rules must be a whole number of at least 1"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -312,4 +324,17 @@ func dirFingerprint(dir string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// asNumber reads a JSON number as decoded by encoding/json (float64) or by
+// OPA's loader (json.Number).
+func asNumber(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
 }

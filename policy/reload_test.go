@@ -379,3 +379,34 @@ func TestExplainUsesVersionInForce(t *testing.T) {
 		t.Errorf("Explain result %s, want the version in force (OPS::FREEZE)", raw)
 	}
 }
+
+func TestPlatformDataFilesValidated(t *testing.T) {
+	tests := []struct {
+		name, file string
+		wantErr    string
+	}{
+		{"bad target", "always_allow: [\"http://pypi.org\"]\n", "always_allow[0]"},
+		{"not a list", "always_deny: evil.example\n", "always_deny must be a list"},
+		{"bad max_rules", "max_rules: 0\n", "max_rules"},
+		{"bad default", "default_action: maybe\n", "default_action"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{"sandgate/platform/p.yaml": tt.file})
+			_, err := New(context.Background(), Options{Dir: dir, Logger: quietLogger()})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("New = %v, want an error about %s", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("max_rules from a file", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{"sandgate/platform/p.json": `{"max_rules": 1}`})
+		e := newTestEngine(t, Options{Dir: dir})
+		_, d := e.Egress(context.Background(), EgressInput{NetworkPolicy: &NetworkPolicy{Egress: []EgressRule{{"allow", "a.com"}, {"allow", "b.com"}}}})
+		if d.Allow || d.Code != CodeInvalidEgress {
+			t.Fatalf("two rules with max_rules 1: %+v", d)
+		}
+	})
+}
