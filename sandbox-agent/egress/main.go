@@ -80,8 +80,11 @@ func parseFlags(args []string) (config, error) {
 // in the kernel whatever happens to this process (unless --cleanup).
 func Main(ctx context.Context, args []string) error {
 	c, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed already
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("egress: %w", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
