@@ -20,6 +20,9 @@ const (
 	// CodeTenantSuspended: the operator listed the tenant in
 	// data.sandgate.platform.suspended_tenants.
 	CodeTenantSuspended = "POLICY::TENANT_SUSPENDED"
+	// CodeRoleEscalation: a non-admin tried to create a key with the admin
+	// role (request.body.role of key.create or key.update).
+	CodeRoleEscalation = "POLICY::ROLE_ESCALATION"
 	// CodeEvaluationFailed: the policy could not be evaluated; fail closed.
 	CodeEvaluationFailed = "POLICY::EVALUATION_FAILED"
 

@@ -75,6 +75,8 @@ func TestAccessDefaultPolicy(t *testing.T) {
 		{"public sandbox anonymous get", AccessInput{Principal: Principal{Kind: "anonymous"}, Action: "sandbox.get", Resource: Resource{Kind: "sandbox", ID: "sb-1", Tenant: "t1", Public: true}}, CodeNotFound},
 		{"private sandbox anonymous", AccessInput{Principal: Principal{Kind: "anonymous"}, Action: "sandbox.proxy", Resource: Resource{Kind: "sandbox", ID: "sb-1", Tenant: "t1", Port: 8080}}, CodeNotFound},
 		{"invalid action", AccessInput{Principal: apiKey("admin", ""), Action: "delete-everything"}, CodeInvalidAction},
+		{"tenant-admin mints admin key", AccessInput{Principal: apiKey("tenant-admin", "t1"), Tenant: "t1", Action: "key.create", Resource: Resource{Kind: "key", Tenant: "t1"}, Request: Request{Method: "POST", Body: map[string]any{"role": "admin"}}}, CodeRoleEscalation},
+		{"tenant-admin mints member key", AccessInput{Principal: apiKey("tenant-admin", "t1"), Tenant: "t1", Action: "key.create", Resource: Resource{Kind: "key", Tenant: "t1"}, Request: Request{Method: "POST", Body: map[string]any{"role": "member"}}}, CodeOK},
 		{"suspended tenant", AccessInput{Principal: apiKey("tenant-admin", "frozen"), Tenant: "frozen", Action: "sandbox.create"}, CodeTenantSuspended},
 	}
 	for _, tt := range tests {

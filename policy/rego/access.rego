@@ -160,6 +160,20 @@ deny contains {"code": "POLICY::INVALID_ACTION", "message": "the action is not o
 	not valid_action
 }
 
+# Only an admin may hand out the admin role: a tenant-admin creating keys
+# must not mint a platform key. The gateway passes the key's role in
+# request.body.role.
+deny contains {"code": "POLICY::ROLE_ESCALATION", "message": "only an admin may grant the admin role"} if {
+	input.action in {"key.create", "key.update"}
+	input.request.body.role == "admin"
+	not is_admin
+}
+
+is_admin if {
+	input.principal.role == "admin"
+	input.principal.kind in {"api_key", "session"}
+}
+
 # data.sandgate.platform.suspended_tenants: tenants the operator froze.
 deny contains {"code": "POLICY::TENANT_SUSPENDED", "message": msg} if {
 	input.principal.tenant in data.sandgate.platform.suspended_tenants

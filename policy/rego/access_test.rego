@@ -208,6 +208,17 @@ test_suspended_tenant_denied_even_when_permitted if {
 	allowed(req(key("tenant-admin", "t2"), "sandbox.create", sandbox("t2"))) with data.sandgate.platform as {"suspended_tenants": ["t1"]}
 }
 
+test_tenant_admin_cannot_mint_admin_keys if {
+	doc := object.union(req(key("tenant-admin", "t1"), "key.create", {"kind": "key", "tenant": "t1"}), {"request": {"method": "POST", "body": {"role": "admin"}}})
+	d := decide(doc)
+	d.allow == false
+	d.code == "POLICY::ROLE_ESCALATION"
+	allowed(object.union(doc, {"request": {"body": {"role": "member"}}}))
+	allowed(object.union(doc, {"principal": key("admin", "")}))
+	code(object.union(doc, {"action": "key.update"})) == "POLICY::ROLE_ESCALATION"
+	code(object.union(doc, {"principal": {"kind": "sandbox_token", "role": "admin", "tenant": "t1"}})) == "POLICY::ROLE_ESCALATION"
+}
+
 test_operator_deny_overrides_allow if {
 	d := decide(req(key("admin", ""), "policy.write", {})) with access.deny as {{"code": "OPS::FREEZE", "message": "change freeze"}}
 	d == {"allow": false, "code": "OPS::FREEZE", "message": "change freeze"}
