@@ -40,6 +40,21 @@ type Config struct {
 	PublicAddress string
 	// PreviewDomain, when set, makes endpoints of non-agent ports host-mode URLs.
 	PreviewDomain string
+	// MaxPoolSize caps a pool's poolMax.
+	MaxPoolSize int
+	// PoolWait is how long a claim from an empty pool waits for a refill.
+	PoolWait time.Duration
+	// PoolFallback says what a claim does when the wait ends empty: "cold" creates the
+	// sandbox cold from the pool's template, "fail" answers POOL::EMPTY.
+	PoolFallback string
+	// PoolConcurrency bounds warm sandboxes starting at once.
+	PoolConcurrency int
+	// PoolInterval is how often the pool manager checks its pools.
+	PoolInterval time.Duration
+	// BatchConcurrency bounds cold creates of one batch running at once.
+	BatchConcurrency int
+	// MaxBatchSize caps a batch's count.
+	MaxBatchSize int
 }
 
 // Defaults fills zero fields of c.
@@ -62,6 +77,27 @@ func (c *Config) Defaults() {
 	if c.FailedRetention == 0 {
 		c.FailedRetention = 10 * time.Minute
 	}
+	if c.MaxPoolSize == 0 {
+		c.MaxPoolSize = 1000
+	}
+	if c.PoolWait == 0 {
+		c.PoolWait = 2 * time.Second
+	}
+	if c.PoolFallback == "" {
+		c.PoolFallback = "cold"
+	}
+	if c.PoolConcurrency == 0 {
+		c.PoolConcurrency = 4
+	}
+	if c.PoolInterval == 0 {
+		c.PoolInterval = 250 * time.Millisecond
+	}
+	if c.BatchConcurrency == 0 {
+		c.BatchConcurrency = 4
+	}
+	if c.MaxBatchSize == 0 {
+		c.MaxBatchSize = 1000
+	}
 }
 
 // Service is the sandbox lifecycle. It is safe for concurrent use.
@@ -73,6 +109,7 @@ type Service struct {
 	// agentHTTP talks to agents directly (readiness pings, late binding).
 	agentHTTP *http.Client
 	owner     string
+	pools     poolState
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -96,6 +133,11 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, log *slog.Logger) *Se
 		}},
 		owner: randomToken(8),
 		stop:  make(chan struct{}),
+		pools: poolState{
+			starting: map[string]int{},
+			kick:     make(chan struct{}, 1),
+			sem:      make(chan struct{}, max(cfg.PoolConcurrency, 1)),
+		},
 	}
 }
 
@@ -119,6 +161,7 @@ func (s *Service) Start(ctx context.Context) {
 			s.log.Debug("reconcile", "err", err)
 		}
 	})
+	s.runPoolManager()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {
@@ -144,7 +187,8 @@ func (s *Service) loop(every time.Duration, fn func(context.Context)) {
 func (s *Service) Stop() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.wg.Wait()
-	_ = s.store.ReleaseLease(context.Background(), "reaper", s.owner)
+	_ = s.store.ReleaseLease(context.Background(), leaseName, s.owner)
+	_ = s.store.ReleaseLease(context.Background(), "pools", s.owner)
 }
 
 func randomToken(n int) string {

@@ -75,6 +75,10 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	if err != nil {
 		return err
 	}
+	warm, err := s.store.WarmIDs(ctx)
+	if err != nil {
+		return err
+	}
 	byID := make(map[string]runtimes.Instance, len(instances))
 	for _, inst := range instances {
 		if inst.ID != "" {
@@ -87,7 +91,10 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		delete(byID, rec.ID)
 		s.syncRecord(ctx, rec, inst, exists, now)
 	}
-	for _, inst := range byID {
+	for id, inst := range byID {
+		if warm[id] {
+			continue // the pool manager looks after its warm members
+		}
 		s.adoptOrRemove(ctx, inst, now, startup)
 	}
 	return nil
@@ -146,19 +153,27 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 }
 
 func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {
-	expired := inst.ExpiresAt != nil && !inst.ExpiresAt.After(now)
-	if expired || inst.State == runtimes.StateExited || inst.Tenant == "" {
-		s.log.Info("removing orphaned sandbox container", "id", inst.ID, "expired", expired, "state", inst.State)
-		if err := s.runtime.Delete(ctx, inst.ID); err != nil {
-			s.log.Warn("remove orphan", "id", inst.ID, "err", err)
-		}
-		return
-	}
 	// A container younger than the ready timeout may belong to a create in flight on a
 	// gateway whose record write we have not seen; leave it to the next pass.
 	if !startup && now.Sub(inst.CreatedAt) < s.cfg.ReadyTimeout {
 		return
 	}
+	expired := inst.ExpiresAt != nil && !inst.ExpiresAt.After(now)
+	// A pool member without a record never reached its pool (its gateway died while it
+	// started, or an embedded store was lost): nobody owns it.
+	unowned := inst.Pool != "" || inst.Tenant == ""
+	if expired || unowned || inst.State == runtimes.StateExited {
+		s.log.Info("removing orphaned sandbox container", "id", inst.ID, "expired", expired, "pool", inst.Pool, "state", inst.State)
+		if err := s.runtime.Delete(ctx, inst.ID); err != nil {
+			s.log.Warn("remove orphan", "id", inst.ID, "err", err)
+		}
+		return
+	}
+	full, err := s.runtime.Inspect(ctx, inst.ID)
+	if err != nil {
+		return
+	}
+	inst = full
 	state := StateRunning
 	if inst.State == runtimes.StatePaused {
 		state = StatePaused

@@ -117,14 +117,35 @@ func View(sb *store.Sandbox) Sandbox {
 	}
 }
 
-// Create validates req, starts a sandbox, waits for its agent and records it.
+// Create validates req and hands out a sandbox: claimed from a warm pool when
+// extensions.poolRef names one, otherwise started cold.
 func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) (*CreateResponse, error) {
-	spec, err := s.validateCreate(req)
+	var rec *store.Sandbox
+	var err error
+	if pool := req.Extensions["poolRef"]; pool != "" {
+		rec, err = s.createFromPool(ctx, caller, pool, req)
+	} else {
+		var spec runtimes.Spec
+		if spec, err = s.validateCreate(req); err == nil {
+			rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "")
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	return createResponse(rec), nil
+}
+
+func createResponse(rec *store.Sandbox) *CreateResponse {
+	v := View(rec)
+	return &CreateResponse{ID: v.ID, Status: v.Status, Metadata: v.Metadata, ExpiresAt: v.ExpiresAt, CreatedAt: v.CreatedAt, Entrypoint: v.Entrypoint}
+}
+
+// createCold starts a new container for a validated request, waits for its agent and
+// records it under id. batch, when set, is recorded as the sandbox's batch.
+func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch string) (*store.Sandbox, error) {
 	now := time.Now().UTC()
-	spec.ID = uuid.NewString()
+	spec.ID = id
 	spec.Tenant = caller.Tenant
 	spec.CreatedAt = now
 	spec.AgentToken = randomToken(24)
@@ -133,14 +154,18 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
 		spec.ExpiresAt = &exp
 	}
-	if md, err := json.Marshal(req.Metadata); err == nil && len(req.Metadata) > 0 {
+	metadata := req.Metadata
+	if batch != "" {
+		metadata = withEntry(metadata, MetadataBatch, batch)
+	}
+	if md, err := json.Marshal(metadata); err == nil && len(metadata) > 0 {
 		spec.Labels = map[string]string{labelMetadata: string(md)}
 	}
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
-		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
+		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
-		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
+		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
 	}
 	// The record comes first, so that no other gateway adopts the container as an orphan.
 	if err := s.store.CreateSandbox(ctx, rec); err != nil {
@@ -149,11 +174,7 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		_ = s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID)
-		if errors.Is(err, runtimes.ErrImageNotFound) {
-			return nil, &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
-				Message: fmt.Sprintf("image %q is not present on this host (sandgate does not pull from registries; build or load it first)", spec.Image), Cause: err}
-		}
-		return nil, &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
+		return nil, runtimeCreateError(spec.Image, err)
 	}
 	if err := s.waitReady(ctx, inst); err != nil {
 		s.discard(context.WithoutCancel(ctx), spec.ID)
@@ -168,10 +189,33 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		s.discard(context.WithoutCancel(ctx), spec.ID)
 		return nil, err
 	}
-	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID})
-	v := View(saved)
-	return &CreateResponse{ID: v.ID, Status: v.Status, Metadata: v.Metadata, ExpiresAt: v.ExpiresAt, CreatedAt: v.CreatedAt, Entrypoint: v.Entrypoint}, nil
+	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
+	return saved, nil
 }
+
+func runtimeCreateError(image string, err error) error {
+	if errors.Is(err, runtimes.ErrImageNotFound) {
+		return &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
+			Message: fmt.Sprintf("image %q is not present on this host (sandgate does not pull from registries; build or load it first)", image), Cause: err}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
+}
+
+// withEntry returns a copy of m with k set to v.
+func withEntry(m map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for mk, mv := range m {
+		out[mk] = mv
+	}
+	out[k] = v
+	return out
+}
+
+// Metadata keys sandgate writes itself (under the reserved prefix).
+const (
+	MetadataBatch = "sandgate.io/batch"
+	MetadataPool  = "sandgate.io/pool"
+)
 
 // labelMetadata carries a sandbox's metadata on the runtime object for adoption.
 const labelMetadata = "sandgate.io/metadata"

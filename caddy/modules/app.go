@@ -56,6 +56,12 @@ type App struct {
 	PublicAddress string `json:"public_address,omitempty"`
 	// PreviewDomain is the domain of host-mode preview URLs.
 	PreviewDomain string `json:"preview_domain,omitempty"`
+	// PoolWait is how long a claim from an empty pool waits for a refill (default 2s).
+	PoolWait caddy.Duration `json:"pool_wait,omitempty"`
+	// PoolFallback is "cold" (default: create from the pool's template) or "fail".
+	PoolFallback string `json:"pool_fallback,omitempty"`
+	// PoolConcurrency bounds warm sandboxes starting at once (default 4).
+	PoolConcurrency int `json:"pool_concurrency,omitempty"`
 
 	core *core
 }
@@ -85,6 +91,9 @@ var cores = caddy.NewUsagePool()
 func (a *App) Provision(ctx caddy.Context) error {
 	if a.Runtime == "" {
 		a.Runtime = "docker"
+	}
+	if a.PoolFallback != "" && a.PoolFallback != "cold" && a.PoolFallback != "fail" {
+		return fmt.Errorf("pool_fallback %q: want cold or fail", a.PoolFallback)
 	}
 	if a.AgentBinary == "" {
 		exe, err := os.Executable()
@@ -120,6 +129,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 			SyncInterval:    time.Duration(a.SyncInterval),
 			PublicAddress:   a.PublicAddress,
 			PreviewDomain:   a.PreviewDomain,
+			PoolWait:        time.Duration(a.PoolWait),
+			PoolFallback:    a.PoolFallback,
+			PoolConcurrency: a.PoolConcurrency,
 		}, st, rt, slogger)
 		svc.Start(bg)
 		log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())

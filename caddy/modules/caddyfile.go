@@ -2,6 +2,7 @@ package modules
 
 import (
 	_ "embed"
+	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -39,6 +40,9 @@ func init() {
 //		sync_interval    <duration>
 //		public_address   <host[:port]>
 //		preview_domain   <domain>
+//		pool_wait        <duration>
+//		pool_fallback    cold|fail
+//		pool_concurrency <n>
 //	}
 //
 // A setting whose value is an empty environment variable keeps its default.
@@ -58,10 +62,22 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"api_key": &app.APIKey, "redis_url": &app.RedisURL, "redis_prefix": &app.RedisPrefix,
 			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
 			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
+			"pool_fallback": &app.PoolFallback,
 		}
 		durations := map[string]*caddy.Duration{
 			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "ready_timeout": &app.ReadyTimeout,
-			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval,
+			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval, "pool_wait": &app.PoolWait,
+		}
+		if name == "pool_concurrency" {
+			if val == "" {
+				continue
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 {
+				return nil, d.Errf("pool_concurrency: want a positive integer, got %q", val)
+			}
+			app.PoolConcurrency = n
+			continue
 		}
 		if p, ok := strings[name]; ok {
 			*p = val

@@ -33,6 +33,8 @@ type Sandbox struct {
 	AccessToken      string            `json:"accessToken,omitempty"`
 	Pool             string            `json:"pool,omitempty"`
 	Batch            string            `json:"batch,omitempty"`
+	// PoolVersion is the template version a warm sandbox was built from.
+	PoolVersion int64 `json:"poolVersion,omitempty"`
 	// Rev counts updates; Update refuses a write based on a stale read.
 	Rev int64 `json:"rev"`
 }
@@ -63,9 +65,11 @@ return rev
 `)
 
 var deleteScript = redis.NewScript(`
--- KEYS: record, allIndex, expiry; ARGV: id, tenantIndexPrefix
+-- KEYS: record, allIndex, expiry; ARGV: id, tenantIndexPrefix, poolPrefix
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
 if not tenant then return 0 end
+local pool = redis.call('HGET', KEYS[1], 'pool')
+if pool then redis.call('SREM', ARGV[3] .. pool .. ':allocated', ARGV[1]) end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[2] .. tenant .. ':sandboxes', ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -161,7 +165,7 @@ func decodeSandbox(body, rev any) (*Sandbox, error) {
 
 // DeleteSandbox removes a record and its index entries; a missing record is not an error.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	err := deleteScript.Run(ctx, s.rdb, []string{s.sandboxKey(id), s.allIndex(), s.expiryKey()}, id, s.Key("tenant")+":").Err()
+	err := deleteScript.Run(ctx, s.rdb, []string{s.sandboxKey(id), s.allIndex(), s.expiryKey()}, id, s.Key("tenant")+":", s.Key("pool")+":").Err()
 	return wrap(err)
 }
 

@@ -354,7 +354,8 @@ func fillFromLabels(inst *runtimes.Instance, labels map[string]string) {
 	}
 }
 
-// List implements runtimes.Runtime.
+// List implements runtimes.Runtime. It returns the engine's summaries: Instance tokens
+// are empty (Inspect one sandbox for them).
 func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -367,17 +368,37 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	}
 	out := make([]runtimes.Instance, 0, len(res.Items))
 	for _, c := range res.Items {
-		// The summary lacks env (tokens) and exit codes: inspect each one.
-		full, err := r.cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
-		if err != nil {
-			if cerrdefs.IsNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("inspect container %s: %w", c.ID, err)
+		// The summary has labels, state and address; tokens and exit codes need Inspect.
+		inst := runtimes.Instance{Labels: c.Labels, Image: c.Image}
+		fillFromLabels(&inst, c.Labels)
+		switch c.State {
+		case "running":
+			inst.State = runtimes.StateRunning
+		case "paused":
+			inst.State = runtimes.StatePaused
+		case "created":
+			inst.State = runtimes.StateCreated
+		default:
+			inst.State = runtimes.StateExited
+			inst.Message = c.Status
 		}
-		out = append(out, r.instance(full.Container))
+		if c.NetworkSettings != nil {
+			if ep, ok := c.NetworkSettings.Networks[r.opts.Network]; ok && ep != nil && ep.IPAddress.IsValid() {
+				inst.Address = ep.IPAddress.String()
+			}
+		}
+		out = append(out, inst)
 	}
 	return out, nil
+}
+
+// HasImage reports whether the engine holds image locally.
+func (r *Runtime) HasImage(ctx context.Context, image string) (bool, error) {
+	_, err := r.cli.ImageInspect(ctx, image)
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Delete implements runtimes.Runtime.

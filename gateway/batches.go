@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// CodeBatchNotFound answers for an unknown batch.
+const CodeBatchNotFound = "BATCH::NOT_FOUND"
+
+// BatchRequest is the body of POST /v1/batches: count sandboxes of a template, or claimed
+// from a pool (poolRef), with the claim's own timeout, env and metadata.
+type BatchRequest struct {
+	Count      int               `json:"count"`
+	PoolRef    string            `json:"poolRef,omitempty"`
+	Template   *CreateRequest    `json:"template,omitempty"`
+	Timeout    *int64            `json:"timeout,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+}
+
+// BatchMember is one sandbox of a batch with its current state.
+type BatchMember struct {
+	ID     string  `json:"id"`
+	Source string  `json:"source,omitempty"` // "pool" or "cold"
+	Status Status  `json:"status"`
+	Error  *Status `json:"error,omitempty"`
+}
+
+// BatchView is the API form of a batch.
+type BatchView struct {
+	ID        string        `json:"id"`
+	Count     int           `json:"count"`
+	PoolRef   string        `json:"poolRef,omitempty"`
+	Members   []BatchMember `json:"members"`
+	Summary   BatchSummary  `json:"summary"`
+	CreatedAt time.Time     `json:"createdAt"`
+}
+
+// BatchSummary counts members by outcome.
+type BatchSummary struct {
+	Running int `json:"running"`
+	Pending int `json:"pending"`
+	Failed  int `json:"failed"`
+	Gone    int `json:"gone"`
+}
+
+// CreateBatch hands out Count sandboxes: as many as the pool has are claimed in one
+// script (and returned Running); the rest start cold in the background (Pending), each
+// failure recorded against its member.
+func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchRequest) (*BatchView, error) {
+	if req.Count < 1 || req.Count > s.cfg.MaxBatchSize {
+		return nil, invalid("count %d: want 1 to %d", req.Count, s.cfg.MaxBatchSize)
+	}
+	if (req.PoolRef == "") == (req.Template == nil) {
+		return nil, invalid("give exactly one of poolRef and template")
+	}
+	claimReq := CreateRequest{Timeout: req.Timeout, Env: req.Env, Metadata: req.Metadata, Entrypoint: req.Entrypoint}
+	var tmpl CreateRequest
+	var pool *store.Pool
+	if req.PoolRef != "" {
+		p, t, err := s.claimTarget(ctx, caller, req.PoolRef, claimReq)
+		if err != nil {
+			return nil, err
+		}
+		pool, tmpl = p, t
+	} else {
+		tmpl = *req.Template
+		if err := validateMetadata(req.Metadata, false); err != nil {
+			return nil, err
+		}
+		merged := tmpl
+		merged.Metadata = mergeMaps(tmpl.Metadata, req.Metadata)
+		if _, err := s.validateCreate(merged); err != nil {
+			return nil, err
+		}
+	}
+	b := &store.Batch{ID: uuid.NewString(), Tenant: caller.Tenant, Count: req.Count, PoolRef: req.PoolRef, CreatedAt: time.Now().UTC()}
+	sources := map[string]string{}
+	var warm []*store.Sandbox
+	if pool != nil {
+		got, err := s.claim(ctx, caller, pool, tmpl, claimReq, req.Count, b.ID)
+		if err != nil {
+			return nil, err
+		}
+		warm = got
+		for _, sb := range got {
+			b.Members = append(b.Members, sb.ID)
+			sources[sb.ID] = "pool"
+		}
+	}
+	cold := make([]string, 0, req.Count-len(warm))
+	for len(b.Members) < req.Count {
+		id := uuid.NewString()
+		b.Members = append(b.Members, id)
+		sources[id] = "cold"
+		cold = append(cold, id)
+	}
+	if err := s.store.PutBatch(ctx, b); err != nil {
+		return nil, err
+	}
+	if len(cold) > 0 {
+		s.startColdMembers(caller, b, tmpl, claimReq, cold)
+	}
+	view, err := s.batchView(ctx, b, nil, sources)
+	if err != nil {
+		return nil, err
+	}
+	// Members just queued for a cold start read as Pending until their record exists.
+	return view, nil
+}
+
+// startColdMembers creates the cold members in the background, bounded by BatchConcurrency.
+func (s *Service) startColdMembers(caller Caller, b *store.Batch, tmpl, req CreateRequest, ids []string) {
+	sem := make(chan struct{}, s.cfg.BatchConcurrency)
+	for _, id := range ids {
+		s.wg.Add(1)
+		go func(id string) {
+			defer s.wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-s.stop:
+				return
+			}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadyTimeout+2*time.Minute)
+			defer cancel()
+			if _, _, err := s.store.GetBatch(ctx, b.ID); errors.Is(err, store.ErrNotFound) {
+				return // the batch was deleted before this member's turn
+			}
+			if _, err := s.coldFromTemplate(ctx, caller, tmpl, req, id, b.ID); err != nil {
+				e := MemberError(err)
+				s.log.Warn("batch member failed", "batch", b.ID, "member", id, "code", e.Code, "err", err)
+				_ = s.store.SetMemberError(ctx, b.ID, id, e)
+				return
+			}
+			if _, _, err := s.store.GetBatch(ctx, b.ID); errors.Is(err, store.ErrNotFound) {
+				s.discard(ctx, id) // deleted while this member started
+			}
+		}(id)
+	}
+}
+
+// MemberError turns an error into the code and message recorded for a failed member.
+func MemberError(err error) store.MemberError {
+	if e, ok := AsError(err); ok {
+		return store.MemberError{Code: e.Code, Message: e.Message}
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return store.MemberError{Code: CodeStoreUnavailable, Message: "the state store was unreachable"}
+	}
+	return store.MemberError{Code: CodeInternal, Message: err.Error()}
+}
+
+// GetBatch returns a batch with each member's current state.
+func (s *Service) GetBatch(ctx context.Context, caller Caller, id string) (*BatchView, error) {
+	b, errs, err := s.lookupBatch(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.batchView(ctx, b, errs, nil)
+}
+
+func (s *Service) lookupBatch(ctx context.Context, caller Caller, id string) (*store.Batch, map[string]store.MemberError, error) {
+	b, errs, err := s.store.GetBatch(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !caller.Admin && b.Tenant != caller.Tenant) {
+		return nil, nil, Errorf(http.StatusNotFound, CodeBatchNotFound, "batch %s not found", id)
+	}
+	return b, errs, err
+}
+
+func (s *Service) batchView(ctx context.Context, b *store.Batch, errs map[string]store.MemberError, sources map[string]string) (*BatchView, error) {
+	recs, err := s.store.GetSandboxes(ctx, b.Members)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*store.Sandbox, len(recs))
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	v := &BatchView{ID: b.ID, Count: b.Count, PoolRef: b.PoolRef, CreatedAt: b.CreatedAt, Members: make([]BatchMember, 0, len(b.Members))}
+	for _, id := range b.Members {
+		m := BatchMember{ID: id, Source: sources[id]}
+		switch rec, ok := byID[id]; {
+		case ok:
+			m.Status = View(rec).Status
+		case errs[id].Code != "":
+			e := errs[id]
+			m.Status = Status{State: StateFailed, Reason: e.Code, Message: e.Message}
+		case time.Since(b.CreatedAt) < s.cfg.ReadyTimeout+2*time.Minute && sources[id] != "pool":
+			m.Status = Status{State: StatePending, Reason: "QUEUED", Message: "waiting for a cold start"}
+		default:
+			m.Status = Status{State: StateTerminated, Reason: "DELETED", Message: "the sandbox was deleted or expired"}
+		}
+		switch m.Status.State {
+		case StateRunning:
+			v.Summary.Running++
+		case StatePending:
+			v.Summary.Pending++
+		case StateFailed:
+			v.Summary.Failed++
+		default:
+			v.Summary.Gone++
+		}
+		v.Members = append(v.Members, m)
+	}
+	return v, nil
+}
+
+// DeleteBatch deletes every member of a batch, then the batch.
+func (s *Service) DeleteBatch(ctx context.Context, caller Caller, id string) error {
+	b, _, err := s.lookupBatch(ctx, caller, id)
+	if err != nil {
+		return err
+	}
+	recs, err := s.store.GetSandboxes(ctx, b.Members)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 8)
+	for _, rec := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(rec *store.Sandbox) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.runtime.Delete(ctx, rec.ID); err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+				return
+			}
+			_ = s.store.DeleteSandbox(ctx, rec.ID)
+			s.emit(ctx, rec, "sandbox.deleted", map[string]any{"key": caller.KeyID, "batch": b.ID})
+		}(rec)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return &Error{Status: 500, Code: CodeRuntimeError, Message: "some members could not be removed; retry the delete", Cause: firstErr}
+	}
+	return s.store.DeleteBatch(ctx, b)
+}

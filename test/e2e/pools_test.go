@@ -1,0 +1,363 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// poolStatus reads a pool's live numbers.
+func (g *gateway) poolStatus(name string) (total, allocated, available int) {
+	g.t.Helper()
+	r := g.do("GET", "/v1/pools/"+name, nil)
+	if r.Status != 200 {
+		g.t.Fatalf("get pool: %d %s", r.Status, r.Body)
+	}
+	st := r.JSON(g.t)["status"].(map[string]any)
+	return int(st["total"].(float64)), int(st["allocated"].(float64)), int(st["available"].(float64))
+}
+
+func (g *gateway) createPool(name string, bufferMin, bufferMax, poolMin, poolMax int, template map[string]any) {
+	g.t.Helper()
+	if template == nil {
+		template = map[string]any{}
+	}
+	if template["image"] == nil {
+		template["image"] = map[string]any{"uri": baseImage}
+	}
+	if template["entrypoint"] == nil {
+		template["entrypoint"] = []string{"tail", "-f", "/dev/null"}
+	}
+	r := g.do("POST", "/v1/pools", map[string]any{"name": name, "template": template,
+		"capacitySpec": map[string]int{"bufferMin": bufferMin, "bufferMax": bufferMax, "poolMin": poolMin, "poolMax": poolMax}})
+	if r.Status != 201 {
+		g.t.Fatalf("create pool: %d %s", r.Status, r.Body)
+	}
+}
+
+func (g *gateway) waitAvailable(name string, want int, within time.Duration) {
+	g.t.Helper()
+	waitFor(g.t, within, func() bool { _, _, a := g.poolStatus(name); return a == want }, fmt.Sprintf("pool %s to hold %d available", name, want))
+}
+
+func TestPools(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+
+	t.Run("bad pool definitions", func(t *testing.T) {
+		tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
+		for name, body := range map[string]map[string]any{
+			"bad name":          {"name": "Bad_Name", "template": tmpl, "capacitySpec": map[string]int{"bufferMax": 1, "poolMax": 1}},
+			"no template":       {"name": "x", "capacitySpec": map[string]int{"bufferMax": 1, "poolMax": 1}},
+			"buffer above pool": {"name": "x", "template": tmpl, "capacitySpec": map[string]int{"bufferMax": 5, "poolMax": 2}},
+			"min above max":     {"name": "x", "template": tmpl, "capacitySpec": map[string]int{"bufferMin": 3, "bufferMax": 2, "poolMax": 4}},
+		} {
+			t.Run(name, func(t *testing.T) { expectError(t, g.do("POST", "/v1/pools", body), 400, "POOL::INVALID_PARAMETER") })
+		}
+		expectError(t, g.do("POST", "/v1/pools", map[string]any{"name": "x", "template": map[string]any{"image": map[string]any{"uri": "nope/nope:1"}, "entrypoint": []string{"true"}},
+			"capacitySpec": map[string]int{"bufferMax": 1, "poolMax": 1}}), 400, "SANDBOX::IMAGE_NOT_FOUND")
+		expectError(t, g.do("GET", "/v1/pools/none", nil), 404, "POOL::NOT_FOUND")
+		expectError(t, g.do("POST", "/v1/sandboxes", map[string]any{"extensions": map[string]string{"poolRef": "none"}}), 404, "POOL::NOT_FOUND")
+	})
+
+	g.createPool("warm", 2, 3, 0, 6, map[string]any{"env": map[string]string{"FROM_TEMPLATE": "t"}, "metadata": map[string]string{"tier": "warm"}})
+	t.Run("fills to its bounds", func(t *testing.T) {
+		g.waitAvailable("warm", 3, 60*time.Second)
+		time.Sleep(time.Second) // no overshoot after settling
+		if total, _, avail := g.poolStatus("warm"); total != 3 || avail != 3 {
+			t.Fatalf("total %d available %d, want 3/3", total, avail)
+		}
+		if n := len(e.containers()); n != 3 {
+			t.Fatalf("%d containers, want 3", n)
+		}
+		if r := g.do("GET", "/v1/sandboxes", nil); len(r.JSON(t)["items"].([]any)) != 0 {
+			t.Fatalf("warm sandboxes must not be listed before a claim: %s", r.Body)
+		}
+	})
+
+	t.Run("claim binds env, metadata and timeout late", func(t *testing.T) {
+		r := g.do("POST", "/v1/sandboxes", map[string]any{
+			"extensions": map[string]string{"poolRef": "warm"},
+			"env":        map[string]string{"CLAIMED": "yes"},
+			"metadata":   map[string]string{"team": "alpha"},
+			"timeout":    300,
+		})
+		if r.Status != 202 {
+			t.Fatalf("claim: %d %s", r.Status, r.Body)
+		}
+		m := r.JSON(t)
+		id := m["id"].(string)
+		md := m["metadata"].(map[string]any)
+		if md["team"] != "alpha" || md["tier"] != "warm" || md["sandgate.io/pool"] != "warm" || m["expiresAt"] == nil {
+			t.Fatalf("claim response: %s", r.Body)
+		}
+		if out := stdoutOf(g.agent(id).run(`echo "$CLAIMED $FROM_TEMPLATE"`)); out != "yes t" {
+			t.Fatalf("env after claim = %q, want \"yes t\"", out)
+		}
+		if _, alloc, _ := g.poolStatus("warm"); alloc != 1 {
+			t.Fatalf("allocated = %d, want 1", alloc)
+		}
+		g.waitAvailable("warm", 3, 30*time.Second)
+		if r := g.do("GET", "/v1/sandboxes?metadata="+"team%3Dalpha", nil); len(r.JSON(t)["items"].([]any)) != 1 {
+			t.Fatalf("claimed sandbox not listed: %s", r.Body)
+		}
+		if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+			t.Fatalf("delete: %d", r.Status)
+		}
+		if _, alloc, _ := g.poolStatus("warm"); alloc != 0 {
+			t.Fatalf("allocated after delete = %d, want 0", alloc)
+		}
+	})
+
+	t.Run("claim with another entrypoint starts it", func(t *testing.T) {
+		id := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "warm"},
+			"entrypoint": []string{"sh", "-c", "echo started > /tmp/ep; exec sleep 1000"}})
+		waitFor(t, 10*time.Second, func() bool { return stdoutOf(g.agent(id).run("cat /tmp/ep 2>/dev/null")) == "started" }, "the claimed entrypoint to run")
+		g.do("DELETE", "/v1/sandboxes/"+id, nil)
+	})
+
+	t.Run("a killed warm sandbox is noticed and replaced", func(t *testing.T) {
+		g.waitAvailable("warm", 3, 30*time.Second)
+		out, _ := exec.Command("docker", "ps", "-q", "--filter", "network="+e.Network, "--filter", "label=sandgate.io/pool=warm").Output()
+		victim := strings.Fields(string(out))[0]
+		if err := exec.Command("docker", "kill", victim).Run(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, func() bool {
+			err := exec.Command("docker", "inspect", victim).Run()
+			_, _, avail := g.poolStatus("warm")
+			return err != nil && avail == 3
+		}, "the dead member to be removed and replaced")
+		// Every claim now gets a live sandbox.
+		for i := 0; i < 3; i++ {
+			id := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "warm"}})
+			if out := stdoutOf(g.agent(id).run("echo alive")); out != "alive" {
+				t.Fatalf("claimed a dead sandbox: %q", out)
+			}
+			g.do("DELETE", "/v1/sandboxes/"+id, nil)
+		}
+	})
+
+	t.Run("batch larger than the pool mixes warm and cold", func(t *testing.T) {
+		g.waitAvailable("warm", 3, 30*time.Second)
+		r := g.do("POST", "/v1/batches", map[string]any{"count": 5, "poolRef": "warm", "metadata": map[string]string{"job": "mix"}, "env": map[string]string{"B": "1"}})
+		if r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Body)
+		}
+		var b struct {
+			ID      string `json:"id"`
+			Members []struct {
+				ID     string `json:"id"`
+				Source string `json:"source"`
+			} `json:"members"`
+		}
+		json.Unmarshal(r.Body, &b)
+		sources := map[string]int{}
+		for _, m := range b.Members {
+			sources[m.Source]++
+		}
+		if len(b.Members) != 5 || sources["pool"] != 3 || sources["cold"] != 2 {
+			t.Fatalf("members by source %v, want 3 pool + 2 cold: %s", sources, r.Body)
+		}
+		waitFor(t, 60*time.Second, func() bool {
+			s := g.do("GET", "/v1/batches/"+b.ID, nil).JSON(t)["summary"].(map[string]any)
+			return s["running"].(float64) == 5
+		}, "every member to run")
+		for _, m := range b.Members {
+			if out := stdoutOf(g.agent(m.ID).run(`echo $B`)); out != "1" {
+				t.Fatalf("member %s (%s): env B = %q", m.ID, m.Source, out)
+			}
+		}
+		if r := g.do("GET", "/v1/sandboxes?metadata="+"sandgate.io%2Fbatch%3D"+b.ID, nil); len(r.JSON(t)["items"].([]any)) != 5 {
+			t.Fatalf("batch members not listed by batch key: %s", r.Body)
+		}
+		if r := g.do("DELETE", "/v1/batches/"+b.ID, nil); r.Status != 204 {
+			t.Fatalf("delete batch: %d %s", r.Status, r.Body)
+		}
+		expectError(t, g.do("GET", "/v1/batches/"+b.ID, nil), 404, "BATCH::NOT_FOUND")
+		for _, m := range b.Members {
+			if exec.Command("docker", "inspect", "sandgate-"+m.ID).Run() == nil {
+				t.Fatalf("member %s still has a container", m.ID)
+			}
+		}
+	})
+
+	t.Run("batch failures are reported per member", func(t *testing.T) {
+		r := g.do("POST", "/v1/batches", map[string]any{"count": 2, "template": map[string]any{
+			"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"sh", "-c", "exit 4"}}})
+		if r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["id"].(string)
+		waitFor(t, 60*time.Second, func() bool {
+			s := g.do("GET", "/v1/batches/"+id, nil).JSON(t)["summary"].(map[string]any)
+			return s["failed"].(float64) == 2
+		}, "both members to be reported failed")
+		body := g.do("GET", "/v1/batches/"+id, nil).Body
+		if !strings.Contains(string(body), "SANDBOX::START_FAILED") || !strings.Contains(string(body), "code 4") {
+			t.Fatalf("member failure lacks its code and cause: %s", body)
+		}
+		g.do("DELETE", "/v1/batches/"+id, nil)
+	})
+
+	t.Run("pool deletion removes its warm sandboxes", func(t *testing.T) {
+		claimed := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "warm"}})
+		if r := g.do("DELETE", "/v1/pools/warm", nil); r.Status != 204 {
+			t.Fatalf("delete pool: %d %s", r.Status, r.Body)
+		}
+		waitFor(t, 30*time.Second, func() bool { return len(e.containers()) == 1 }, "warm containers to go")
+		// The claimed sandbox lives on.
+		if out := stdoutOf(g.agent(claimed).run("echo still")); out != "still" {
+			t.Fatalf("claimed sandbox after pool deletion: %q", out)
+		}
+		g.do("DELETE", "/v1/sandboxes/"+claimed, nil)
+		expectError(t, g.do("GET", "/v1/pools/warm", nil), 404, "POOL::NOT_FOUND")
+	})
+}
+
+// TestPoolBatchOfFifty: a batch of 50 from a pool holding 50 comes back complete, warm.
+func TestPoolBatchOfFifty(t *testing.T) {
+	e := newEnv(t, startRedis(t), "SANDGATE_POOL_CONCURRENCY=6")
+	g := e.startGateway()
+	g.createPool("fifty", 50, 50, 0, 50, nil)
+	g.waitAvailable("fifty", 50, 5*time.Minute)
+	r := g.do("POST", "/v1/batches", map[string]any{"count": 50, "poolRef": "fifty"})
+	if r.Status != 202 {
+		t.Fatalf("batch: %d %s", r.Status, r.Body)
+	}
+	var b struct {
+		ID      string `json:"id"`
+		Members []struct {
+			ID     string `json:"id"`
+			Source string `json:"source"`
+			Status struct{ State string } `json:"status"`
+		} `json:"members"`
+	}
+	json.Unmarshal(r.Body, &b)
+	if len(b.Members) != 50 {
+		t.Fatalf("%d members, want 50", len(b.Members))
+	}
+	seen := map[string]bool{}
+	for _, m := range b.Members {
+		if m.Source != "pool" || m.Status.State != "Running" || seen[m.ID] {
+			t.Fatalf("member %+v: want a distinct, running pool member", m)
+		}
+		seen[m.ID] = true
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 50)
+	for _, m := range b.Members {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			if out := stdoutOf(g.agent(id).run("echo up")); out != "up" {
+				errs <- id + ": " + out
+			}
+		}(m.ID)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if r := g.do("DELETE", "/v1/batches/"+b.ID, nil); r.Status != 204 {
+		t.Fatalf("delete: %d", r.Status)
+	}
+	g.do("DELETE", "/v1/pools/fifty", nil)
+	waitFor(t, time.Minute, func() bool { return len(e.containers()) == 0 }, "every container to go")
+}
+
+// TestTwoGatewaysShareAPool: two gateways on one Redis claim 200 times from a pool of 100
+// warm sandboxes; every claim gets its own sandbox, the pool never exceeds poolMax, and
+// when one gateway dies the other keeps the pool filled.
+func TestTwoGatewaysShareAPool(t *testing.T) {
+	redis := startRedis(t)
+	e := newEnv(t, redis, "SANDGATE_POOL_WAIT=100ms", "SANDGATE_POOL_CONCURRENCY=6")
+	a := e.startGateway()
+	b := e.startGateway()
+	a.createPool("shared", 100, 100, 0, 100, nil)
+	a.waitAvailable("shared", 100, 6*time.Minute)
+
+	var mu sync.Mutex
+	ids := map[string]int{}
+	var maxTotal int
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() { // poolMax is never exceeded while claims and refills race
+		defer close(watchDone)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if n := len(e.containers()); n > 0 {
+				mu.Lock()
+				maxTotal = max(maxTotal, n)
+				mu.Unlock()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	failures := make(chan string, 200)
+	for i := 0; i < 200; i++ {
+		g := a
+		if i%2 == 1 {
+			g = b
+		}
+		wg.Add(1)
+		go func(g *gateway) {
+			defer wg.Done()
+			r := g.do("POST", "/v1/sandboxes", map[string]any{"extensions": map[string]string{"poolRef": "shared"}})
+			if r.Status != 202 {
+				failures <- fmt.Sprintf("%d %s", r.Status, r.Body)
+				return
+			}
+			var m struct{ ID string }
+			json.Unmarshal(r.Body, &m)
+			mu.Lock()
+			ids[m.ID]++
+			mu.Unlock()
+		}(g)
+	}
+	wg.Wait()
+	close(stopWatch)
+	<-watchDone
+	close(failures)
+	for f := range failures {
+		t.Errorf("claim failed: %s", f)
+	}
+	if len(ids) != 200 {
+		t.Fatalf("%d distinct sandboxes for 200 claims", len(ids))
+	}
+	for id, n := range ids {
+		if n != 1 {
+			t.Fatalf("sandbox %s handed out %d times", id, n)
+		}
+	}
+	// 200 claimed + at most poolMax - allocated warm ones (allocated counts against poolMax,
+	// so the pool adds none while 100 of its own are allocated).
+	if maxTotal > 200 {
+		t.Fatalf("saw %d containers at once; claims and pool together must stay within 200", maxTotal)
+	}
+
+	// Free the pool's allocation so it refills, kill one gateway outright and check the
+	// other takes the pool over.
+	for id := range ids {
+		a.do("DELETE", "/v1/sandboxes/"+id, nil)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	b.waitAvailable("shared", 100, 6*time.Minute)
+	if r := b.do("DELETE", "/v1/pools/shared", nil); r.Status != 204 {
+		t.Fatalf("delete pool: %d", r.Status)
+	}
+	waitFor(t, 2*time.Minute, func() bool { return len(e.containers()) == 0 }, "every container to go")
+	_ = http.StatusOK
+}
