@@ -68,6 +68,11 @@ type Host struct {
 	closed   bool
 
 	routes atomic.Pointer[routes]
+
+	// background counts goroutines that use a runtime outside any call
+	// (retiring versions, replenishing pools); Close waits for them before
+	// closing the runtimes under them.
+	background sync.WaitGroup
 }
 
 type slotKey struct{ tenant, name string }
@@ -194,7 +199,6 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 	v.pool.tokens <- struct{}{}
 
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	cur := h.slots[key]
 	switch {
 	case h.closed:
@@ -220,7 +224,11 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 	inst.owner, v.slot = s, s
 	v.pool.put(inst)
 	if err != nil {
-		v.retire()
+		h.mu.Unlock()
+		// Never published, so nothing else can hold v: close it here
+		// rather than through retire, which Close may no longer wait for.
+		v.pool.drain(ctx)
+		h.releaseCompiled(ctx, c)
 		return err
 	}
 	old := s.current.Swap(v)
@@ -228,6 +236,7 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 	if old != nil {
 		old.retire()
 	}
+	h.mu.Unlock()
 	h.opts.Logger.Info("plugin loaded", "tenant", p.Tenant, "plugin", p.Name, "version", v.info.Version, "config", r.String())
 	return nil
 }
@@ -311,9 +320,22 @@ func (h *Host) Close(ctx context.Context) error {
 			<-s.done
 		}
 	}
+	// Workers retire their versions once drained; wait for those
+	// retirements (they wait for calls in flight) and for background
+	// instantiations, then cancel whatever still runs.
+	idle := make(chan struct{})
+	go func() {
+		h.background.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("plugins: close: %w; closing instances in use", ctx.Err())
+		}
+	}
 	h.abort()
-	// Retirements finish asynchronously once in-flight calls return; the
-	// runtimes' Close below ends whatever is left.
 	h.mu.Lock()
 	engines := h.engines
 	h.engines = map[uint32]*engine{}

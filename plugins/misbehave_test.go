@@ -46,11 +46,11 @@ func TestMisbehavingPlugin(t *testing.T) {
 	}{
 		{name: "infinite loop is cut off at the deadline", sandboxID: "loop", limits: plugins.Limits{TimeoutMs: 50},
 			wantCode: plugins.CodeTimeout, wantMsg: "deadline exceeded", within: time.Second, isTimeout: true},
-		{name: "memory bomb hits the limit", sandboxID: "oom", limits: plugins.Limits{MemoryMiB: 48, TimeoutMs: 2000},
-			wantCode: plugins.CodeMemoryLimit, wantMsg: "48 MiB", within: 3 * time.Second},
-		{name: "panic traps", sandboxID: "trap", limits: plugins.Limits{},
+		{name: "memory bomb hits the limit", sandboxID: "oom", limits: plugins.Limits{MemoryMiB: 48, TimeoutMs: 5000},
+			wantCode: plugins.CodeMemoryLimit, wantMsg: "48 MiB", within: 5 * time.Second},
+		{name: "panic traps", sandboxID: "trap", limits: plugins.Limits{TimeoutMs: 2000},
 			wantCode: plugins.CodeTrap, wantMsg: "trap requested", within: time.Second},
-		{name: "malformed JSON result", sandboxID: "badjson", limits: plugins.Limits{},
+		{name: "malformed JSON result", sandboxID: "badjson", limits: plugins.Limits{TimeoutMs: 2000},
 			wantCode: plugins.CodeBadOutput, wantMsg: "not JSON", within: time.Second},
 	}
 	for _, tt := range tests {
@@ -98,7 +98,7 @@ func TestMisbehavingPlugin(t *testing.T) {
 func TestMisbehavingOnEvent(t *testing.T) {
 	audits := make(chan string, 16)
 	h := loadMisbehave(t, plugins.HostOptions{Audit: func(tenant string, record []byte) { audits <- tenant + " " + string(record) }},
-		plugins.Limits{TimeoutMs: 50})
+		plugins.Limits{TimeoutMs: 1000})
 	for _, id := range []string{"loop", "trap", "fine"} {
 		h.OnEvent("t", []byte(`{"id":"e-`+id+`","type":"command.started","tenant":"t","sandboxId":"`+id+`","time":"2026-01-05T10:00:00Z","data":{}}`))
 	}

@@ -138,7 +138,9 @@ func (v *version) release() { v.mu.RUnlock() }
 // retire closes the version once its in-flight calls have returned. It
 // does not block: Load and Remove call it with Host.mu held.
 func (v *version) retire() {
+	v.slot.host.background.Add(1)
 	go func() {
+		defer v.slot.host.background.Done()
 		v.mu.Lock()
 		v.retired = true
 		v.mu.Unlock()
@@ -200,7 +202,11 @@ func (v *version) replenish() {
 	if !v.pool.tryReserve() {
 		return
 	}
+	// The caller holds v, so the retirement that Close waits for cannot
+	// finish before this Add.
+	v.slot.host.background.Add(1)
 	go func() {
+		defer v.slot.host.background.Done()
 		v.mu.RLock()
 		defer v.mu.RUnlock()
 		if v.retired {

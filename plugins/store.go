@@ -62,10 +62,12 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 func (s *Store) pluginKey(tenant, name string) string {
 	return s.prefix + "plugin:" + url.PathEscape(tenant) + ":" + name
 }
-func (s *Store) tenantKey(tenant string) string { return s.prefix + "plugins:" + url.PathEscape(tenant) }
-func (s *Store) tenantsKey() string             { return s.prefix + "plugins:tenants" }
-func (s *Store) revisionKey() string            { return s.prefix + "plugins:revision" }
-func (s *Store) channel() string                { return s.prefix + "plugins:changes" }
+func (s *Store) tenantKey(tenant string) string {
+	return s.prefix + "plugins:" + url.PathEscape(tenant)
+}
+func (s *Store) tenantsKey() string  { return s.prefix + "plugins:tenants" }
+func (s *Store) revisionKey() string { return s.prefix + "plugins:revision" }
+func (s *Store) channel() string     { return s.prefix + "plugins:changes" }
 
 // putScript writes the hash and the indexes and bumps the revision in one
 // step, so a reader never sees a plugin without its index entry.
