@@ -58,6 +58,9 @@ type Limits struct {
 // maxTimeout caps Limits.TimeoutMs: a hook sits on the request path.
 const maxTimeout = 5 * time.Second
 
+// maxSettings caps the settings: they are copied into every decide_ttl input.
+const maxSettings = 64 << 10
+
 // maxPoolSize caps Limits.PoolSize; each instance holds its own memory.
 const maxPoolSize = 64
 
@@ -130,6 +133,9 @@ func (h *Host) resolve(cfg Config) (resolved, error) {
 	settings := bytes.TrimSpace(cfg.Settings)
 	if len(settings) == 0 || bytes.Equal(settings, []byte("null")) {
 		settings = []byte("{}")
+	}
+	if len(settings) > maxSettings {
+		return r, newError(CodeInvalidConfig, nil, "settings of %d bytes exceed %d", len(settings), maxSettings)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(settings, &obj); err != nil {

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,8 +88,16 @@ func (s *slot) work() {
 
 // deliver hands one event to the current version's on_event.
 func (s *slot) deliver(event []byte) {
-	if s.host.ctx.Err() != nil {
-		s.counters.drops.Add(1) // Close ran out of time
+	defer func() {
+		// Calls into modules recover their own panics; this guards the
+		// worker against the host's bugs, so that one event cannot stop
+		// the plugin's delivery for good.
+		if r := recover(); r != nil {
+			s.counters.fail(fmt.Errorf("plugins: deliver event: panic: %v", r))
+		}
+	}()
+	if s.host.ctx.Err() != nil || len(event) > maxInput {
+		s.counters.drops.Add(1) // Close ran out of time, or an oversized event
 		return
 	}
 	v := s.acquire()

@@ -3,6 +3,9 @@ package plugins_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,7 +159,7 @@ func TestDecideTTLRouting(t *testing.T) {
 	})
 	t.Run("tenant without a plugin gets ErrNotFound", func(t *testing.T) {
 		_, _, err := h.DecideTTL(ctx, "initech", plugins.TTLInput{Reason: plugins.ReasonActivity})
-		if !errorsIs(err, plugins.ErrNotFound) {
+		if !errors.Is(err, plugins.ErrNotFound) {
 			t.Fatalf("DecideTTL: %v, want ErrNotFound", err)
 		}
 	})
@@ -165,21 +168,21 @@ func TestDecideTTLRouting(t *testing.T) {
 		for _, info := range h.List("acme") {
 			names = append(names, info.Name+":"+info.Hooks[0])
 		}
-		if want := "audit:on_event ttl-on-activity:decide_ttl"; joined(names) != want {
-			t.Errorf("List = %s, want %s", joined(names), want)
+		if want := "audit:on_event ttl-on-activity:decide_ttl"; strings.Join(names, " ") != want {
+			t.Errorf("List = %s, want %s", strings.Join(names, " "), want)
 		}
 	})
 	t.Run("remove", func(t *testing.T) {
 		if err := h.Remove("acme", "ttl-on-activity"); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := h.DecideTTL(ctx, "acme", plugins.TTLInput{Reason: plugins.ReasonActivity}); !errorsIs(err, plugins.ErrNotFound) {
+		if _, _, err := h.DecideTTL(ctx, "acme", plugins.TTLInput{Reason: plugins.ReasonActivity}); !errors.Is(err, plugins.ErrNotFound) {
 			t.Errorf("DecideTTL after Remove: %v, want ErrNotFound", err)
 		}
-		if _, err := h.Stats("acme", "ttl-on-activity"); !errorsIs(err, plugins.ErrNotFound) {
+		if _, err := h.Stats("acme", "ttl-on-activity"); !errors.Is(err, plugins.ErrNotFound) {
 			t.Errorf("Stats after Remove: %v, want ErrNotFound", err)
 		}
-		if err := h.Remove("acme", "ttl-on-activity"); !errorsIs(err, plugins.ErrNotFound) {
+		if err := h.Remove("acme", "ttl-on-activity"); !errors.Is(err, plugins.ErrNotFound) {
 			t.Errorf("second Remove: %v, want ErrNotFound", err)
 		}
 		// With the old one gone, another decide_ttl plugin may come in.
@@ -208,7 +211,7 @@ func TestConcurrentDecideTTL(t *testing.T) {
 			for range 50 {
 				got, _, err := h.DecideTTL(context.Background(), "acme", plugins.TTLInput{Reason: plugins.ReasonActivity, Now: now, CurrentExpiresAt: now})
 				if err == nil && !got.Equal(now.Add(5*time.Minute)) {
-					err = errorf("got %s", got)
+					err = fmt.Errorf("got %s", got)
 				}
 				if err != nil {
 					errs <- err
