@@ -174,4 +174,3 @@ func BenchmarkSessionRun(b *testing.B) {
 		}
 	}
 }
-

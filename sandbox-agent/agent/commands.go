@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
@@ -273,14 +274,36 @@ func (s *Server) streamProcess(r *http.Request, stream *eventStream, done <-chan
 		stop(true)
 		<-done
 	}
-	select {
-	case <-drained:
-	case <-time.After(drainGrace):
-		// Something the command left behind still holds the pipes: stop reading.
-		_ = stdoutR.SetReadDeadline(time.Now())
-		_ = stderrR.SetReadDeadline(time.Now())
-		<-drained
+	for {
+		select {
+		case <-drained:
+			return
+		case <-time.After(drainGrace):
+		}
+		// Something the command left behind may hold the pipes open. Stop reading a
+		// pipe once it has nothing left to read; a pipe that still has data (a busy
+		// machine may not have drained it yet) is given another grace period.
+		for _, p := range []*os.File{stdoutR, stderrR} {
+			if pendingBytes(p) == 0 {
+				_ = p.SetReadDeadline(time.Now())
+			}
+		}
 	}
+}
+
+// pendingBytes is the number of unread bytes in a pipe (FIONREAD), or 0 when unknown.
+// It goes through SyscallConn because File.Fd would switch the pipe to blocking mode,
+// which disables read deadlines.
+func pendingBytes(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // TIOCINQ is FIONREAD on Linux
+	})
+	return n
 }
 
 // pumpLines sends one event per line of rd, without the line ending. Lines longer than

@@ -278,4 +278,3 @@ func (s *Server) ptyInput(ctx context.Context, cancel context.CancelFunc, conn *
 		}
 	}
 }
-

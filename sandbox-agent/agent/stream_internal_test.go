@@ -2,7 +2,10 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
 	"testing"
+	"time"
 )
 
 // TestAppendTextEvent checks the hand-written encoder against encoding/json.
@@ -35,5 +38,28 @@ func TestAppendTextEvent(t *testing.T) {
 				t.Fatalf("decoded %+v, want %+v (encoded %q)", back, wantBack, got)
 			}
 		})
+	}
+}
+
+func TestPendingBytes(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if n := pendingBytes(r); n != 0 {
+		t.Fatalf("empty pipe: %d", n)
+	}
+	_, _ = w.Write([]byte("hello"))
+	if n := pendingBytes(r); n != 5 {
+		t.Fatalf("pending %d, want 5", n)
+	}
+	// Deadlines must still work after the check (the pipe stays non-blocking).
+	buf := make([]byte, 16)
+	_, _ = r.Read(buf)
+	_ = r.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := r.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after deadline: %v", err)
 	}
 }

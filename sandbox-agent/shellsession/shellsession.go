@@ -29,7 +29,8 @@ var ErrClosed = errors.New("shell session closed")
 
 // Sink receives output lines of a run; stream is "stdout" or "stderr". flush is a hint
 // that no more output is immediately pending. An error stops delivery (output is still
-// drained so the shell never blocks).
+// drained so the shell never blocks). The two streams are read concurrently, so a Sink
+// must be safe for concurrent use.
 type Sink func(stream, line string, flush bool) error
 
 // Session is one persistent shell.

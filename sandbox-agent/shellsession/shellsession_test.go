@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +16,13 @@ type line struct{ Stream, Text string }
 
 func run(t *testing.T, s *Session, script, cwd string, timeout time.Duration) ([]line, Result, error) {
 	t.Helper()
-	var out []line
+	var (
+		mu  sync.Mutex
+		out []line
+	)
 	res, err := s.Run(context.Background(), script, cwd, timeout, func(stream, text string, _ bool) error {
+		mu.Lock()
+		defer mu.Unlock()
 		out = append(out, line{stream, text})
 		return nil
 	})
