@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -105,6 +106,7 @@ type Service struct {
 	cfg     Config
 	store   *store.Store
 	runtime runtimes.Runtime
+	policy  *policy.Engine
 	log     *slog.Logger
 	// agentHTTP talks to agents directly (readiness pings, late binding).
 	agentHTTP *http.Client
@@ -116,8 +118,9 @@ type Service struct {
 	wg       sync.WaitGroup
 }
 
-// New builds a Service; call Start to run its background loops.
-func New(cfg Config, st *store.Store, rt runtimes.Runtime, log *slog.Logger) *Service {
+// New builds a Service; call Start to run its background loops. pol decides access,
+// admission and egress; it must not be nil.
+func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, log *slog.Logger) *Service {
 	cfg.Defaults()
 	if log == nil {
 		log = slog.Default()
@@ -126,6 +129,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, log *slog.Logger) *Se
 		cfg:     cfg,
 		store:   st,
 		runtime: rt,
+		policy:  pol,
 		log:     log,
 		agentHTTP: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 16,
@@ -146,6 +150,9 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Store exposes the store to the HTTP layer's own needs (health).
 func (s *Service) Store() *store.Store { return s.store }
+
+// Policy exposes the policy engine (for the policy API and the CLI).
+func (s *Service) Policy() *policy.Engine { return s.policy }
 
 // Runtime exposes the runtime (for benchmarks and health).
 func (s *Service) Runtime() runtimes.Runtime { return s.runtime }

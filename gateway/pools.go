@@ -586,7 +586,11 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 		wg.Add(1)
 		go func(sb *store.Sandbox) {
 			defer wg.Done()
-			if err := s.bindClaim(ctx, sb, req.Env, entrypointChanged); err != nil {
+			err := s.bindClaim(ctx, sb, req.Env, entrypointChanged)
+			if err == nil {
+				err = s.bindClaimEgress(ctx, caller, sb, req)
+			}
+			if err != nil {
 				s.log.Warn("claimed sandbox is dead; replacing it", "id", sb.ID, "pool", p.Name, "err", err)
 				s.discard(context.WithoutCancel(ctx), sb.ID)
 				return

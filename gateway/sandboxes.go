@@ -161,6 +161,11 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if md, err := json.Marshal(metadata); err == nil && len(metadata) > 0 {
 		spec.Labels = map[string]string{labelMetadata: string(md)}
 	}
+	egress, err := s.egressSpec(ctx, caller, id, req)
+	if err != nil {
+		return nil, err
+	}
+	spec.Egress = egress
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,

@@ -51,6 +51,16 @@ type Spec struct {
 	EgressToken string
 	ExpiresAt   *time.Time
 	CreatedAt   time.Time
+	// Egress, when set, runs the egress enforcer in front of the sandbox's network.
+	Egress *EgressSpec
+}
+
+// EgressSpec is what the runtime needs to start a sandbox's egress enforcer.
+type EgressSpec struct {
+	// Policy is the effective policy JSON ({"defaultAction", "egress"}) decided by Rego.
+	Policy []byte
+	// PlatformDeny lists targets the enforcer denies whatever it is told later.
+	PlatformDeny []string
 }
 
 // State is the runtime's view of a sandbox's process.
@@ -67,13 +77,13 @@ const (
 
 // Instance is what the runtime knows about one sandbox.
 type Instance struct {
-	ID          string
-	Tenant      string
-	Pool        string
-	Image       string
-	Entrypoint  []string
-	State       State
-	ExitCode    int
+	ID         string
+	Tenant     string
+	Pool       string
+	Image      string
+	Entrypoint []string
+	State      State
+	ExitCode   int
 	// Address is the host (IP) at which the sandbox's ports are reachable from the gateway.
 	Address     string
 	AgentToken  string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/docker"
 )
@@ -56,6 +57,9 @@ type App struct {
 	PublicAddress string `json:"public_address,omitempty"`
 	// PreviewDomain is the domain of host-mode preview URLs.
 	PreviewDomain string `json:"preview_domain,omitempty"`
+	// PolicyDir is the operator's directory of Rego and data, loaded beside the embedded
+	// default policy and hot-reloaded.
+	PolicyDir string `json:"policy_dir,omitempty"`
 	// PoolWait is how long a claim from an empty pool waits for a refill (default 2s).
 	PoolWait caddy.Duration `json:"pool_wait,omitempty"`
 	// PoolFallback is "cold" (default: create from the pool's template) or "fail".
@@ -73,14 +77,16 @@ func (App) CaddyModule() caddy.ModuleInfo {
 
 // core is what outlives a config reload.
 type core struct {
-	store   *store.Store
-	runtime runtimes.Runtime
-	service *gateway.Service
+	stopPolicy context.CancelFunc
+	store      *store.Store
+	runtime    runtimes.Runtime
+	service    *gateway.Service
 }
 
 // Destruct implements caddy.Destructor: the last config that used the core is gone.
 func (c *core) Destruct() error {
 	c.service.Stop()
+	c.stopPolicy()
 	_ = c.runtime.Close()
 	return c.store.Close()
 }
@@ -103,7 +109,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	log := ctx.Slogger()
 	slogger := ctx.Slogger()
-	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary)
+	key := a.coreKey()
 	val, _, err := cores.LoadOrNew(key, func() (caddy.Destructor, error) {
 		bg := context.Background()
 		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Logger: slogger})
@@ -121,6 +127,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 			st.Close()
 			return nil, err
 		}
+		pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Logger: slogger})
+		if err != nil {
+			rt.Close()
+			st.Close()
+			return nil, fmt.Errorf("load policy: %w", err)
+		}
+		polCtx, stopPolicy := context.WithCancel(bg)
+		if a.PolicyDir != "" {
+			go pol.Watch(polCtx)
+		}
 		svc := gateway.New(gateway.Config{
 			MinTimeout:      time.Duration(a.MinTimeout),
 			MaxTimeout:      time.Duration(a.MaxTimeout),
@@ -132,10 +148,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 			PoolWait:        time.Duration(a.PoolWait),
 			PoolFallback:    a.PoolFallback,
 			PoolConcurrency: a.PoolConcurrency,
-		}, st, rt, slogger)
+		}, st, rt, pol, slogger)
 		svc.Start(bg)
 		log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
-		return &core{store: st, runtime: rt, service: svc}, nil
+		return &core{store: st, runtime: rt, service: svc, stopPolicy: stopPolicy}, nil
 	})
 	if err != nil {
 		return err
@@ -147,6 +163,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// coreKey identifies the settings a core is built from; a reload that keeps them keeps the core.
+func (a *App) coreKey() string {
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir)
+}
+
 // Start implements caddy.App.
 func (a *App) Start() error { return nil }
 
@@ -155,8 +176,7 @@ func (a *App) Stop() error { return nil }
 
 // Cleanup implements caddy.CleanerUpper: releases this config's hold on the core.
 func (a *App) Cleanup() error {
-	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary)
-	_, err := cores.Delete(key)
+	_, err := cores.Delete(a.coreKey())
 	return err
 }
 

@@ -40,6 +40,7 @@ func init() {
 //		sync_interval    <duration>
 //		public_address   <host[:port]>
 //		preview_domain   <domain>
+//		policy_dir       <dir>
 //		pool_wait        <duration>
 //		pool_fallback    cold|fail
 //		pool_concurrency <n>
@@ -62,7 +63,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"api_key": &app.APIKey, "redis_url": &app.RedisURL, "redis_prefix": &app.RedisPrefix,
 			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
 			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
-			"pool_fallback": &app.PoolFallback,
+			"pool_fallback": &app.PoolFallback, "policy_dir": &app.PolicyDir,
 		}
 		durations := map[string]*caddy.Duration{
 			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "ready_timeout": &app.ReadyTimeout,

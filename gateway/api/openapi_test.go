@@ -13,7 +13,7 @@ import (
 // the document names a route the handler does not serve.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	var doc struct {
-		OpenAPI string                            `json:"openapi"`
+		OpenAPI string                                `json:"openapi"`
 		Paths   map[string]map[string]json.RawMessage `json:"paths"`
 	}
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {

@@ -25,11 +25,11 @@ type sandboxProxy struct {
 }
 
 type proxyTarget struct {
-	host     string
-	path     string
-	rawPath  string
-	port     int
-	sandbox  *store.Sandbox
+	host    string
+	path    string
+	rawPath string
+	port    int
+	sandbox *store.Sandbox
 }
 
 type targetKey struct{}
@@ -106,6 +106,9 @@ func (p *sandboxProxy) serve(w http.ResponseWriter, r *http.Request, _ gateway.C
 	}
 	if sb.State != gateway.StateRunning || sb.Address == "" {
 		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
+		return
+	}
+	if h := p.h; h.interceptEgress(w, r, sb, port) {
 		return
 	}
 	path, raw := upstreamPath(r, id, r.PathValue("port"))

@@ -34,10 +34,14 @@ type Capacity struct {
 // PoolKey identifies a pool across tenants.
 func PoolKey(tenant, name string) string { return tenant + "/" + name }
 
-func (s *Store) poolsKey() string                     { return s.Key("pools") }
-func (s *Store) readyKey(tenant, name string) string  { return s.Key("pool", PoolKey(tenant, name), "ready") }
-func (s *Store) allocKey(tenant, name string) string  { return s.Key("pool", PoolKey(tenant, name), "allocated") }
-func (s *Store) warmSetKey() string                   { return s.Key("warm") }
+func (s *Store) poolsKey() string { return s.Key("pools") }
+func (s *Store) readyKey(tenant, name string) string {
+	return s.Key("pool", PoolKey(tenant, name), "ready")
+}
+func (s *Store) allocKey(tenant, name string) string {
+	return s.Key("pool", PoolKey(tenant, name), "allocated")
+}
+func (s *Store) warmSetKey() string { return s.Key("warm") }
 
 // PutPool creates (create=true, ErrConflict when it exists) or replaces a pool.
 func (s *Store) PutPool(ctx context.Context, p *Pool, create bool) error {
@@ -240,4 +244,3 @@ func (s *Store) AllocatedMembers(ctx context.Context, tenant, name string) ([]st
 	ids, err := s.rdb.SMembers(ctx, s.allocKey(tenant, name)).Result()
 	return ids, wrap(err)
 }
-

@@ -77,7 +77,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 `)
 
-func (s *Store) sandboxKey(id string) string     { return s.Key("sandbox", id) }
+func (s *Store) sandboxKey(id string) string      { return s.Key("sandbox", id) }
 func (s *Store) tenantIndex(tenant string) string { return s.Key("tenant", tenant, "sandboxes") }
 func (s *Store) allIndex() string                 { return s.Key("sandboxes") }
 func (s *Store) expiryKey() string                { return s.Key("expiry") }

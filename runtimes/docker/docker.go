@@ -358,7 +358,7 @@ func fillFromLabels(inst *runtimes.Instance, labels map[string]string) {
 // are empty (Inspect one sandbox for them).
 func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
+		All: true,
 		// One runtime owns one network: gateways on other networks (other deployments,
 		// test runs) never see, adopt or remove each other's sandboxes.
 		Filters: make(client.Filters).Add("label", runtimes.LabelID).Add("network", r.opts.Network),
@@ -451,6 +451,5 @@ func (r *Runtime) Logs(ctx context.Context, id string, lines int) (string, error
 	}
 	return strings.TrimSpace(out.String()), nil
 }
-
 
 var _ runtimes.Runtime = (*Runtime)(nil)

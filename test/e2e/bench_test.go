@@ -131,7 +131,7 @@ func directAgent(b testing.TB, id string) *agent {
 		b.Fatal(err)
 	}
 	var info []struct {
-		Config struct{ Env []string }
+		Config          struct{ Env []string }
 		NetworkSettings struct {
 			Networks map[string]struct{ IPAddress string }
 		}

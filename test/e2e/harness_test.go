@@ -25,9 +25,9 @@ import (
 )
 
 var (
-	binDir     string // holds sandgate and sandbox-agent
-	baseImage  string
-	repoRoot   string
+	binDir    string // holds sandgate and sandbox-agent
+	baseImage string
+	repoRoot  string
 )
 
 func TestMain(m *testing.M) {
@@ -59,7 +59,10 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		for _, b := range []struct{ out, pkg string; static bool }{
+		for _, b := range []struct {
+			out, pkg string
+			static   bool
+		}{
 			{"sandgate", "./caddy", false}, {"sandbox-agent", "./sandbox-agent", true},
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)

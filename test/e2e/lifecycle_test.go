@@ -18,7 +18,7 @@ import (
 )
 
 // The spine suite runs twice: against a real redis-server and with the embedded store.
-func TestLifecycleWithRedis(t *testing.T)    { lifecycleSuite(t, startRedis(t)) }
+func TestLifecycleWithRedis(t *testing.T)     { lifecycleSuite(t, startRedis(t)) }
 func TestLifecycleEmbeddedStore(t *testing.T) { lifecycleSuite(t, nil) }
 
 func lifecycleSuite(t *testing.T, redis *redisServer) {

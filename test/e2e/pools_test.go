@@ -234,8 +234,8 @@ func TestPoolBatchOfFifty(t *testing.T) {
 	var b struct {
 		ID      string `json:"id"`
 		Members []struct {
-			ID     string `json:"id"`
-			Source string `json:"source"`
+			ID     string                 `json:"id"`
+			Source string                 `json:"source"`
 			Status struct{ State string } `json:"status"`
 		} `json:"members"`
 	}
