@@ -472,7 +472,9 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "expected a multipart/form-data body: "+err.Error())
 		return
 	}
-	var pending *uploadMeta
+	// Metadata parts queue up and each file part takes the oldest: this accepts the
+	// usual (metadata, file) pairs and also all metadata parts before all files.
+	var pending []uploadMeta
 	uploaded := 0
 	buf := make([]byte, 1<<20)
 	for {
@@ -495,20 +497,25 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusBadRequest, CodeInvalidRequest, "metadata part has no path")
 				return
 			}
-			pending = &meta
+			pending = append(pending, meta)
 		case "file":
-			if pending == nil {
+			if len(pending) == 0 {
 				writeError(w, http.StatusBadRequest, CodeInvalidRequest, "file part without a preceding metadata part")
 				return
 			}
-			if err := writeUpload(*pending, part, buf); err != nil {
+			meta := pending[0]
+			pending = pending[1:]
+			if err := writeUpload(meta, part, buf); err != nil {
 				writeFSError(w, err)
 				return
 			}
-			pending = nil
 			uploaded++
 		}
 		part.Close()
+	}
+	if len(pending) > 0 {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("%d metadata part(s) without a file part", len(pending)))
+		return
 	}
 	if uploaded == 0 {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "no file part in upload")

@@ -296,6 +296,27 @@ func TestFilesUploadDownload(t *testing.T) {
 	if fi, err := os.Stat(p2); err != nil || fi.Mode().Perm() != 0o644 || fi.Size() != 10 {
 		t.Fatalf("uploaded file: %v %v", fi, err)
 	}
+	t.Run("all metadata before all files", func(t *testing.T) {
+		a := a.with(t)
+		p3, p4 := filepath.Join(dir, "batch", "one"), filepath.Join(dir, "batch", "two")
+		status, body := upload(t, a, []uploadPart{
+			{map[string]any{"path": p3}, nil},
+			{map[string]any{"path": p4, "mode": 600}, nil},
+			{nil, strings.NewReader("first")},
+			{nil, strings.NewReader("second")},
+		})
+		if status != 200 {
+			t.Fatalf("upload: %d %s", status, body)
+		}
+		for p, want := range map[string]string{p3: "first", p4: "second"} {
+			if b, err := os.ReadFile(p); err != nil || string(b) != want {
+				t.Fatalf("%s: %q %v", p, b, err)
+			}
+		}
+		if fi, _ := os.Stat(p4); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("mode %v", fi.Mode())
+		}
+	})
 	t.Run("upload errors", func(t *testing.T) {
 		a := a.with(t)
 		tests := []struct {
@@ -306,6 +327,7 @@ func TestFilesUploadDownload(t *testing.T) {
 			{"file without metadata", []uploadPart{{nil, strings.NewReader("x")}}, 400},
 			{"metadata without path", []uploadPart{{map[string]any{"mode": 644}, strings.NewReader("x")}}, 400},
 			{"no file", []uploadPart{{map[string]any{"path": p2}, nil}}, 400},
+			{"metadata left over", []uploadPart{{map[string]any{"path": filepath.Join(dir, "left")}, strings.NewReader("x")}, {map[string]any{"path": filepath.Join(dir, "over")}, nil}}, 400},
 			{"bad mode", []uploadPart{{map[string]any{"path": p2, "mode": 8}, strings.NewReader("x")}}, 400},
 			{"forbidden place", []uploadPart{{map[string]any{"path": "/sys/kernel/sandgate-test"}, strings.NewReader("x")}}, 403},
 			{"onto a directory", []uploadPart{{map[string]any{"path": dir}, strings.NewReader("x")}}, 400},

@@ -28,9 +28,16 @@ type Kernel struct {
 
 	execMu  sync.Mutex // one execution at a time, like a notebook
 	mu      sync.Mutex
-	pending map[string]chan message
+	pending map[string]*pendingReply
 	closed  chan struct{}
 	err     error
+}
+
+// pendingReply routes the messages answering one request. gone is closed when the
+// requester stops listening, so that the read loop never blocks on an abandoned channel.
+type pendingReply struct {
+	ch   chan message
+	gone chan struct{}
 }
 
 type header struct {
@@ -66,7 +73,7 @@ func (s *Server) StartKernel(ctx context.Context, name, cwd string) (*Kernel, er
 	if err := s.do(ctx, http.MethodPost, "/api/kernels", body, &resp); err != nil {
 		return nil, err
 	}
-	k := &Kernel{ID: resp.ID, Name: name, server: s, session: uuid.NewString(), pending: map[string]chan message{}, closed: make(chan struct{})}
+	k := &Kernel{ID: resp.ID, Name: name, server: s, session: uuid.NewString(), pending: map[string]*pendingReply{}, closed: make(chan struct{})}
 	wsURL := "ws" + strings.TrimPrefix(s.base, "http") + "/api/kernels/" + k.ID + "/channels?session_id=" + k.session
 	conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"token " + s.token}},
@@ -93,8 +100,8 @@ func (s *Server) StartKernel(ctx context.Context, name, cwd string) (*Kernel, er
 func (k *Kernel) readLoop() {
 	defer func() {
 		k.mu.Lock()
-		for id, ch := range k.pending {
-			close(ch)
+		for id, p := range k.pending {
+			close(p.ch)
 			delete(k.pending, id)
 		}
 		k.mu.Unlock()
@@ -113,10 +120,15 @@ func (k *Kernel) readLoop() {
 			continue
 		}
 		k.mu.Lock()
-		ch := k.pending[m.ParentHeader.MsgID]
+		p := k.pending[m.ParentHeader.MsgID]
 		k.mu.Unlock()
-		if ch != nil {
-			ch <- m
+		if p != nil {
+			// Blocking here is the backpressure of a slow client; an abandoned
+			// request releases it.
+			select {
+			case p.ch <- m:
+			case <-p.gone:
+			}
 		}
 	}
 }
@@ -131,7 +143,7 @@ func (k *Kernel) send(ctx context.Context, channel, msgType string, content any)
 		return "", nil, ErrKernelDied
 	default:
 	}
-	k.pending[id] = ch
+	k.pending[id] = &pendingReply{ch: ch, gone: make(chan struct{})}
 	k.mu.Unlock()
 	m := map[string]any{
 		"header": header{MsgID: id, MsgType: msgType, Session: k.session, Username: "sandgate",
@@ -152,7 +164,10 @@ func (k *Kernel) send(ctx context.Context, channel, msgType string, content any)
 
 func (k *Kernel) forget(id string) {
 	k.mu.Lock()
-	delete(k.pending, id)
+	if p := k.pending[id]; p != nil {
+		close(p.gone)
+		delete(k.pending, id)
+	}
 	k.mu.Unlock()
 }
 
