@@ -22,7 +22,7 @@ func BenchmarkDecideTTL(b *testing.B) {
 		b.Run(bc.example, func(b *testing.B) {
 			h := newHost(b, plugins.HostOptions{})
 			if err := h.Load(context.Background(), plugins.Plugin{Tenant: "acme", Name: "p", Module: wasm(b, bc.example),
-				Config: plugins.Config{Hooks: []string{plugins.HookDecideTTL}, Settings: json.RawMessage(bc.settings)}}); err != nil {
+				Config: plugins.Config{Hooks: []string{plugins.HookDecideTTL}, Settings: json.RawMessage(bc.settings), Limits: benchLimits}}); err != nil {
 				b.Fatal(err)
 			}
 			now := time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC)
@@ -57,7 +57,7 @@ func BenchmarkOnEvent(b *testing.B) {
 			// One host per benchmark round, with a queue that holds them all.
 			h := newHost(b, plugins.HostOptions{QueueSize: b.N + 1, Audit: func(string, []byte) {}})
 			if err := h.Load(context.Background(), plugins.Plugin{Tenant: "acme", Name: "p", Module: wasm(b, example),
-				Config: plugins.Config{Hooks: []string{plugins.HookOnEvent}}}); err != nil {
+				Config: plugins.Config{Hooks: []string{plugins.HookOnEvent}, Limits: benchLimits}}); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
@@ -109,3 +109,7 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+// benchLimits gives benchmark calls a deadline far above their cost, so
+// that a busy machine slows a benchmark down instead of failing it.
+var benchLimits = plugins.Limits{TimeoutMs: 5000}

@@ -59,7 +59,7 @@ func instantiate(ctx context.Context, c *compiled, o *slot, settings []byte) (*i
 		WithStderr(inst.stderr)
 	mod, err := c.engine.rt.InstantiateModule(ctx, c.mod, cfg)
 	if err != nil {
-		return nil, inst.failure(ctx, CodeInitFailed, err, "instantiate module")
+		return nil, initFailure(inst.failure(ctx, CodeInitFailed, err, "instantiate module"))
 	}
 	inst.mod = mod
 	inst.alloc = mod.ExportedFunction(exportAlloc)
@@ -70,7 +70,7 @@ func instantiate(ctx context.Context, c *compiled, o *slot, settings []byte) (*i
 	version := mod.ExportedFunction(exportABIVersion)
 	if err := safeCall(ctx, version, inst.stack[:]); err != nil {
 		inst.close(ctx)
-		return nil, inst.failure(ctx, CodeInitFailed, err, "call %s", exportABIVersion)
+		return nil, initFailure(inst.failure(ctx, CodeInitFailed, err, "call %s", exportABIVersion))
 	}
 	if got := int32(uint32(inst.stack[0])); got != abiVersion {
 		inst.close(ctx)
@@ -81,12 +81,12 @@ func instantiate(ctx context.Context, c *compiled, o *slot, settings []byte) (*i
 		inst.logs, inst.audits, inst.lastComplaint = 0, 0, ""
 		if err := inst.write(ctx, settings); err != nil {
 			inst.close(ctx)
-			return nil, inst.failure(ctx, CodeInitFailed, err, "pass settings")
+			return nil, initFailure(inst.failure(ctx, CodeInitFailed, err, "pass settings"))
 		}
 		inst.stack[0], inst.stack[1] = uint64(inst.inPtr), uint64(len(settings))
 		if err := safeCall(ctx, configure, inst.stack[:]); err != nil {
 			inst.close(ctx)
-			return nil, inst.failure(ctx, CodeInitFailed, err, "call %s", exportConfigure)
+			return nil, initFailure(inst.failure(ctx, CodeInitFailed, err, "call %s", exportConfigure))
 		}
 		if rc := int32(uint32(inst.stack[0])); rc != 0 {
 			inst.close(ctx)
@@ -98,6 +98,17 @@ func instantiate(ctx context.Context, c *compiled, o *slot, settings []byte) (*i
 		}
 	}
 	return inst, nil
+}
+
+// initFailure reports any failure while starting an instance as
+// CodeInitFailed, keeping the message that says why (deadline, memory,
+// trap): to the uploader, the module did not start.
+func initFailure(err error) error {
+	var pe *Error
+	if errors.As(err, &pe) && pe.Code != CodeInitFailed {
+		return &Error{Code: CodeInitFailed, Message: pe.Message, Err: pe.Err}
+	}
+	return err
 }
 
 // call runs hook fn with input and returns its packed result (0 for hooks

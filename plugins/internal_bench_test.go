@@ -62,7 +62,7 @@ func BenchmarkCallOnEvent(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer h.Close(ctx)
-			if err := h.Load(ctx, Plugin{Tenant: "acme", Name: "p", Module: module, Config: Config{Hooks: []string{HookOnEvent}}}); err != nil {
+			if err := h.Load(ctx, Plugin{Tenant: "acme", Name: "p", Module: module, Config: Config{Hooks: []string{HookOnEvent}, Limits: Limits{TimeoutMs: 5000}}}); err != nil {
 				b.Fatal(err)
 			}
 			h.mu.Lock()

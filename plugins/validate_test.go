@@ -55,6 +55,8 @@ func TestValidate(t *testing.T) {
 			wantCode: plugins.CodeInvalidConfig, wantMsg: "timeoutMs"},
 		{name: "memory too small for the Go runtime", module: wasm(t, "noop"), cfg: plugins.Config{Hooks: both, Limits: plugins.Limits{MemoryMiB: 1}},
 			wantCode: plugins.CodeInvalidModule, wantMsg: "limit"},
+		{name: "start function that never returns", module: wasm(t, "bad-init-loop"), cfg: plugins.Config{Hooks: []string{plugins.HookOnEvent}},
+			wantCode: plugins.CodeInitFailed, wantMsg: "deadline exceeded"},
 		{name: "settings refused by the plugin", module: wasm(t, "ttl-on-activity"), cfg: plugins.Config{Hooks: []string{plugins.HookDecideTTL}, Settings: json.RawMessage(`{"extendMinutes":-3}`)},
 			wantCode: plugins.CodeInitFailed, wantMsg: "extendMinutes must be positive"},
 	}
