@@ -31,6 +31,11 @@ type HostOptions struct {
 	// QueueSize bounds the events waiting for each on_event plugin; more are
 	// dropped and counted. Default 1024.
 	QueueSize int
+	// IdleTimeout, when positive, closes instances that have not been used
+	// for that long, to give their memory back (a Go-built instance holds
+	// a few MiB); the plugin stays loaded and its next call starts a new
+	// instance, which costs milliseconds. Zero keeps instances forever.
+	IdleTimeout time.Duration
 	// Logger receives the plugins' log lines and the host's own warnings.
 	// Default: discard.
 	Logger *slog.Logger
@@ -73,6 +78,9 @@ type Host struct {
 	// (retiring versions, replenishing pools); Close waits for them before
 	// closing the runtimes under them.
 	background sync.WaitGroup
+
+	stopJanitor chan struct{}
+	janitorDone chan struct{}
 }
 
 type slotKey struct{ tenant, name string }
@@ -123,6 +131,8 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	}
 	h.ctx, h.abort = context.WithCancel(context.WithoutCancel(ctx))
 	h.routes.Store(&routes{})
+	h.stopJanitor, h.janitorDone = make(chan struct{}), make(chan struct{})
+	go h.janitor()
 	return h, nil
 }
 
@@ -284,6 +294,7 @@ func (h *Host) Stats(tenant, name string) (Stats, error) {
 	var st Stats
 	if v := s.current.Load(); v != nil {
 		st.Info = v.info
+		st.Instances = v.pool.size()
 	}
 	s.counters.snapshot(&st)
 	st.Queued = len(s.queue)
@@ -299,6 +310,7 @@ func (h *Host) Close(ctx context.Context) error {
 		return nil
 	}
 	h.closed = true
+	close(h.stopJanitor)
 	slots := make([]*slot, 0, len(h.slots))
 	for _, s := range h.slots {
 		slots = append(slots, s)
@@ -320,6 +332,7 @@ func (h *Host) Close(ctx context.Context) error {
 			<-s.done
 		}
 	}
+	<-h.janitorDone
 	// Workers retire their versions once drained; wait for those
 	// retirements (they wait for calls in flight) and for background
 	// instantiations, then cancel whatever still runs.
@@ -345,6 +358,37 @@ func (h *Host) Close(ctx context.Context) error {
 		err = errors.Join(err, e.rt.Close(bg))
 	}
 	return errors.Join(err, h.cache.Close(bg))
+}
+
+// janitor closes idle instances when HostOptions.IdleTimeout is set.
+func (h *Host) janitor() {
+	defer close(h.janitorDone)
+	if h.opts.IdleTimeout <= 0 {
+		<-h.stopJanitor
+		return
+	}
+	tick := time.NewTicker(max(h.opts.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stopJanitor:
+			return
+		case <-tick.C:
+		}
+		h.mu.Lock()
+		slots := make([]*slot, 0, len(h.slots))
+		for _, s := range h.slots {
+			slots = append(slots, s)
+		}
+		h.mu.Unlock()
+		cutoff := time.Now().Add(-h.opts.IdleTimeout)
+		for _, s := range slots {
+			if v := s.acquire(); v != nil {
+				v.pool.trim(h.ctx, cutoff)
+				v.release()
+			}
+		}
+	}
 }
 
 // rebuildRoutes publishes a new routing index; h.mu must be held.

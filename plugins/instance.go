@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -38,6 +39,9 @@ type instance struct {
 	inPtr, inCap uint32
 
 	stderr *tailWriter
+
+	// lastUsed is when the instance last went back to its pool.
+	lastUsed time.Time
 
 	// Per-call counters and the last warning the plugin logged, which is
 	// quoted in errors so owners see the plugin's own explanation.

@@ -1,6 +1,9 @@
 package plugins
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // pool holds up to size instances of one plugin version. tokens counts live
 // instances (idle or in use), so the pool never holds more than size.
@@ -51,7 +54,30 @@ func (p *pool) tryReserve() bool {
 func (p *pool) unreserve() { <-p.tokens }
 
 // put returns a healthy instance for reuse.
-func (p *pool) put(inst *instance) { p.idle <- inst }
+func (p *pool) put(inst *instance) {
+	inst.lastUsed = time.Now()
+	p.idle <- inst
+}
+
+// trim closes the idle instances last used before cutoff. An instance in
+// use is not idle, so it is never touched.
+func (p *pool) trim(ctx context.Context, cutoff time.Time) {
+	for range len(p.idle) {
+		select {
+		case inst := <-p.idle:
+			if inst.lastUsed.Before(cutoff) {
+				p.discard(ctx, inst)
+			} else {
+				p.idle <- inst
+			}
+		default:
+			return
+		}
+	}
+}
+
+// size is the number of live instances, idle or in use.
+func (p *pool) size() int { return len(p.tokens) }
 
 // discard closes a failed instance and frees its place.
 func (p *pool) discard(ctx context.Context, inst *instance) {

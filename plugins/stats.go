@@ -25,6 +25,8 @@ type Stats struct {
 	AuditRejected uint64 `json:"auditRejected"`
 	// Queued is the number of events waiting for delivery.
 	Queued int `json:"queued"`
+	// Instances is the number of live instances of the current version.
+	Instances int `json:"instances"`
 	// P50 and P99 are call durations over the last calls (up to 1024),
 	// including the wait for a free instance.
 	P50 time.Duration `json:"p50Ns"`

@@ -230,3 +230,32 @@ func TestConcurrentDecideTTL(t *testing.T) {
 		t.Errorf("stats: %+v", st)
 	}
 }
+
+// TestIdleInstancesClosed checks that HostOptions.IdleTimeout gives idle
+// instances back and that the next call starts a new one.
+func TestIdleInstancesClosed(t *testing.T) {
+	h := newHost(t, plugins.HostOptions{IdleTimeout: 100 * time.Millisecond})
+	loadTTL(t, h, "acme", "ttl-on-activity", `{}`)
+	instances := func() int {
+		st, err := h.Stats("acme", "ttl-on-activity")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Instances
+	}
+	if n := instances(); n != 1 {
+		t.Fatalf("%d instances after Load, want 1", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); instances() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle instance still alive after 5s")
+		}
+	}
+	now := at("2026-01-05T10:00:00Z")
+	if _, changed, err := h.DecideTTL(context.Background(), "acme", plugins.TTLInput{Reason: plugins.ReasonActivity, Now: now, CurrentExpiresAt: now}); err != nil || !changed {
+		t.Fatalf("DecideTTL after trim: changed=%v err=%v", changed, err)
+	}
+	if n := instances(); n != 1 {
+		t.Errorf("%d instances after a call, want 1", n)
+	}
+}

@@ -30,7 +30,7 @@ func misbehave(in []byte) {
 		}
 	case bytes.Contains(in, []byte(`"sandboxId":"oom"`)):
 		for {
-			hoard = append(hoard, make([]byte, 1<<20))
+			hoard = append(hoard, make([]byte, 4<<20))
 		}
 	case bytes.Contains(in, []byte(`"sandboxId":"trap"`)):
 		panic("bad-misbehave: trap requested")
