@@ -56,6 +56,11 @@ type Config struct {
 	BatchConcurrency int
 	// MaxBatchSize caps a batch's count.
 	MaxBatchSize int
+	// RenewCooldown is the least time between two renewals-on-access of one sandbox.
+	RenewCooldown time.Duration
+	// CreateConcurrency bounds cold creates running at once on this gateway; more wait
+	// their turn instead of thrashing the engine.
+	CreateConcurrency int
 }
 
 // Defaults fills zero fields of c.
@@ -99,6 +104,12 @@ func (c *Config) Defaults() {
 	if c.MaxBatchSize == 0 {
 		c.MaxBatchSize = 1000
 	}
+	if c.RenewCooldown == 0 {
+		c.RenewCooldown = time.Minute
+	}
+	if c.CreateConcurrency == 0 {
+		c.CreateConcurrency = 8
+	}
 }
 
 // Service is the sandbox lifecycle. It is safe for concurrent use.
@@ -112,6 +123,12 @@ type Service struct {
 	agentHTTP *http.Client
 	owner     string
 	pools     poolState
+	// creates bounds concurrent cold creates (CreateConcurrency).
+	creates chan struct{}
+	routes  *routeCache
+	preview previewState
+	// ttlDecider, when set, takes renew-on-access decisions over (plugins).
+	ttlDecider TTLDecider
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -135,8 +152,11 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     30 * time.Second,
 		}},
-		owner: randomToken(8),
-		stop:  make(chan struct{}),
+		owner:   randomToken(8),
+		stop:    make(chan struct{}),
+		creates: make(chan struct{}, cfg.CreateConcurrency),
+		routes:  newRouteCache(),
+		preview: newPreviewState(),
 		pools: poolState{
 			starting: map[string]int{},
 			kick:     make(chan struct{}, 1),
@@ -169,6 +189,8 @@ func (s *Service) Start(ctx context.Context) {
 		}
 	})
 	s.runPoolManager()
+	s.watchChanges()
+	s.runAccessLog()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,6 +94,9 @@ type CreateResponse struct {
 type Endpoint struct {
 	Endpoint string            `json:"endpoint"`
 	Headers  map[string]string `json:"headers,omitempty"`
+	// URL is a signed browser link (only when expires was asked for).
+	URL       string     `json:"url,omitempty"`
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 }
 
 // Caller is who makes a request, as authenticated by the HTTP layer.
@@ -101,6 +106,8 @@ type Caller struct {
 	Admin bool
 	// KeyID names the credential for audit ("admin" for the configured key).
 	KeyID string
+	// KeyRole is the key's role within its tenant (tenant-admin, member, viewer).
+	KeyRole string
 }
 
 // View turns a record into its API form.
@@ -171,6 +178,12 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
 		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
+	}
+	select {
+	case s.creates <- struct{}{}:
+		defer func() { <-s.creates }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	// The record comes first, so that no other gateway adopts the container as an orphan.
 	if err := s.store.CreateSandbox(ctx, rec); err != nil {
@@ -283,6 +296,19 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 			}
 		default:
 			return spec, invalid("resourceLimits: unknown resource %q (known: cpu, memory, gpu)", k)
+		}
+	}
+	for k, v := range req.Extensions {
+		switch k {
+		case ExtensionRenewExtend:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 300 || n > 86400 {
+				return spec, invalid("extensions[%q] = %q: want whole seconds from 300 to 86400", k, v)
+			}
+		case ExtensionPublic:
+			if v != "true" && v != "false" {
+				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)
+			}
 		}
 	}
 	if len(req.Volumes) > 0 && string(req.Volumes) != "null" && string(req.Volumes) != "[]" {
@@ -487,6 +513,7 @@ func (s *Service) Delete(ctx context.Context, caller Caller, id string) error {
 	if err := s.runtime.Delete(ctx, id); err != nil {
 		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
 	}
+	s.routes.drop(id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
@@ -611,9 +638,24 @@ func AccessHeaderFor(port int) string {
 	return HeaderAccessToken
 }
 
+// LinkQueryParam carries a signed link's token in a URL.
+const LinkQueryParam = "sandgate_token"
+
+// EndpointQuery are the options of an endpoint request.
+type EndpointQuery struct {
+	// RequestHost is the Host the caller used, the fallback for PublicAddress.
+	RequestHost string
+	// Scheme is how the caller reached the gateway ("http" or "https").
+	Scheme string
+	// Expires, when set, asks for a signed browser link valid until then.
+	Expires *time.Time
+}
+
 // GetEndpoint returns the gateway route to port of a sandbox and the headers to send.
-// requestHost is the Host the caller used, the fallback for PublicAddress.
-func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, port int, requestHost string) (*Endpoint, error) {
+// Agent and egress ports always use path mode, so that SDKs need no wildcard DNS; other
+// ports use host mode when a preview domain is configured. With Expires, URL carries a
+// signed link a browser can open without any header.
+func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, port int, q EndpointQuery) (*Endpoint, error) {
 	if port < 1 || port > 65535 {
 		return nil, invalid("port %d: must be 1-65535", port)
 	}
@@ -623,12 +665,37 @@ func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, por
 	}
 	host := s.cfg.PublicAddress
 	if host == "" {
-		host = requestHost
+		host = q.RequestHost
 	}
-	return &Endpoint{
-		Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, sb.ID, port),
-		Headers:  map[string]string{AccessHeaderFor(port): sb.AccessToken},
-	}, nil
+	ep := &Endpoint{Headers: map[string]string{AccessHeaderFor(port): sb.AccessToken}}
+	if s.cfg.PreviewDomain != "" && port != runtimes.AgentPort && port != runtimes.EgressPort {
+		ep.Endpoint = fmt.Sprintf("%s-%d.%s", sb.ID, port, s.cfg.PreviewDomain)
+		if _, p, err := net.SplitHostPort(host); err == nil {
+			ep.Endpoint += ":" + p
+		}
+	} else {
+		ep.Endpoint = fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, sb.ID, port)
+	}
+	if q.Expires != nil {
+		if !q.Expires.After(time.Now()) {
+			return nil, invalid("expires %d is not in the future", q.Expires.Unix())
+		}
+		if q.Expires.Sub(time.Now()) > s.cfg.MaxTimeout {
+			return nil, invalid("expires %d is more than %s away", q.Expires.Unix(), s.cfg.MaxTimeout)
+		}
+		tok, err := s.SignLink(ctx, sb.ID, port, *q.Expires)
+		if err != nil {
+			return nil, err
+		}
+		scheme := q.Scheme
+		if scheme == "" {
+			scheme = "http"
+		}
+		exp := q.Expires.UTC()
+		ep.URL = fmt.Sprintf("%s://%s/?%s=%s", scheme, ep.Endpoint, LinkQueryParam, tok)
+		ep.ExpiresAt = &exp
+	}
+	return ep, nil
 }
 
 func (s *Service) emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any) {

@@ -1,11 +1,13 @@
 package modules
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/sandgate/sandgate/gateway/api"
 )
@@ -15,10 +17,21 @@ func init() {
 }
 
 // Handler mounts the gateway API (lifecycle, endpoints, sandbox proxy) in a Caddy route.
-// It answers every request it sees; put it last in its route.
+// It answers every request it sees; put it last in its route. Requests for a sandbox's
+// ports are authorized by the gateway and then forwarded by Caddy's own reverse_proxy,
+// whose upstream is the `sandgate` source (see Upstreams).
 type Handler struct {
-	api http.Handler
+	api   http.Handler
+	proxy *reverseproxy.Handler
 }
+
+// reverseProxyConfig streams in both directions (SSE and command output are flushed at
+// once) and keeps many idle connections to sandboxes.
+const reverseProxyConfig = `{
+	"dynamic_upstreams": {"source": "sandgate"},
+	"flush_interval": -1,
+	"transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": 64}, "dial_timeout": "5s"}
+}`
 
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
@@ -32,7 +45,28 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("load sandgate app: %w", err)
 	}
 	app := appIface.(*App)
-	h.api = api.New(app.core.service, api.Options{APIKey: app.APIKey, Logger: ctx.Slogger()})
+	rp, err := ctx.LoadModuleByID("http.handlers.reverse_proxy", json.RawMessage(reverseProxyConfig))
+	if err != nil {
+		return fmt.Errorf("load reverse_proxy for sandboxes: %w", err)
+	}
+	h.proxy = rp.(*reverseproxy.Handler)
+	h.api = api.New(app.core.service, api.Options{APIKey: app.APIKey, Logger: ctx.Slogger(), Forward: h.forward})
+	return nil
+}
+
+// forward hands an authorized, rewritten request to Caddy's reverse_proxy.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, upstream string) {
+	err := h.proxy.ServeHTTP(w, withUpstream(r, upstream), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+	if err != nil {
+		api.WriteUpstreamError(w, r, err)
+	}
+}
+
+// Cleanup implements caddy.CleanerUpper.
+func (h *Handler) Cleanup() error {
+	if h.proxy != nil {
+		return h.proxy.Cleanup()
+	}
 	return nil
 }
 
@@ -45,5 +79,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

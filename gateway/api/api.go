@@ -20,6 +20,8 @@ type Options struct {
 	// APIKey is the platform admin key (tenant "default").
 	APIKey string
 	Logger *slog.Logger
+	// Forward proxies requests into sandboxes; nil uses NewForward.
+	Forward Forward
 }
 
 // Handler serves the whole gateway API.
@@ -27,8 +29,8 @@ type Handler struct {
 	svc   *gateway.Service
 	opts  Options
 	log   *slog.Logger
-	mux   *http.ServeMux
-	proxy *sandboxProxy
+	mux     *http.ServeMux
+	forward Forward
 }
 
 // route is one registered endpoint; the table is also what the OpenAPI test checks.
@@ -46,7 +48,10 @@ func New(svc *gateway.Service, opts Options) *Handler {
 		opts.Logger = slog.Default()
 	}
 	h := &Handler{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
-	h.proxy = newSandboxProxy(h)
+	h.forward = opts.Forward
+	if h.forward == nil {
+		h.forward = NewForward(h.upstreamError)
+	}
 	fallbacks := map[string]bool{}
 	for _, rt := range h.routes() {
 		h.register(rt, fallbacks)
@@ -78,8 +83,8 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/batches", handler: h.createBatch},
 		{method: "GET", path: "/batches/{id}", handler: h.getBatch},
 		{method: "DELETE", path: "/batches/{id}", handler: h.deleteBatch},
-		{method: "", path: "/sandboxes/{id}/proxy/{port}", handler: h.proxy.serve, own: true},
-		{method: "", path: "/sandboxes/{id}/proxy/{port}/{path...}", handler: h.proxy.serve, own: true},
+		{method: "", path: "/sandboxes/{id}/proxy/{port}", handler: h.serveProxyPath, own: true},
+		{method: "", path: "/sandboxes/{id}/proxy/{port}/{path...}", handler: h.serveProxyPath, own: true},
 	}
 }
 
@@ -132,6 +137,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, gateway.Errorf(http.StatusInternalServerError, gateway.CodeInternal, "internal error (request %s)", id))
 		}
 	}()
+	if id, port, ok := h.previewHost(r.Host); ok {
+		h.proxy(w, r, id, port, "/", r.URL.EscapedPath())
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

@@ -1,175 +1,297 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
-// sandboxProxy forwards /sandboxes/{id}/proxy/{port}/… to that port of the sandbox, at
-// the address the runtime reported and nowhere else. It streams both ways (SSE and
-// chunked bodies are flushed as they come) and carries WebSocket upgrades.
-type sandboxProxy struct {
-	h  *Handler
-	rp *httputil.ReverseProxy
-}
+// Forward sends a request, already rewritten for the sandbox (path, headers), to
+// upstream ("ip:port", always the address the runtime reported for the sandbox) and
+// streams the answer back. In the binary it is Caddy's reverse_proxy; NewForward gives a
+// plain net/http one for tests and embedding.
+type Forward func(w http.ResponseWriter, r *http.Request, upstream string)
 
-type proxyTarget struct {
-	host    string
-	path    string
-	rawPath string
-	port    int
-	sandbox *store.Sandbox
-}
-
-type targetKey struct{}
+// Names under which a browser carries preview credentials.
+const (
+	linkQueryParam = gateway.LinkQueryParam
+	cookieName     = "sandgate_preview"
+)
 
 // credentialHeaders are ours; none of them reaches a sandbox except as set below.
 var credentialHeaders = []string{
 	"OPEN-SANDBOX-API-KEY", "X-API-Key", gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken,
 }
 
-func newSandboxProxy(h *Handler) *sandboxProxy {
-	p := &sandboxProxy{h: h}
-	transport := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0, // commands stream for as long as they run
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-	}
-	p.rp = &httputil.ReverseProxy{
+type upstreamKey struct{}
+
+// NewForward returns a Forward on net/http/httputil: streaming (flush at once), WebSocket
+// upgrades, X-Forwarded-* set.
+func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			t := pr.In.Context().Value(targetKey{}).(*proxyTarget)
 			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = t.host
-			pr.Out.URL.Path = t.path
-			pr.Out.URL.RawPath = t.rawPath
-			pr.Out.Host = t.host
+			pr.Out.URL.Host = pr.In.Context().Value(upstreamKey{}).(string)
+			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
-			for _, hdr := range credentialHeaders {
-				pr.Out.Header.Del(hdr)
-			}
-			if a := pr.Out.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-				if _, ours := p.h.callerForKey(strings.TrimPrefix(a, "Bearer ")); ours {
-					pr.Out.Header.Del("Authorization")
-				}
-			}
-			switch t.port {
-			case runtimes.AgentPort:
-				pr.Out.Header.Set(gateway.HeaderAgentToken, t.sandbox.AgentToken)
-			case runtimes.EgressPort:
-				pr.Out.Header.Set(gateway.HeaderEgressToken, t.sandbox.EgressToken)
-			}
 		},
-		Transport:     transport,
+		Transport: &http.Transport{
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true,
+		},
 		FlushInterval: -1,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
-			}
-			t := r.Context().Value(targetKey{}).(*proxyTarget)
-			writeError(w, r, gateway.Errorf(http.StatusBadGateway, gateway.CodeUpstreamError,
-				"port %d of sandbox %s did not answer: nothing is listening there, or it closed the connection", t.port, t.sandbox.ID))
-		},
+		ErrorHandler:  onError,
 	}
-	return p
+	return func(w http.ResponseWriter, r *http.Request, upstream string) {
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamKey{}, upstream)))
+	}
 }
 
-func (p *sandboxProxy) serve(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
-	id := r.PathValue("id")
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "port %q: want a number from 1 to 65535", r.PathValue("port")))
+func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	WriteUpstreamError(w, r, err)
+}
+
+// WriteUpstreamError answers a request whose sandbox port could not be reached.
+func WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
-	sb, err := p.h.svc.Lookup(r.Context(), gateway.Caller{Admin: true}, id)
+	writeError(w, r, gateway.Errorf(http.StatusBadGateway, gateway.CodeUpstreamError,
+		"the sandbox port did not answer: nothing is listening there, or it closed the connection"))
+}
+
+// serveProxyPath serves path mode: /sandboxes/{id}/proxy/{port}/… (also under /v1).
+func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
+	id, portStr := r.PathValue("id"), r.PathValue("port")
+	marker := "/sandboxes/" + id + "/proxy/" + portStr
+	esc := r.URL.EscapedPath()
+	i := strings.Index(esc, marker)
+	prefix, rest := esc[:i+len(marker)], esc[i+len(marker):]
+	h.proxy(w, r, id, portStr, prefix+"/", rest)
+}
+
+// previewHost parses host mode: {id}-{port}.<preview domain>[:port].
+func (h *Handler) previewHost(host string) (id, port string, ok bool) {
+	domain := h.svc.Config().PreviewDomain
+	if domain == "" {
+		return "", "", false
+	}
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		host = hh
+	}
+	label, rest, found := strings.Cut(strings.ToLower(host), ".")
+	if !found || rest != strings.ToLower(domain) {
+		return "", "", false
+	}
+	dash := strings.LastIndexByte(label, '-')
+	if dash < 0 {
+		return "", "", false
+	}
+	return label[:dash], label[dash+1:], true
+}
+
+// proxy authorizes a request for port of sandbox id and forwards it. cookiePath scopes
+// the preview cookie; rest is the escaped path to send upstream.
+func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string) {
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "port %q: want a number from 1 to 65535", portStr))
+		return
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		writeError(w, r, gateway.Errorf(404, gateway.CodeNotFound, "sandbox %s not found", id))
+		return
+	}
+	sb, err := h.svc.Route(r.Context(), id)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if err := p.h.authorizeProxy(r, sb); err != nil {
+	access, linkExp, err := h.proxyCredential(r, sb, port)
+	if err != nil {
 		writeError(w, r, err)
+		return
+	}
+	access.Method, access.Path = r.Method, rest
+	if err := h.svc.AuthorizeProxy(r.Context(), sb, port, access); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if access.Kind == gateway.CredSignedLink && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
 		return
 	}
 	if sb.State != gateway.StateRunning || sb.Address == "" {
 		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
 	}
-	if h := p.h; h.interceptEgress(w, r, sb, port) {
+	if h.interceptEgress(w, r, sb, port) {
 		return
 	}
-	path, raw := upstreamPath(r, id, r.PathValue("port"))
-	t := &proxyTarget{host: net.JoinHostPort(sb.Address, strconv.Itoa(port)), path: path, rawPath: raw, port: port, sandbox: sb}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
-}
-
-// upstreamPath keeps the caller's escaping of everything after /proxy/{port}.
-func upstreamPath(r *http.Request, id, port string) (path, rawPath string) {
-	marker := "/sandboxes/" + id + "/proxy/" + port
-	esc := r.URL.EscapedPath()
-	rest := "/"
-	if i := strings.Index(esc, marker); i >= 0 {
-		rest = esc[i+len(marker):]
-	}
+	out := r.Clone(r.Context())
 	if rest == "" {
 		rest = "/"
 	}
-	if dec, err := unescapePath(rest); err == nil {
+	if dec, err := url.PathUnescape(rest); err == nil {
+		out.URL.Path, out.URL.RawPath = dec, rest
 		if dec == rest {
-			return dec, ""
+			out.URL.RawPath = ""
 		}
-		return dec, rest
 	}
-	return "/" + r.PathValue("path"), ""
+	stripCredentials(out, h)
+	switch port {
+	case runtimes.AgentPort:
+		out.Header.Set(gateway.HeaderAgentToken, sb.AgentToken)
+	case runtimes.EgressPort:
+		out.Header.Set(gateway.HeaderEgressToken, sb.EgressToken)
+	}
+	rec := &recorder{ResponseWriter: w}
+	start := time.Now()
+	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
+	h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
+		Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
 }
 
-// authorizeProxy accepts the owning tenant's API key (in the usual headers, or — as the
-// SDKs do in server-proxy mode — in the agent and egress headers) or the sandbox's own
-// access token. Another tenant's key sees a 404, as if the sandbox did not exist.
-func (h *Handler) authorizeProxy(r *http.Request, sb *store.Sandbox) error {
+// proxyCredential finds the strongest credential a request carries.
+func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) (gateway.ProxyAccess, time.Time, error) {
 	if key := apiKeyFrom(r); key != "" {
 		c, ok := h.callerForKey(key)
 		if !ok {
-			return gateway.Errorf(http.StatusUnauthorized, gateway.CodeInvalidAPIKey, "the API key is not valid")
+			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusUnauthorized, gateway.CodeInvalidAPIKey, "the API key is not valid")
 		}
-		if !c.Admin && c.Tenant != sb.Tenant {
-			return gateway.Errorf(http.StatusNotFound, gateway.CodeNotFound, "sandbox %s not found", sb.ID)
-		}
-		return nil
+		return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 	}
-	sent := false
 	for _, hdr := range []string{gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken} {
 		v := r.Header.Get(hdr)
 		if v == "" {
 			continue
 		}
-		sent = true
 		if sb.AccessToken != "" && subtle.ConstantTimeCompare([]byte(v), []byte(sb.AccessToken)) == 1 {
-			return nil
+			return gateway.ProxyAccess{Kind: gateway.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
 		}
-		if c, ok := h.callerForKey(v); ok && (c.Admin || c.Tenant == sb.Tenant) {
-			return nil
+		// The SDKs' server-proxy mode puts the tenant's API key in these headers.
+		if c, ok := h.callerForKey(v); ok {
+			return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
+		}
+		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
+	}
+	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
+		exp, err := h.svc.VerifyLink(r.Context(), tok, sb.ID, port)
+		if err != nil {
+			return gateway.ProxyAccess{}, time.Time{}, err
+		}
+		return gateway.ProxyAccess{Kind: gateway.CredSignedLink, Sandbox: sb.ID, Port: port}, exp, nil
+	}
+	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
+		if err := h.svc.VerifyCookie(r.Context(), c.Value, sb.ID, port); err == nil {
+			return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
 		}
 	}
-	if sent {
-		return gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
-	}
-	return gateway.Errorf(http.StatusUnauthorized, gateway.CodeMissingAPIKey, "an API key or the sandbox's access token (from its endpoint) is required")
+	return gateway.ProxyAccess{Kind: gateway.CredAnonymous}, time.Time{}, nil
 }
 
-func unescapePath(s string) (string, error) {
-	return urlPathUnescape(s)
+// exchangeLink trades a signed link for an HttpOnly cookie scoped to the preview (its
+// host in host mode, its path prefix in path mode) and redirects to the same URL without
+// the token, so that page assets and WebSockets carry the cookie.
+func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
+	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: cookieName, Value: value, Path: cookiePath, Expires: exp, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode,
+	})
+	q := r.URL.Query()
+	q.Del(linkQueryParam)
+	target := r.URL.EscapedPath()
+	if enc := q.Encode(); enc != "" {
+		target += "?" + enc
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, target, http.StatusFound)
+}
+
+// stripCredentials removes sandgate's credentials from a request bound for a sandbox.
+func stripCredentials(r *http.Request, h *Handler) {
+	for _, hdr := range credentialHeaders {
+		r.Header.Del(hdr)
+	}
+	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+		if _, ours := h.callerForKey(strings.TrimPrefix(a, "Bearer ")); ours {
+			r.Header.Del("Authorization")
+		}
+	}
+	if q := r.URL.Query(); q.Has(linkQueryParam) {
+		q.Del(linkQueryParam)
+		r.URL.RawQuery = q.Encode()
+	}
+	if cookies := r.Cookies(); len(cookies) > 0 {
+		r.Header.Del("Cookie")
+		for _, c := range cookies {
+			if c.Name != cookieName {
+				r.AddCookie(c)
+			}
+		}
+	}
+}
+
+// recorder notes status and size of a proxied answer; it passes flushes and hijacks on.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() { _ = http.NewResponseController(r.ResponseWriter).Flush() }
+
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if r.status == 0 {
+		r.status = http.StatusSwitchingProtocols
+	}
+	return http.NewResponseController(r.ResponseWriter).Hijack()
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *recorder) statusCode() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
 }

@@ -156,7 +156,20 @@ func (h *Handler) getEndpoint(w http.ResponseWriter, r *http.Request, c gateway.
 		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "port %q: want a number from 1 to 65535", r.PathValue("port")))
 		return
 	}
-	ep, err := h.svc.GetEndpoint(r.Context(), c, r.PathValue("id"), port, r.Host)
+	q := gateway.EndpointQuery{RequestHost: r.Host, Scheme: "http"}
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		q.Scheme = "https"
+	}
+	if e := r.URL.Query().Get("expires"); e != "" {
+		n, err := strconv.ParseInt(e, 10, 64)
+		if err != nil {
+			writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "expires %q: want unix seconds", e))
+			return
+		}
+		t := time.Unix(n, 0)
+		q.Expires = &t
+	}
+	ep, err := h.svc.GetEndpoint(r.Context(), c, r.PathValue("id"), port, q)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -59,4 +60,95 @@ func (s *Store) ReadEvents(ctx context.Context, tenant, after string, count int6
 		}
 	}
 	return out, nil
+}
+
+func (s *Store) changesChannel() string { return s.Key("changes") }
+
+// PublishChange tells every gateway that sandbox id changed (or went away).
+func (s *Store) PublishChange(ctx context.Context, id string) error {
+	return wrap(s.rdb.Publish(ctx, s.changesChannel(), id).Err())
+}
+
+// SubscribeChanges calls fn with each changed sandbox id until ctx ends or the
+// connection fails.
+func (s *Store) SubscribeChanges(ctx context.Context, fn func(id string)) error {
+	sub := s.rdb.Subscribe(ctx, s.changesChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		return wrap(err)
+	}
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case msg, ok := <-ch:
+			if !ok {
+				return ErrUnavailable
+			}
+			fn(msg.Payload)
+		}
+	}
+}
+
+// AppendEvents writes several events in one pipelined round trip.
+func (s *Store) AppendEvents(ctx context.Context, evs []Event) error {
+	pipe := s.rdb.Pipeline()
+	for _, ev := range evs {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.eventStream(ev.Tenant), MaxLen: eventStreamMax, Approx: true, Values: []any{"type", ev.Type, "json", body}})
+	}
+	_, err := pipe.Exec(ctx)
+	return wrap(err)
+}
+
+// TouchActivity records when a sandbox was last used.
+func (s *Store) TouchActivity(ctx context.Context, id string, at time.Time) error {
+	return wrap(s.rdb.ZAdd(ctx, s.Key("activity"), redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err())
+}
+
+// LastActivity returns when a sandbox was last used (zero if never).
+func (s *Store) LastActivity(ctx context.Context, id string) (time.Time, error) {
+	ms, err := s.rdb.ZScore(ctx, s.Key("activity"), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(int64(ms)), wrap(err)
+}
+
+// TryCooldown reports true at most once per window for name, across all gateways.
+func (s *Store) TryCooldown(ctx context.Context, name string, window time.Duration) (bool, error) {
+	ok, err := s.rdb.SetNX(ctx, s.Key("cooldown", name), 1, window).Result()
+	return ok, wrap(err)
+}
+
+// LinkKeys returns the link signing keys (kid → hex secret) and the current kid.
+func (s *Store) LinkKeys(ctx context.Context) (map[string]string, string, error) {
+	all, err := s.rdb.HGetAll(ctx, s.Key("linkkeys")).Result()
+	if err != nil {
+		return nil, "", wrap(err)
+	}
+	cur := all["_current"]
+	delete(all, "_current")
+	delete(all, "_previous")
+	return all, cur, nil
+}
+
+var rotateKeyScript = redis.NewScript(`
+-- keep the current key as previous, drop the one before it, make the new key current
+local cur = redis.call('HGET', KEYS[1], '_current')
+local prev = redis.call('HGET', KEYS[1], '_previous')
+if prev then redis.call('HDEL', KEYS[1], prev) end
+if cur then redis.call('HSET', KEYS[1], '_previous', cur) end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], '_current', ARGV[1])
+return ARGV[1]
+`)
+
+// RotateLinkKey installs a new current signing key, keeping only the previous one beside it.
+func (s *Store) RotateLinkKey(ctx context.Context, kid, secretHex string) (string, error) {
+	res, err := rotateKeyScript.Run(ctx, s.rdb, []string{s.Key("linkkeys")}, kid, secretHex).Text()
+	return res, wrap(err)
 }

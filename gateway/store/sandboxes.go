@@ -113,6 +113,9 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev strin
 		return fmt.Errorf("sandbox %s: %w", sb.ID, ErrNotFound)
 	}
 	sb.Rev = rev
+	if expectedRev != "" {
+		_ = s.PublishChange(ctx, sb.ID) // cached routes of this sandbox are stale now
+	}
 	return nil
 }
 
@@ -166,6 +169,9 @@ func decodeSandbox(body, rev any) (*Sandbox, error) {
 // DeleteSandbox removes a record and its index entries; a missing record is not an error.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	err := deleteScript.Run(ctx, s.rdb, []string{s.sandboxKey(id), s.allIndex(), s.expiryKey()}, id, s.Key("tenant")+":", s.Key("pool")+":").Err()
+	if err == nil {
+		_ = s.PublishChange(ctx, id)
+	}
 	return wrap(err)
 }
 
