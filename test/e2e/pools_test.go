@@ -281,6 +281,9 @@ func TestTwoGatewaysShareAPool(t *testing.T) {
 	e := newEnv(t, redis, "SANDGATE_POOL_WAIT=100ms", "SANDGATE_POOL_CONCURRENCY=6")
 	a := e.startGateway()
 	b := e.startGateway()
+	// Half the claims are cold creates queued behind each other on two cores: give each
+	// request the time that queue takes.
+	a.client.Timeout, b.client.Timeout = 10*time.Minute, 10*time.Minute
 	a.createPool("shared", 100, 100, 0, 100, nil)
 	a.waitAvailable("shared", 100, 6*time.Minute)
 
