@@ -141,9 +141,3 @@ func checkModule(mod wazero.CompiledModule, r resolved) error {
 	}
 	return nil
 }
-
-// hasExport reports whether the compiled module exports function name.
-func hasExport(mod wazero.CompiledModule, name string) bool {
-	_, ok := mod.ExportedFunctions()[name]
-	return ok
-}
