@@ -1,20 +1,383 @@
 package gateway
 
+// Egress: every network policy a sandbox gets, at create, at a pool claim or through
+// its egress API (port 18080), is first turned into the effective policy by the Rego
+// egress policy (policy.Engine.Egress), and only that result reaches the enforcer.
+// The platform's deny targets also go to the enforcer's --platform-deny at start, so
+// that no later change, even one made straight to the enforcer, can undo them.
+
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
-// egressSpec decides, through the Rego egress policy, the rules a new sandbox starts with.
-// TODO(egress integration): not wired yet; sandboxes start without an enforcer.
-func (s *Service) egressSpec(ctx context.Context, caller Caller, id string, req CreateRequest) (*runtimes.EgressSpec, error) {
-	return nil, nil
+// CodeEgressUnavailable: the sandbox's egress enforcer did not answer.
+const CodeEgressUnavailable = "EGRESS::UNAVAILABLE"
+
+// egressEnforcing is implemented by runtimes that can run an egress enforcer; a runtime
+// without it (or with enforcement turned off) runs sandboxes with open egress.
+type egressEnforcing interface {
+	EnforcesEgress() bool
 }
 
-// bindClaimEgress pushes a claim's networkPolicy to a warm sandbox's enforcer.
-// TODO(egress integration): not wired yet.
+func (s *Service) enforcesEgress() bool {
+	e, ok := s.runtime.(egressEnforcing)
+	return ok && e.EnforcesEgress()
+}
+
+// egressSpec decides, through the Rego egress policy, the rules a new sandbox starts with.
+// A request without a networkPolicy gets the platform default. It returns nil when the
+// runtime enforces no egress, and refuses a networkPolicy it could not keep.
+func (s *Service) egressSpec(ctx context.Context, caller Caller, id string, req CreateRequest) (*runtimes.EgressSpec, error) {
+	np, err := parseNetworkPolicy(req.NetworkPolicy)
+	if err != nil {
+		return nil, err
+	}
+	if !s.enforcesEgress() {
+		if np != nil {
+			return nil, invalid("networkPolicy: egress enforcement is turned off on this gateway, so a network policy cannot be honoured")
+		}
+		return nil, nil
+	}
+	effective, err := s.effectiveEgress(ctx, caller.Tenant, id, np)
+	if err != nil {
+		return nil, err
+	}
+	deny, err := s.platformDeny(ctx, caller.Tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(effective)
+	if err != nil {
+		return nil, fmt.Errorf("encode egress policy: %w", err)
+	}
+	return &runtimes.EgressSpec{Policy: js, PlatformDeny: deny}, nil
+}
+
+// bindClaimEgress pushes a claim's networkPolicy to a warm sandbox's enforcer. Without
+// one, the sandbox keeps the policy its pool's template gave it at start.
 func (s *Service) bindClaimEgress(ctx context.Context, caller Caller, sb *store.Sandbox, req CreateRequest) error {
+	np, err := parseNetworkPolicy(req.NetworkPolicy)
+	if err != nil {
+		return err
+	}
+	if np == nil {
+		return nil
+	}
+	if !s.enforcesEgress() {
+		return invalid("networkPolicy: egress enforcement is turned off on this gateway, so a network policy cannot be honoured")
+	}
+	effective, err := s.effectiveEgress(ctx, caller.Tenant, sb.ID, np)
+	if err != nil {
+		return err
+	}
+	status, body, err := s.egressRequest(ctx, sb, http.MethodPut, effective)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("egress enforcer refused the claim's policy: %d: %s", status, body)
+	}
 	return nil
+}
+
+// ValidateEgressRequest checks a create request's networkPolicy (shape and Rego) without
+// starting anything, so that a claim can refuse bad input before it binds warm sandboxes.
+func (s *Service) ValidateEgressRequest(ctx context.Context, caller Caller, req CreateRequest) error {
+	np, err := parseNetworkPolicy(req.NetworkPolicy)
+	if err != nil || np == nil {
+		return err
+	}
+	if !s.enforcesEgress() {
+		return invalid("networkPolicy: egress enforcement is turned off on this gateway, so a network policy cannot be honoured")
+	}
+	_, err = s.effectiveEgress(ctx, caller.Tenant, "", np)
+	return err
+}
+
+// parseNetworkPolicy decodes a request's networkPolicy; nil when absent or null.
+func parseNetworkPolicy(raw json.RawMessage) (*policy.NetworkPolicy, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return nil, nil
+	}
+	var np policy.NetworkPolicy
+	if err := strictJSON(trimmed, &np); err != nil {
+		return nil, invalid("networkPolicy: %v (want {\"defaultAction\": \"allow\"|\"deny\", \"egress\": [{\"action\", \"target\"}]})", err)
+	}
+	return &np, nil
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// effectiveEgress asks Rego for the policy a sandbox really gets; a denial (invalid
+// input, or a policy error: fail closed) becomes the decision's status and code.
+func (s *Service) effectiveEgress(ctx context.Context, tenant, id string, np *policy.NetworkPolicy) (policy.NetworkPolicy, error) {
+	effective, d := s.policy.Egress(ctx, policy.EgressInput{Tenant: tenant, Sandbox: id, NetworkPolicy: np})
+	if !d.Allow {
+		if d.Cause != nil {
+			s.log.Error("egress policy failed; denying", "decision", d)
+		}
+		return policy.NetworkPolicy{}, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message, Cause: d.Cause}
+	}
+	return effective, nil
+}
+
+// platformRules are the rules Rego puts ahead of every sandbox's own: what a policy with
+// no rule of its own comes out as.
+func (s *Service) platformRules(ctx context.Context, tenant, id string) ([]policy.EgressRule, error) {
+	p, err := s.effectiveEgress(ctx, tenant, id, &policy.NetworkPolicy{DefaultAction: policy.ActionDeny})
+	if err != nil {
+		return nil, err
+	}
+	return p.Egress, nil
+}
+
+// platformDeny lists the targets the platform denies whatever a sandbox asks for.
+func (s *Service) platformDeny(ctx context.Context, tenant, id string) ([]string, error) {
+	rules, err := s.platformRules(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range rules {
+		if r.Action == policy.ActionDeny {
+			out = append(out, r.Target)
+		}
+	}
+	return out, nil
+}
+
+// egressRequest sends one request to a sandbox's enforcer with its token; body, when not
+// nil, is sent as JSON.
+func (s *Service) egressRequest(ctx context.Context, sb *store.Sandbox, method string, body any) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(js)
+	}
+	u := "http://" + net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.EgressPort)) + "/policy"
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set(HeaderEgressToken, sb.EgressToken)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.agentHTTP.Do(req)
+	if err != nil {
+		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
+	}
+	return resp.StatusCode, data, nil
+}
+
+// egressLocks serialize the read-modify-write of one sandbox's policy within this
+// gateway (striped, so that no per-sandbox entry outlives its sandbox).
+var egressLocks [64]sync.Mutex
+
+func egressLock(id string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return &egressLocks[h.Sum32()%uint32(len(egressLocks))]
+}
+
+// EgressChange is the enforcer's answer to a policy change, relayed to the caller.
+type EgressChange struct {
+	Status int
+	Body   []byte
+}
+
+// ChangeEgress applies a change made through a sandbox's egress API (POST or PUT
+// replace, PATCH merges rules ahead, DELETE removes targets, as the enforcer does): it
+// computes the policy the sandbox asks for from the one in force, runs it through the
+// Rego egress policy and installs the result with a PUT. Invalid input is a 400
+// EGRESS::INVALID_POLICY and leaves the policy unchanged.
+func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.Sandbox, method string, query url.Values, body []byte) (*EgressChange, error) {
+	mu := egressLock(sb.ID)
+	mu.Lock()
+	defer mu.Unlock()
+
+	status, data, err := s.egressRequest(ctx, sb, http.MethodGet, nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return &EgressChange{Status: status, Body: data}, nil
+	}
+	var cur struct {
+		Policy policy.NetworkPolicy `json:"policy"`
+	}
+	if err := json.Unmarshal(data, &cur); err != nil {
+		return nil, fmt.Errorf("decode the enforcer's policy: %w", err)
+	}
+	platform, err := s.platformRules(ctx, sb.Tenant, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	own := policy.NetworkPolicy{DefaultAction: cur.Policy.DefaultAction, Egress: withoutRules(cur.Policy.Egress, platform)}
+
+	var proposed policy.NetworkPolicy
+	switch method {
+	case http.MethodPost, http.MethodPut:
+		proposed, err = replacedPolicy(body)
+	case http.MethodPatch:
+		proposed, err = patchedPolicy(own, body)
+	case http.MethodDelete:
+		proposed, err = deletedPolicy(own, body, query)
+	default:
+		return nil, Errorf(http.StatusMethodNotAllowed, "EGRESS::METHOD_NOT_ALLOWED", "method %s is not allowed on /policy", method)
+	}
+	if err != nil {
+		return nil, err
+	}
+	effective, err := s.effectiveEgress(ctx, sb.Tenant, sb.ID, &proposed)
+	if err != nil {
+		return nil, err
+	}
+	status, data, err = s.egressRequest(ctx, sb, http.MethodPut, effective)
+	if err != nil {
+		return nil, err
+	}
+	s.emit(ctx, sb, "sandbox.egress.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": status})
+	return &EgressChange{Status: status, Body: data}, nil
+}
+
+func invalidEgress(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, policy.CodeInvalidEgress, format, args...)
+}
+
+// replacedPolicy reads a POST/PUT body; empty, {} and null mean deny-all, as the
+// enforcer reads them.
+func replacedPolicy(body []byte) (policy.NetworkPolicy, error) {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return policy.NetworkPolicy{DefaultAction: policy.ActionDeny}, nil
+	}
+	var np policy.NetworkPolicy
+	if err := strictJSON(trimmed, &np); err != nil {
+		return np, invalidEgress("policy: %v (want {\"defaultAction\": \"allow\"|\"deny\", \"egress\": [{\"action\", \"target\"}]})", err)
+	}
+	return np, nil
+}
+
+// patchedPolicy merges a PATCH body (an array of rules, or {"egress": [...]}) ahead of
+// the sandbox's own rules, replacing rules with the same target.
+func patchedPolicy(own policy.NetworkPolicy, body []byte) (policy.NetworkPolicy, error) {
+	trimmed := bytes.TrimSpace(body)
+	var rules []policy.EgressRule
+	var err error
+	if bytes.HasPrefix(trimmed, []byte("{")) {
+		var wrapper struct {
+			Egress []policy.EgressRule `json:"egress"`
+		}
+		err = strictJSON(trimmed, &wrapper)
+		rules = wrapper.Egress
+	} else {
+		err = strictJSON(trimmed, &rules)
+	}
+	if err != nil {
+		return policy.NetworkPolicy{}, invalidEgress("PATCH body must be an array of rules: %v", err)
+	}
+	// Validate the patch alone first, so that its messages index the caller's rules.
+	patch, err := policy.ValidateNetworkPolicy(policy.NetworkPolicy{DefaultAction: own.DefaultAction, Egress: rules}, len(rules)+1)
+	if err != nil {
+		return policy.NetworkPolicy{}, invalidEgress("%s", strings.Replace(err.Error(), "networkPolicy.egress", "patch", 1))
+	}
+	seen := make(map[string]bool, len(patch.Egress))
+	merged := make([]policy.EgressRule, 0, len(patch.Egress)+len(own.Egress))
+	for _, r := range patch.Egress {
+		merged = append(merged, r)
+		seen[r.Target] = true
+	}
+	for _, r := range own.Egress {
+		if !seen[r.Target] {
+			merged = append(merged, r)
+		}
+	}
+	return policy.NetworkPolicy{DefaultAction: own.DefaultAction, Egress: merged}, nil
+}
+
+// deletedPolicy removes the targets named by a DELETE body (an array of targets) or by
+// ?target= parameters.
+func deletedPolicy(own policy.NetworkPolicy, body []byte, query url.Values) (policy.NetworkPolicy, error) {
+	targets := query["target"]
+	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 {
+		var fromBody []string
+		if err := strictJSON(trimmed, &fromBody); err != nil {
+			return policy.NetworkPolicy{}, invalidEgress("DELETE body must be an array of targets: %v", err)
+		}
+		targets = append(targets, fromBody...)
+	}
+	if len(targets) == 0 {
+		return policy.NetworkPolicy{}, invalidEgress("DELETE needs at least one target (a JSON array body or ?target=)")
+	}
+	drop := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		n, err := policy.NormalizeEgressTarget(t)
+		if err != nil {
+			return policy.NetworkPolicy{}, invalidEgress("target: %v", err)
+		}
+		drop[n] = true
+	}
+	kept := make([]policy.EgressRule, 0, len(own.Egress))
+	for _, r := range own.Egress {
+		if !drop[r.Target] {
+			kept = append(kept, r)
+		}
+	}
+	return policy.NetworkPolicy{DefaultAction: own.DefaultAction, Egress: kept}, nil
+}
+
+// withoutRules returns rules minus those the platform adds itself (Rego puts them back).
+func withoutRules(rules, platform []policy.EgressRule) []policy.EgressRule {
+	skip := make(map[policy.EgressRule]bool, len(platform))
+	for _, r := range platform {
+		skip[r] = true
+	}
+	out := make([]policy.EgressRule, 0, len(rules))
+	for _, r := range rules {
+		if !skip[r] {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -57,6 +57,8 @@ type App struct {
 	PublicAddress string `json:"public_address,omitempty"`
 	// PreviewDomain is the domain of host-mode preview URLs.
 	PreviewDomain string `json:"preview_domain,omitempty"`
+	// RenewCooldown is the least time between two renewals-on-access of a sandbox (default 1m).
+	RenewCooldown caddy.Duration `json:"renew_cooldown,omitempty"`
 	// PolicyDir is the operator's directory of Rego and data, loaded beside the embedded
 	// default policy and hot-reloaded.
 	PolicyDir string `json:"policy_dir,omitempty"`
@@ -66,6 +68,19 @@ type App struct {
 	PoolFallback string `json:"pool_fallback,omitempty"`
 	// PoolConcurrency bounds warm sandboxes starting at once (default 4).
 	PoolConcurrency int `json:"pool_concurrency,omitempty"`
+	// Egress is "on" (default: every sandbox runs behind an egress enforcer) or "off"
+	// (sandboxes reach whatever the host lets them; a networkPolicy is refused).
+	Egress string `json:"egress,omitempty"`
+	// EgressDefaultAction is the defaultAction of sandboxes created without a
+	// networkPolicy: "deny" (default) or "allow".
+	EgressDefaultAction string `json:"egress_default_action,omitempty"`
+	// EgressAlwaysDeny and EgressAlwaysAllow are egress targets (names, *.wildcards, IPs,
+	// CIDRs) every sandbox is denied, or allowed, ahead of its own rules. Denies win.
+	EgressAlwaysDeny  []string `json:"egress_always_deny,omitempty"`
+	EgressAlwaysAllow []string `json:"egress_always_allow,omitempty"`
+	// EgressGatewayAddresses are the gateway's own addresses (IPs, CIDRs) that sandboxes
+	// must never reach; default: the host's addresses on the Docker sandbox network.
+	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
 
 	core *core
 }
@@ -101,6 +116,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.PoolFallback != "" && a.PoolFallback != "cold" && a.PoolFallback != "fail" {
 		return fmt.Errorf("pool_fallback %q: want cold or fail", a.PoolFallback)
 	}
+	if a.Egress == "" {
+		a.Egress = "on"
+	}
+	if a.Egress != "on" && a.Egress != "off" {
+		return fmt.Errorf("egress %q: want on or off", a.Egress)
+	}
+	if d := a.EgressDefaultAction; d != "" && d != "allow" && d != "deny" {
+		return fmt.Errorf("egress_default_action %q: want allow or deny", d)
+	}
 	if a.AgentBinary == "" {
 		exe, err := os.Executable()
 		if err == nil {
@@ -117,9 +141,20 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return nil, err
 		}
 		var rt runtimes.Runtime
+		gatewayAddrs := a.EgressGatewayAddresses
 		switch a.Runtime {
 		case "docker":
-			rt, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary, Logger: slogger})
+			var d *docker.Runtime
+			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
+				NoEgress: a.Egress == "off", Logger: slogger})
+			if err == nil {
+				rt = d
+				if len(gatewayAddrs) == 0 {
+					if gatewayAddrs, err = d.GatewayAddresses(bg); err != nil {
+						d.Close()
+					}
+				}
+			}
 		default:
 			err = fmt.Errorf("unknown runtime %q (known: docker)", a.Runtime)
 		}
@@ -127,7 +162,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			st.Close()
 			return nil, err
 		}
-		pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Logger: slogger})
+		pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Data: a.platformData(gatewayAddrs), Logger: slogger})
 		if err != nil {
 			rt.Close()
 			st.Close()
@@ -146,6 +181,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			PublicAddress:   a.PublicAddress,
 			PreviewDomain:   a.PreviewDomain,
 			PoolWait:        time.Duration(a.PoolWait),
+			RenewCooldown:   time.Duration(a.RenewCooldown),
 			PoolFallback:    a.PoolFallback,
 			PoolConcurrency: a.PoolConcurrency,
 		}, st, rt, pol, slogger)
@@ -165,7 +201,27 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 // coreKey identifies the settings a core is built from; a reload that keeps them keeps the core.
 func (a *App) coreKey() string {
-	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir)
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
+		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses)
+}
+
+// platformData is what the configuration contributes to data.sandgate.platform; keys
+// left unset leave the policy directory's data (or the defaults) in force.
+func (a *App) platformData(gatewayAddrs []string) map[string]any {
+	data := map[string]any{}
+	if len(gatewayAddrs) > 0 {
+		data["gateway_addresses"] = gatewayAddrs
+	}
+	if len(a.EgressAlwaysDeny) > 0 {
+		data["always_deny"] = a.EgressAlwaysDeny
+	}
+	if len(a.EgressAlwaysAllow) > 0 {
+		data["always_allow"] = a.EgressAlwaysAllow
+	}
+	if a.EgressDefaultAction != "" {
+		data["default_action"] = a.EgressDefaultAction
+	}
+	return data
 }
 
 // Start implements caddy.App.

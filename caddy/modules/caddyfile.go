@@ -3,6 +3,7 @@ package modules
 import (
 	_ "embed"
 	"strconv"
+	strs "strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -41,9 +42,15 @@ func init() {
 //		public_address   <host[:port]>
 //		preview_domain   <domain>
 //		policy_dir       <dir>
+//		renew_cooldown   <duration>
 //		pool_wait        <duration>
 //		pool_fallback    cold|fail
 //		pool_concurrency <n>
+//		egress           on|off
+//		egress_default_action    allow|deny
+//		egress_always_deny       <target,target,…>
+//		egress_always_allow      <target,target,…>
+//		egress_gateway_addresses <ip-or-cidr,…>   # default: the Docker network's gateway
 //	}
 //
 // A setting whose value is an empty environment variable keeps its default.
@@ -64,10 +71,25 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
 			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
 			"pool_fallback": &app.PoolFallback, "policy_dir": &app.PolicyDir,
+			"egress": &app.Egress, "egress_default_action": &app.EgressDefaultAction,
+		}
+		lists := map[string]*[]string{
+			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,
+			"egress_gateway_addresses": &app.EgressGatewayAddresses,
+		}
+		if p, ok := lists[name]; ok {
+			// Comma-separated, so that one environment variable holds the whole list.
+			for _, item := range strs.Split(val, ",") {
+				if item = strs.TrimSpace(item); item != "" {
+					*p = append(*p, item)
+				}
+			}
+			continue
 		}
 		durations := map[string]*caddy.Duration{
 			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "ready_timeout": &app.ReadyTimeout,
 			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval, "pool_wait": &app.PoolWait,
+			"renew_cooldown": &app.RenewCooldown,
 		}
 		if name == "pool_concurrency" {
 			if val == "" {

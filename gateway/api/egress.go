@@ -1,15 +1,58 @@
 package api
 
 import (
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 
+	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // interceptEgress handles requests to a sandbox's egress API (port 18080) that change
-// its policy: they pass through the Rego egress policy before the enforcer sees them.
-// It reports whether it answered the request.
-// TODO(egress integration): not wired yet; every request is proxied as is.
+// its policy: they pass through the Rego egress policy before the enforcer sees them
+// (gateway.Service.ChangeEgress). Reads (GET /policy, /healthz) are proxied as they
+// are. It reports whether it answered the request.
 func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int) bool {
-	return false
+	if port != runtimes.EgressPort {
+		return false
+	}
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	default:
+		return false
+	}
+	if path := egressPath(r, sb.ID, port); path != "/policy" && path != "/policy/" {
+		return false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "EGRESS::INVALID_POLICY", "request body exceeds %d bytes", maxBodyBytes))
+		return true
+	}
+	change, err := h.svc.ChangeEgress(r.Context(), gateway.Caller{Tenant: sb.Tenant}, sb, r.Method, r.URL.Query(), body)
+	if err != nil {
+		writeError(w, r, err)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(change.Status)
+	_, _ = w.Write(change.Body)
+	return true
+}
+
+// egressPath is the path the enforcer would see: what follows /sandboxes/{id}/proxy/{port}
+// in path mode, the whole path in host mode ({id}-{port}.<preview domain>).
+func egressPath(r *http.Request, id string, port int) string {
+	marker := "/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
+	path := r.URL.Path
+	if i := strings.Index(path, marker); i >= 0 {
+		path = path[i+len(marker):]
+	}
+	if path == "" {
+		path = "/"
+	}
+	return path
 }

@@ -58,7 +58,10 @@ type Options struct {
 	DefaultMemoryBytes int64
 	// OCIRuntime selects the engine runtime ("runc", "runsc"); empty uses the engine default.
 	OCIRuntime string
-	Logger     *slog.Logger
+	// NoEgress turns egress enforcement off: specs' EgressSpecs are ignored and sandboxes
+	// reach whatever the host's network lets them reach. Enforcement is on by default.
+	NoEgress bool
+	Logger   *slog.Logger
 }
 
 // Runtime is the Docker implementation of runtimes.Runtime.
@@ -205,6 +208,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	if ep, err := json.Marshal(spec.Entrypoint); err == nil {
 		labels[labelEntrypoint] = string(ep)
 	}
+	withEgress := spec.Egress != nil && !r.opts.NoEgress
+	if withEgress {
+		labels[labelEgress] = "enforced"
+	}
 
 	env := make([]string, 0, len(spec.Env)+2)
 	keys := make([]string, 0, len(spec.Env))
@@ -216,7 +223,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		env = append(env, k+"="+spec.Env[k])
 	}
 	env = append(env, envAgentToken+"="+spec.AgentToken)
-	if spec.EgressToken != "" {
+	if spec.EgressToken != "" && !withEgress {
 		env = append(env, envEgressToken+"="+spec.EgressToken)
 	}
 
@@ -240,10 +247,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 			PidsLimit: &pids,
 		},
 	}
+	cmd := spec.Entrypoint
+	if withEgress {
+		// The entrypoint starts once the enforcer's rules are in place (startEgress).
+		cmd = nil
+	}
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Entrypoint: []string{agentPath, "init", "--"},
-		Cmd:        spec.Entrypoint,
+		Cmd:        cmd,
 		Env:        env,
 		Labels:     labels,
 		Hostname:   "sandbox-" + shortID(spec.ID),
@@ -257,6 +269,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	cleanup := func() {
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		if withEgress {
+			r.removeEgress(rmCtx, spec.ID)
+		}
 		_, _ = r.cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	}
 	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
@@ -268,6 +283,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		cleanup()
 		return runtimes.Instance{}, fmt.Errorf("start container: %w", err)
+	}
+	if withEgress {
+		if err := r.startEgress(ctx, spec, created.ID, archive); err != nil {
+			cleanup()
+			return runtimes.Instance{}, err
+		}
 	}
 	inst, err := r.Inspect(ctx, spec.ID)
 	if err != nil {
@@ -293,7 +314,11 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (runtimes.Instance, er
 		}
 		return runtimes.Instance{}, fmt.Errorf("inspect container: %w", err)
 	}
-	return r.instance(res.Container), nil
+	inst := r.instance(res.Container)
+	if inst.Labels[labelEgress] != "" {
+		inst.EgressToken = r.egressToken(ctx, id)
+	}
+	return inst, nil
 }
 
 func (r *Runtime) instance(c container.InspectResponse) runtimes.Instance {
@@ -368,6 +393,9 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	}
 	out := make([]runtimes.Instance, 0, len(res.Items))
 	for _, c := range res.Items {
+		if c.Labels[labelRole] != "" {
+			continue // a sandbox's helper (egress enforcer), not a sandbox
+		}
 		// The summary has labels, state and address; tokens and exit codes need Inspect.
 		inst := runtimes.Instance{Labels: c.Labels, Image: c.Image}
 		fillFromLabels(&inst, c.Labels)
@@ -403,6 +431,9 @@ func (r *Runtime) HasImage(ctx context.Context, image string) (bool, error) {
 
 // Delete implements runtimes.Runtime.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
+	// The enforcer would die with the workload anyway (it lives in its PID namespace);
+	// removing it first makes the deletion complete when Delete returns.
+	r.removeEgress(ctx, id)
 	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		// A removal already in progress finishes by itself.

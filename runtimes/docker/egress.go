@@ -1,0 +1,265 @@
+package docker
+
+// Egress enforcement on Docker.
+//
+// A sandbox with an EgressSpec is two containers. The workload container owns the
+// network namespace (it is the one on the sandbox network, so its address, listing and
+// cleanup work exactly as without enforcement); it starts with only the agent running,
+// not the user's entrypoint. The enforcer sidecar then joins the workload's network and
+// PID namespaces with NET_ADMIN (the workload has neither NET_ADMIN nor NET_RAW),
+// installs the nftables table and serves the DNS proxy and the /policy API on 18080.
+// Only once /healthz answers does the runtime start the entrypoint through the agent,
+// so no user process ever runs before the rules are in place.
+//
+// Why the workload owns the namespace and the sidecar shares its PIDs: whoever removes
+// the workload container (the gateway, the reaper, an operator's `docker rm -f`, a test
+// harness that removes what is on its network) also kills the enforcer, because the
+// kernel ends every process of a PID namespace when its init exits, and the sidecar is
+// created with AutoRemove, so nothing is left behind. The sidecar, in turn, can die or be
+// restarted without taking the network away: the namespace and the nftables table
+// belong to the workload, and the table stays in force (fail closed). The sidecar runs
+// the enforcer under a tiny restart loop when the image has /bin/sh.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Labels of the enforcer sidecar and of a workload that has one.
+const (
+	// labelRole marks sandgate's helper containers; "egress" is the enforcer sidecar.
+	labelRole  = "sandgate.io/role"
+	roleEgress = "egress"
+	// labelEgress on a workload says its entrypoint runs behind an enforcer.
+	labelEgress = "sandgate.io/egress"
+)
+
+// Environment of the enforcer (read by `sandbox-agent egress`).
+const envEgressPolicy = "SANDGATE_EGRESS_POLICY"
+
+// egressTimeout bounds the wait for the enforcer's /healthz and the agent's first answer.
+const egressTimeout = 30 * time.Second
+
+// egressHTTP talks to the enforcer and the agent over the sandbox network while a
+// sandbox starts.
+var egressHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func egressContainerName(id string) string { return containerName(id) + "-egress" }
+
+// EnforcesEgress reports whether sandboxes created with an EgressSpec get an enforcer.
+// The gateway asks before it promises a networkPolicy it could not keep.
+func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
+
+// startEgress starts the enforcer sidecar of a started workload container, waits until
+// its rules are installed and then starts the sandbox's entrypoint through the agent.
+func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte) error {
+	res, err := r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+	if err != nil {
+		return fmt.Errorf("inspect workload: %w", err)
+	}
+	addr := r.instance(res.Container).Address
+	if addr == "" {
+		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	}
+
+	args := []string{"egress", "--log-level", "info"}
+	if len(spec.Egress.PlatformDeny) > 0 {
+		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
+	}
+	entrypoint := append([]string{agentPath}, args...)
+	// A restart loop keeps the policy API and the DNS proxy up if the enforcer dies;
+	// without a shell the enforcer runs alone, and its death leaves the sandbox closed.
+	if _, err := r.cli.ContainerStatPath(ctx, workloadID, client.ContainerStatPathOptions{Path: "/bin/sh"}); err == nil {
+		loop := `while :; do "$0" "$@"; echo "sandgate: egress enforcer exited with status $?; restarting" >&2; sleep 1; done`
+		entrypoint = append([]string{"/bin/sh", "-c", loop, agentPath}, args...)
+	}
+	policy := spec.Egress.Policy
+	if len(policy) == 0 {
+		policy = []byte(`{"defaultAction":"deny"}`)
+	}
+	pids := int64(64)
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: egressContainerName(spec.ID),
+		Config: &container.Config{
+			Image:      spec.Image,
+			Entrypoint: entrypoint,
+			User:       "0:0",
+			Env:        []string{envEgressToken + "=" + spec.EgressToken, envEgressPolicy + "=" + string(policy)},
+			Labels: map[string]string{
+				runtimes.LabelID: spec.ID, runtimes.LabelTenant: spec.Tenant, labelRole: roleEgress,
+			},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: container.NetworkMode("container:" + workloadID),
+			PidMode:     container.PidMode("container:" + workloadID),
+			CapDrop:     []string{"ALL"},
+			// NET_ADMIN for nftables and SO_MARK, NET_BIND_SERVICE for port 53.
+			CapAdd:      []string{"NET_ADMIN", "NET_BIND_SERVICE"},
+			SecurityOpt: []string{"no-new-privileges:true"},
+			AutoRemove:  true,
+			Runtime:     r.opts.OCIRuntime,
+			Resources:   container.Resources{Memory: 128 << 20, PidsLimit: &pids},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("create egress enforcer: %w", err)
+	}
+	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
+		DestinationPath: "/", Content: bytes.NewReader(archive),
+	}); err != nil {
+		r.removeEgress(ctx, spec.ID)
+		return fmt.Errorf("inject sandbox-agent into the egress enforcer: %w", err)
+	}
+	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		r.removeEgress(ctx, spec.ID)
+		return fmt.Errorf("start egress enforcer: %w", err)
+	}
+	if err := r.waitEgressHealthy(ctx, spec.ID, addr); err != nil {
+		r.removeEgress(ctx, spec.ID)
+		return err
+	}
+	return r.startEntrypoint(ctx, addr, spec.AgentToken, spec.Entrypoint)
+}
+
+// waitEgressHealthy polls the enforcer's /healthz (it shares the workload's address).
+func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort)) + "/healthz"
+	for attempt := 0; ; attempt++ {
+		if status, _, err := egressCall(ctx, http.MethodGet, url, "", "", nil); err == nil && status == http.StatusOK {
+			return nil
+		}
+		if attempt%20 == 19 {
+			if _, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+				return errors.New("the egress enforcer exited before its rules were installed")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the egress enforcer did not become healthy within %s", egressTimeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startEntrypoint hands the sandbox's entrypoint to the agent (PID 1 of the workload),
+// which starts and supervises it exactly as if it had been given at container start.
+func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) error {
+	if len(entrypoint) == 0 {
+		return nil // the agent alone is the main process
+	}
+	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
+	defer cancel()
+	base := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.AgentPort))
+	for {
+		if status, _, err := egressCall(ctx, http.MethodGet, base+"/ping", "X-EXECD-ACCESS-TOKEN", token, nil); err == nil && status == http.StatusOK {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("the agent did not answer before the entrypoint could start")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	status, body, err := egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token, map[string]any{"entrypoint": entrypoint})
+	if err != nil {
+		return fmt.Errorf("start entrypoint: %w", err)
+	}
+	if status == http.StatusBadRequest {
+		// The agent could not start it (no such file, not executable). Let a second agent
+		// try, so that the failure ends the sandbox the way a bad entrypoint given at
+		// container start does: its reason in the logs and exit code 127 or 126.
+		status, body, err = egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token,
+			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...)})
+		if err != nil {
+			return fmt.Errorf("start entrypoint: %w", err)
+		}
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("start entrypoint: agent answered %d: %s", status, body)
+	}
+	return nil
+}
+
+// egressCall sends one request and returns the status and (bounded) body.
+func egressCall(ctx context.Context, method, url, header, value string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if header != "" {
+		req.Header.Set(header, value)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := egressHTTP.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, data, nil
+}
+
+// egressToken reads the enforcer's API token from its sidecar (the workload never holds
+// it: its processes could read PID 1's environment).
+func (r *Runtime) egressToken(ctx context.Context, id string) string {
+	res, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
+	if err != nil || res.Container.Config == nil {
+		return ""
+	}
+	for _, kv := range res.Container.Config.Env {
+		if v, ok := strings.CutPrefix(kv, envEgressToken+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// removeEgress removes a sandbox's enforcer sidecar, if any.
+func (r *Runtime) removeEgress(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_, _ = r.cli.ContainerRemove(ctx, egressContainerName(id), client.ContainerRemoveOptions{Force: true})
+}
+
+// GatewayAddresses returns the host's addresses on the sandbox network (the bridge's
+// gateways): the gateway listens there, so sandboxes must never reach them as egress.
+func (r *Runtime) GatewayAddresses(ctx context.Context) ([]string, error) {
+	res, err := r.cli.NetworkInspect(ctx, r.opts.Network, client.NetworkInspectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("inspect network %s: %w", r.opts.Network, err)
+	}
+	var out []string
+	for _, c := range res.Network.IPAM.Config {
+		if c.Gateway.IsValid() {
+			out = append(out, c.Gateway.Unmap().String())
+		}
+	}
+	return out, nil
+}
