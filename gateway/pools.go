@@ -419,6 +419,13 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 	spec.CreatedAt = now
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
+	// Warm members start behind an enforcer with the template's policy (the platform
+	// default without one); a claim's own networkPolicy replaces it (bindClaimEgress).
+	egress, err := s.egressSpec(ctx, Caller{Tenant: p.Tenant}, spec.ID, req)
+	if err != nil {
+		return err
+	}
+	spec.Egress = egress
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		return err
