@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -250,7 +252,10 @@ func TestAgentAPI(t *testing.T) {
 
 	commandTests(t, agentOf)
 	sessionTests(t, agentOf)
-	fileTests(t, agentOf)
+	fileTests(t, agentOf, []peakProbe{
+		{"gateway", g.cmd.Process.Pid},
+		{"agent", containerPid(t, "sandgate-"+id)},
+	})
 	directoryTests(t, agentOf)
 
 	t.Run("metrics", func(t *testing.T) {
@@ -640,7 +645,47 @@ func filesInfo(t testing.TB, a *agent, paths ...string) map[string]fileInfo {
 	return out
 }
 
-func fileTests(t *testing.T, agentOf *agent) {
+// peakProbe names a process whose peak resident memory (VmHWM) a test watches.
+type peakProbe struct {
+	name string
+	pid  int
+}
+
+// peakRSS reads a process's peak resident set size in bytes.
+func peakRSS(t testing.TB, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("read status of pid %d: %v", pid, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmHWM line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM for pid %d", pid)
+	return 0
+}
+
+// containerPid is the host pid of a container's first process (the agent).
+func containerPid(t testing.TB, name string) int {
+	t.Helper()
+	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Pid}}", name).Output()
+	if err != nil {
+		t.Fatalf("docker inspect %s: %v", name, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("pid of %s: %q", name, out)
+	}
+	return pid
+}
+
+func fileTests(t *testing.T, agentOf *agent, probes []peakProbe) {
 	dir := "/tmp/e2e files"
 	a1, b1, c1 := dir+"/a.txt", dir+"/sub dir/b.txt", dir+"/ünïcødé/c.bin"
 
@@ -763,6 +808,15 @@ func fileTests(t *testing.T, agentOf *agent) {
 		a := agentOf.as(t)
 		const size = 100 << 20
 		path := "/tmp/big/blob.bin"
+		before := make([]int64, len(probes))
+		for i, p := range probes {
+			// Reset the peak to the current size, so that the peak after the
+			// transfers measures them alone.
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+				t.Fatalf("reset the peak memory of the %s: %v", p.name, err)
+			}
+			before[i] = peakRSS(t, p.pid)
+		}
 		sum := streamUpload(t, a, path, size, 7)
 		if got := stdoutOf(a.run("sha256sum " + path + " | cut -d' ' -f1")); got != sum {
 			t.Fatalf("sha256 inside the sandbox %s, uploaded %s", got, sum)
@@ -804,6 +858,15 @@ func fileTests(t *testing.T, agentOf *agent) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		expectError(t, response{Status: resp.StatusCode, Header: resp.Header, Body: body}, 416, "RANGE_NOT_SATISFIABLE")
+		// Neither the gateway nor the agent held the file: both stream it through
+		// fixed buffers, so their peak memory grows by far less than 100 MiB.
+		for i, p := range probes {
+			grew := peakRSS(t, p.pid) - before[i]
+			t.Logf("%s peak memory: %d MiB before, +%d KiB during the transfers", p.name, before[i]>>20, grew>>10)
+			if grew > 40<<20 {
+				t.Errorf("the %s's peak memory grew by %d MiB while 100 MiB went through it", p.name, grew>>20)
+			}
+		}
 		a.run("rm -rf /tmp/big")
 	})
 }
@@ -1263,10 +1326,34 @@ func TestAgentCodeInterpreter(t *testing.T) {
 		if lastEvent(evs).Type != "execution_complete" {
 			t.Fatalf("x + 1 ends with %+v", lastEvent(evs))
 		}
-		evs = runCode(a, second, "x + 1")
-		last := lastEvent(evs)
-		if last.Type != "error" || last.Error == nil || last.Error.Ename != "NameError" || !strings.Contains(last.Error.Evalue, "'x'") {
-			t.Fatalf("x + 1 in the second context: %+v", evs)
+		counted := false
+		for _, ev := range evs {
+			counted = counted || ev.Type == "execution_count"
+		}
+		if !counted {
+			t.Errorf("no execution_count event: %v", eventTypes(evs))
+		}
+		// The error event carries ename, evalue and the traceback.
+		resp := a.request("POST", "/code", strings.NewReader(`{"context":{"id":"`+second+`"},"code":"x + 1"}`), "application/json")
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var errEvent struct {
+			Type  string `json:"type"`
+			Error struct {
+				Ename     string   `json:"ename"`
+				Evalue    string   `json:"evalue"`
+				Traceback []string `json:"traceback"`
+			} `json:"error"`
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "data:"))
+			if strings.Contains(line, `"type":"error"`) {
+				_ = json.Unmarshal([]byte(line), &errEvent)
+			}
+		}
+		if errEvent.Type != "error" || errEvent.Error.Ename != "NameError" || !strings.Contains(errEvent.Error.Evalue, "'x'") ||
+			len(errEvent.Error.Traceback) == 0 || !strings.Contains(strings.Join(errEvent.Error.Traceback, "\n"), "NameError") {
+			t.Fatalf("x + 1 in the second context: %s", raw)
 		}
 	})
 
