@@ -285,6 +285,7 @@ func (s *Service) runAccessLog() {
 				s.log.Warn("access events lost", "count", len(batch), "err", err)
 			}
 			cancel()
+			s.publishEvents(batch)
 			batch = batch[:0]
 		}
 		t := time.NewTicker(100 * time.Millisecond)

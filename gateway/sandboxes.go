@@ -703,4 +703,5 @@ func (s *Service) emit(ctx context.Context, sb *store.Sandbox, typ string, data 
 	if _, err := s.store.AppendEvent(context.WithoutCancel(ctx), ev); err != nil {
 		s.log.Warn("append event", "type", typ, "sandbox", sb.ID, "err", err)
 	}
+	s.publishEvent(ev)
 }

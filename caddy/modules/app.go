@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/docker"
@@ -81,6 +82,10 @@ type App struct {
 	// EgressGatewayAddresses are the gateway's own addresses (IPs, CIDRs) that sandboxes
 	// must never reach; default: the host's addresses on the Docker sandbox network.
 	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
+	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
+	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
+	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
+	PluginTimeout caddy.Duration `json:"plugin_timeout,omitempty"`
 
 	core *core
 }
@@ -96,11 +101,13 @@ type core struct {
 	store      *store.Store
 	runtime    runtimes.Runtime
 	service    *gateway.Service
+	plugins    *plugins.Host
 }
 
 // Destruct implements caddy.Destructor: the last config that used the core is gone.
 func (c *core) Destruct() error {
 	c.service.Stop()
+	c.closePlugins()
 	c.stopPolicy()
 	_ = c.runtime.Close()
 	return c.store.Close()
@@ -185,9 +192,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 			PoolFallback:    a.PoolFallback,
 			PoolConcurrency: a.PoolConcurrency,
 		}, st, rt, pol, slogger)
+		host, err := a.startPlugins(bg, svc, slogger)
+		if err != nil {
+			stopPolicy()
+			rt.Close()
+			st.Close()
+			return nil, err
+		}
 		svc.Start(bg)
 		log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
-		return &core{store: st, runtime: rt, service: svc, stopPolicy: stopPolicy}, nil
+		return &core{store: st, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host}, nil
 	})
 	if err != nil {
 		return err

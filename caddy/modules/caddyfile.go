@@ -51,6 +51,8 @@ func init() {
 //		egress_always_deny       <target,target,…>
 //		egress_always_allow      <target,target,…>
 //		egress_gateway_addresses <ip-or-cidr,…>   # default: the Docker network's gateway
+//		plugin_cache_dir <dir>            # compiled WASM plugins survive restarts
+//		plugin_timeout   <duration>       # default deadline of a plugin hook call
 //	}
 //
 // A setting whose value is an empty environment variable keeps its default.
@@ -72,6 +74,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
 			"pool_fallback": &app.PoolFallback, "policy_dir": &app.PolicyDir,
 			"egress": &app.Egress, "egress_default_action": &app.EgressDefaultAction,
+			"plugin_cache_dir": &app.PluginCacheDir,
 		}
 		lists := map[string]*[]string{
 			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,
@@ -89,7 +92,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 		durations := map[string]*caddy.Duration{
 			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "ready_timeout": &app.ReadyTimeout,
 			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval, "pool_wait": &app.PoolWait,
-			"renew_cooldown": &app.RenewCooldown,
+			"renew_cooldown": &app.RenewCooldown, "plugin_timeout": &app.PluginTimeout,
 		}
 		if name == "pool_concurrency" {
 			if val == "" {

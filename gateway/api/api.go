@@ -83,6 +83,12 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/batches", handler: h.createBatch},
 		{method: "GET", path: "/batches/{id}", handler: h.getBatch},
 		{method: "DELETE", path: "/batches/{id}", handler: h.deleteBatch},
+		{method: "GET", path: "/plugins", handler: h.listPlugins},
+		{method: "GET", path: "/plugins/{name}", handler: h.getPlugin},
+		{method: "PUT", path: "/plugins/{name}", handler: h.putPlugin},
+		{method: "DELETE", path: "/plugins/{name}", handler: h.deletePlugin},
+		{method: "GET", path: "/audit", handler: h.listAudit},
+		{method: "GET", path: "/audit/stream", handler: h.streamAudit},
 		{method: "", path: "/sandboxes/{id}/proxy/{port}", handler: h.serveProxyPath, own: true},
 		{method: "", path: "/sandboxes/{id}/proxy/{port}/{path...}", handler: h.serveProxyPath, own: true},
 	}

@@ -1,0 +1,131 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// auditKeepAlive is how often an idle live stream sends a comment, so that proxies and
+// clients keep the connection; auditPoll is how often it looks for records other
+// replicas wrote (records this replica writes wake it at once).
+const (
+	auditKeepAlive = 15 * time.Second
+	auditPoll      = time.Second
+)
+
+// listAudit pages through the tenant's audit stream: oldest first (order=newest for the
+// reverse), at most limit (1–1000, default 100) records after the exclusive cursor; the
+// answer's nextCursor continues in the same order.
+func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	q, err := auditQuery(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	page, err := h.svc.ReadAudit(r.Context(), c, q)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func auditQuery(r *http.Request) (gateway.AuditQuery, error) {
+	v := r.URL.Query()
+	q := gateway.AuditQuery{Cursor: v.Get("cursor")}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "limit must be an integer between 1 and 1000, got %q", s)
+		}
+		q.Limit = n
+	}
+	switch v.Get("order") {
+	case "", "oldest":
+	case "newest":
+		q.Newest = true
+	default:
+		return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "order must be oldest or newest, got %q", v.Get("order"))
+	}
+	return q, nil
+}
+
+// streamAudit is the live audit stream (text/event-stream): one "audit" event per record,
+// its id the record's cursor. It resumes after Last-Event-ID (or the cursor query
+// parameter); without either it starts with the next record written.
+func (h *Handler) streamAudit(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	ctx := r.Context()
+	cursor := r.Header.Get("Last-Event-ID")
+	if cursor == "" {
+		cursor = r.URL.Query().Get("cursor")
+	}
+	if cursor != "" && !gateway.ValidAuditCursor(cursor) {
+		writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", cursor))
+		return
+	}
+	if cursor == "" {
+		tail, err := h.svc.AuditTail(ctx, c)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		cursor = tail
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := fmt.Fprint(w, "retry: 2000\n: audit stream\n\n"); err != nil {
+		return
+	}
+	_ = rc.Flush()
+	keepAlive := time.NewTicker(auditKeepAlive)
+	defer keepAlive.Stop()
+	poll := time.NewTicker(auditPoll)
+	defer poll.Stop()
+	for {
+		// Take the wake-up channel before reading, so that a batch written in between
+		// still wakes us.
+		wake := h.svc.AuditUpdates()
+		page, err := h.svc.ReadAudit(ctx, c, gateway.AuditQuery{Cursor: cursor, Limit: 100})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			h.log.Warn("audit stream read", "err", err)
+		} else {
+			for _, rec := range page.Items {
+				data, _ := json.Marshal(rec)
+				if _, err := fmt.Fprintf(w, "id: %s\nevent: audit\ndata: %s\n\n", rec.ID, data); err != nil {
+					return
+				}
+				cursor = rec.ID
+			}
+			if len(page.Items) > 0 {
+				if rc.Flush() != nil {
+					return
+				}
+				keepAlive.Reset(auditKeepAlive)
+			}
+			if page.NextCursor != "" {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-poll.C:
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// Codes of malformed plugin uploads (the plugin host's own codes cover the module).
+const (
+	codePluginInvalidModule = "PLUGIN::INVALID_MODULE"
+	codePluginInvalidConfig = "PLUGIN::INVALID_CONFIG"
+)
+
+// maxPluginConfigBytes bounds the config part (settings are capped by the host too).
+const maxPluginConfigBytes = 256 << 10
+
+// putPlugin takes a multipart upload with a part "module" (the wasm bytes) and a part
+// "config" (JSON {"hooks","limits","settings"}), in any order.
+func (h *Handler) putPlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	module, config, err := readPluginUpload(w, r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	st, err := h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []byte, err error) {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "multipart/form-data" {
+		return nil, nil, gateway.Errorf(http.StatusUnsupportedMediaType, gateway.CodeInvalidParameter,
+			"a plugin upload is multipart/form-data with the parts \"module\" and \"config\"")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, gateway.MaxPluginUploadBytes)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, nil, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
+	}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, uploadError(err)
+		}
+		switch part.FormName() {
+		case "module":
+			if module, err = io.ReadAll(part); err != nil {
+				return nil, nil, uploadError(err)
+			}
+		case "config":
+			if config, err = io.ReadAll(io.LimitReader(part, maxPluginConfigBytes+1)); err != nil {
+				return nil, nil, uploadError(err)
+			}
+			if len(config) > maxPluginConfigBytes {
+				return nil, nil, gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginInvalidConfig, "the config part exceeds %d bytes", maxPluginConfigBytes)
+			}
+		default:
+			_, _ = io.Copy(io.Discard, part)
+		}
+	}
+	if len(module) == 0 {
+		return nil, nil, gateway.Errorf(http.StatusBadRequest, codePluginInvalidModule, "the part \"module\" (the WebAssembly bytes) is missing or empty")
+	}
+	if len(config) == 0 {
+		return nil, nil, gateway.Errorf(http.StatusBadRequest, codePluginInvalidConfig, "the part \"config\" (JSON {\"hooks\":[…]}) is missing or empty")
+	}
+	return module, config, nil
+}
+
+func uploadError(err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginInvalidModule, "the upload exceeds %d bytes", tooBig.Limit)
+	}
+	return gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
+}
+
+func (h *Handler) listPlugins(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	items, err := h.svc.ListPlugins(r.Context(), c)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+}
+
+func (h *Handler) getPlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	st, err := h.svc.GetPlugin(r.Context(), c, r.PathValue("name"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (h *Handler) deletePlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	if err := h.svc.DeletePlugin(r.Context(), c, r.PathValue("name")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

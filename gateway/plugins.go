@@ -1,0 +1,660 @@
+package gateway
+
+// Tenants' WASM plugins, seen from the service: the management operations behind
+// /v1/plugins, the fan-out of every event to the tenant's on_event plugins, the
+// decide_ttl hook behind renew-on-access, the per-tenant audit stream that plugins'
+// emit_audit records end in, and the loop that keeps this replica's plugin host in line
+// with the plugins stored in Redis. The host itself (wazero) lives in plugins/.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
+)
+
+// CodePluginsDisabled answers plugin routes of a gateway built without a plugin host.
+const CodePluginsDisabled = "PLUGIN::DISABLED"
+
+// auditStreamMax bounds each tenant's audit stream; older records are trimmed
+// approximately, like the event stream.
+const auditStreamMax = 100000
+
+// pluginSyncInterval is how often a replica compares the store's revision with the one
+// it last applied, to catch changes announced while its subscription was down.
+const pluginSyncInterval = 5 * time.Second
+
+// pluginState is one Service's plugin wiring. It lives outside the Service struct (keyed
+// by the Service in attachedPlugins) so that the core's struct stays the lead's; the one
+// lookup per event costs tens of nanoseconds.
+type pluginState struct {
+	host  *plugins.Host
+	store *plugins.Store
+
+	// loadErrors holds, per "tenant/name", why this replica could not load a stored plugin.
+	mu         sync.Mutex
+	loadErrors map[string]string
+	// tenants are those whose plugins this replica has loaded, so that a tenant whose last
+	// plugin was deleted while the subscription was down is emptied by the periodic sync.
+	tenants map[string]bool
+
+	// audit records wait here for the writer; full means dropped and counted.
+	audit        chan auditEntry
+	auditDropped atomic.Int64
+	// auditWake is closed (and replaced) after each batch written, waking SSE readers.
+	wakeMu    sync.Mutex
+	auditWake chan struct{}
+}
+
+var attachedPlugins sync.Map // *Service → *pluginState
+
+func (s *Service) pluginState() *pluginState {
+	if v, ok := attachedPlugins.Load(s); ok {
+		return v.(*pluginState)
+	}
+	return nil
+}
+
+// AttachPlugins wires host into the service: every event of a tenant reaches that
+// tenant's on_event plugins, renew-on-access asks the tenant's decide_ttl plugin first,
+// plugins' audit records are written to the tenant's audit stream (give host
+// RecordAudit as its Audit callback), and the plugins stored in Redis are loaded now and
+// kept in sync in the background. Call it once, before Start; Stop ends the background
+// work, after which the caller closes host.
+func (s *Service) AttachPlugins(ctx context.Context, host *plugins.Host) {
+	ps := s.ensurePluginState()
+	ps.host = host
+	ps.store = plugins.NewStore(s.store.Client(), s.store.Key(""))
+	s.SetTTLDecider(s.pluginTTLDecider)
+	if rev, err := ps.store.Sync(ctx, host); err != nil {
+		s.log.Warn("some stored plugins did not load", "revision", rev, "err", err)
+	}
+	s.noteLoaded(ctx)
+	s.runPluginSync(ctx)
+}
+
+// ensurePluginState creates the state the audit writer needs; RecordAudit may be called
+// (by the host) before AttachPlugins returns.
+func (s *Service) ensurePluginState() *pluginState {
+	v, loaded := attachedPlugins.LoadOrStore(s, &pluginState{
+		loadErrors: map[string]string{},
+		tenants:    map[string]bool{},
+		audit:      make(chan auditEntry, 8192),
+		auditWake:  make(chan struct{}),
+	})
+	ps := v.(*pluginState)
+	if !loaded {
+		s.runAuditWriter(ps)
+	}
+	return ps
+}
+
+// publishEvent hands ev to the tenant's on_event plugins. It never blocks: the host
+// queues the event per plugin and drops (and counts) what does not fit.
+func (s *Service) publishEvent(ev store.Event) {
+	ps := s.pluginState()
+	if ps == nil || ps.host == nil {
+		return
+	}
+	id := ev.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	var data any = ev.Data
+	if ev.Data == nil {
+		data = map[string]any{}
+	}
+	body, err := plugins.MarshalEvent(plugins.Event{ID: id, Type: ev.Type, Tenant: ev.Tenant, SandboxID: ev.SandboxID, Time: ev.Time, Data: data})
+	if err != nil {
+		s.log.Debug("event not encodable for plugins", "type", ev.Type, "err", err)
+		return
+	}
+	ps.host.OnEvent(ev.Tenant, body)
+}
+
+// publishEvents hands a batch of events to their tenants' on_event plugins.
+func (s *Service) publishEvents(evs []store.Event) {
+	for _, ev := range evs {
+		s.publishEvent(ev)
+	}
+}
+
+// pluginTTLDecider asks the sandbox's tenant's decide_ttl plugin. A tenant without one
+// gets the built-in rule without a warning; any other failure is returned so that
+// decideTTL logs it and applies the built-in rule.
+func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act TTLActivity, builtin, maxExp time.Time) (time.Time, bool, error) {
+	ps := s.pluginState()
+	if ps == nil || ps.host == nil || sb.ExpiresAt == nil {
+		return builtin, true, nil
+	}
+	exp, changed, err := ps.host.DecideTTL(ctx, sb.Tenant, plugins.TTLInput{
+		SandboxID:        sb.ID,
+		Reason:           plugins.ReasonActivity,
+		CurrentExpiresAt: *sb.ExpiresAt,
+		MaxExpiresAt:     maxExp,
+		Activity:         &plugins.Activity{Port: act.Port, Method: act.Method, Path: act.Path},
+	})
+	if errors.Is(err, plugins.ErrNotFound) {
+		return builtin, true, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return exp, changed, nil
+}
+
+// ---- management -----------------------------------------------------------------------
+
+// PluginStats is how one plugin's calls went on the replica that answers.
+type PluginStats struct {
+	Invocations   uint64     `json:"invocations"`
+	Errors        uint64     `json:"errors"`
+	Timeouts      uint64     `json:"timeouts"`
+	Drops         uint64     `json:"drops"`
+	AuditRejected uint64     `json:"auditRejected"`
+	Queued        int        `json:"queued"`
+	Instances     int        `json:"instances"`
+	P50Ms         float64    `json:"p50Ms"`
+	P99Ms         float64    `json:"p99Ms"`
+	LastError     string     `json:"lastError,omitempty"`
+	LastErrorAt   *time.Time `json:"lastErrorAt,omitempty"`
+}
+
+// PluginStatus is a plugin as the API shows it: what was stored and how it runs here.
+type PluginStatus struct {
+	Name      string          `json:"name"`
+	Version   string          `json:"version"`
+	Hash      string          `json:"hash"`
+	Hooks     []string        `json:"hooks"`
+	Limits    plugins.Limits  `json:"limits"`
+	Settings  json.RawMessage `json:"settings,omitempty"`
+	UpdatedAt time.Time       `json:"updatedAt"`
+	// Loaded says whether this replica runs the stored version; LoadError says why not.
+	Loaded    bool         `json:"loaded"`
+	LoadError string       `json:"loadError,omitempty"`
+	Stats     *PluginStats `json:"stats,omitempty"`
+}
+
+// maxPluginModuleBytes bounds an uploaded module (Go-built plugins weigh 2–4 MiB).
+const maxPluginModuleBytes = 32 << 20
+
+// MaxPluginUploadBytes bounds a whole upload request (module, config and multipart framing).
+const MaxPluginUploadBytes = maxPluginModuleBytes + 1<<20
+
+func (s *Service) plugins() (*pluginState, error) {
+	ps := s.pluginState()
+	if ps == nil || ps.host == nil {
+		return nil, Errorf(http.StatusServiceUnavailable, CodePluginsDisabled, "this gateway runs without a plugin host")
+	}
+	return ps, nil
+}
+
+// pluginError maps a plugins error to its HTTP status, keeping the plugin's stable code.
+func pluginError(err error) error {
+	var pe *plugins.Error
+	if !errors.As(err, &pe) {
+		// Anything else comes from the plugin store, that is from Redis.
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	status := http.StatusUnprocessableEntity
+	switch pe.Code {
+	case plugins.CodeInvalidConfig:
+		status = http.StatusBadRequest
+	case plugins.CodeHookConflict:
+		status = http.StatusConflict
+	case plugins.CodeNotFound:
+		status = http.StatusNotFound
+	case plugins.CodeClosed:
+		status = http.StatusServiceUnavailable
+	case plugins.CodeTimeout, plugins.CodeTrap, plugins.CodeMemoryLimit, plugins.CodeBadOutput:
+		status = http.StatusUnprocessableEntity
+	}
+	return &Error{Status: status, Code: pe.Code, Message: pe.Message, Cause: err}
+}
+
+// PutPlugin validates a module and its configuration (JSON {"hooks","limits",
+// "settings"}), loads it on this replica (replacing the tenant's plugin of that name
+// without losing queued events) and stores it so that every replica loads it.
+func (s *Service) PutPlugin(ctx context.Context, caller Caller, name string, module, config []byte) (*PluginStatus, error) {
+	ps, err := s.plugins()
+	if err != nil {
+		return nil, err
+	}
+	var cfg plugins.Config
+	dec := json.NewDecoder(strings.NewReader(string(config)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, Errorf(http.StatusBadRequest, plugins.CodeInvalidConfig, "the config part is not the JSON object {\"hooks\",\"limits\",\"settings\"}: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if len(module) == 0 {
+		return nil, Errorf(http.StatusBadRequest, plugins.CodeInvalidModule, "the module part is missing or empty")
+	}
+	if err := ps.host.Validate(module, cfg); err != nil {
+		return nil, pluginError(err)
+	}
+	p := plugins.Plugin{Tenant: caller.Tenant, Name: name, Version: pluginVersion(module, cfg), Module: module, Config: cfg}
+	if err := ps.host.Load(ctx, p); err != nil {
+		return nil, pluginError(err)
+	}
+	if _, err := ps.store.Put(ctx, p); err != nil {
+		// Put bumps the revision before announcing; whatever landed, make this replica
+		// match the store again.
+		_ = ps.store.Apply(context.WithoutCancel(ctx), ps.host, caller.Tenant, name)
+		return nil, pluginError(err)
+	}
+	ps.mu.Lock()
+	ps.tenants[caller.Tenant] = true
+	delete(ps.loadErrors, caller.Tenant+"/"+name)
+	ps.mu.Unlock()
+	s.log.Info("plugin stored", "tenant", caller.Tenant, "plugin", name, "version", p.Version, "key", caller.KeyID)
+	return s.GetPlugin(ctx, caller, name)
+}
+
+// pluginVersion names a module and configuration together, so that replicas reload a
+// plugin whose settings changed even when its bytes did not.
+func pluginVersion(module []byte, cfg plugins.Config) string {
+	h := sha256.New()
+	h.Write(module)
+	c, _ := json.Marshal(cfg)
+	h.Write(c)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// ListPlugins returns the caller's tenant's plugins with this replica's statistics.
+func (s *Service) ListPlugins(ctx context.Context, caller Caller) ([]PluginStatus, error) {
+	ps, err := s.plugins()
+	if err != nil {
+		return nil, err
+	}
+	stored, err := ps.store.List(ctx, caller.Tenant)
+	if err != nil {
+		return nil, pluginError(err)
+	}
+	out := make([]PluginStatus, 0, len(stored))
+	for _, sp := range stored {
+		out = append(out, ps.status(caller.Tenant, sp))
+	}
+	return out, nil
+}
+
+// GetPlugin returns one plugin of the caller's tenant.
+func (s *Service) GetPlugin(ctx context.Context, caller Caller, name string) (*PluginStatus, error) {
+	ps, err := s.plugins()
+	if err != nil {
+		return nil, err
+	}
+	stored, err := ps.store.List(ctx, caller.Tenant)
+	if err != nil {
+		return nil, pluginError(err)
+	}
+	for _, sp := range stored {
+		if sp.Name == name {
+			st := ps.status(caller.Tenant, sp)
+			return &st, nil
+		}
+	}
+	return nil, Errorf(http.StatusNotFound, plugins.CodeNotFound, "no plugin %q for this tenant", name)
+}
+
+// DeletePlugin removes a plugin from the store (so from every replica) and from this one.
+func (s *Service) DeletePlugin(ctx context.Context, caller Caller, name string) error {
+	ps, err := s.plugins()
+	if err != nil {
+		return err
+	}
+	if _, err := ps.store.Delete(ctx, caller.Tenant, name); err != nil {
+		return pluginError(err)
+	}
+	if err := ps.host.Remove(caller.Tenant, name); err != nil && !errors.Is(err, plugins.ErrNotFound) {
+		s.log.Warn("unload plugin", "tenant", caller.Tenant, "plugin", name, "err", err)
+	}
+	ps.mu.Lock()
+	delete(ps.loadErrors, caller.Tenant+"/"+name)
+	ps.mu.Unlock()
+	s.log.Info("plugin deleted", "tenant", caller.Tenant, "plugin", name, "key", caller.KeyID)
+	return nil
+}
+
+func (ps *pluginState) status(tenant string, sp plugins.StoredPlugin) PluginStatus {
+	st := PluginStatus{Name: sp.Name, Version: sp.Version, Hash: sp.Hash, Hooks: sp.Config.Hooks, Limits: sp.Config.Limits,
+		Settings: sp.Config.Settings, UpdatedAt: sp.UpdatedAt}
+	if st.Hooks == nil {
+		st.Hooks = []string{}
+	}
+	if stats, err := ps.host.Stats(tenant, sp.Name); err == nil {
+		st.Loaded = stats.Version == sp.Version
+		ps := &PluginStats{Invocations: stats.Invocations, Errors: stats.Errors, Timeouts: stats.Timeouts, Drops: stats.Drops,
+			AuditRejected: stats.AuditRejected, Queued: stats.Queued, Instances: stats.Instances,
+			P50Ms: float64(stats.P50.Microseconds()) / 1000, P99Ms: float64(stats.P99.Microseconds()) / 1000, LastError: stats.LastError}
+		if !stats.LastErrorAt.IsZero() {
+			at := stats.LastErrorAt.UTC()
+			ps.LastErrorAt = &at
+		}
+		st.Stats = ps
+	}
+	ps.mu.Lock()
+	st.LoadError = ps.loadErrors[tenant+"/"+sp.Name]
+	ps.mu.Unlock()
+	return st
+}
+
+// ---- replicas: keep the host in line with the store ------------------------------------
+
+// runPluginSync applies every announced change at once and, every pluginSyncInterval,
+// syncs the whole store when its revision moved without an announcement reaching us.
+func (s *Service) runPluginSync(ctx context.Context) {
+	ps := s.pluginState()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var applied atomic.Int64
+	if rev, err := ps.store.Revision(ctx); err == nil {
+		applied.Store(rev)
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		<-s.stop
+		cancel()
+	}()
+	go func() {
+		defer s.wg.Done()
+		for ctx.Err() == nil {
+			err := ps.store.Watch(ctx, func(c plugins.Change) {
+				actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+				defer acancel()
+				s.recordLoad(c.Tenant, c.Name, ps.store.Apply(actx, ps.host, c.Tenant, c.Name))
+				if !c.Deleted {
+					ps.mu.Lock()
+					ps.tenants[c.Tenant] = true
+					ps.mu.Unlock()
+				}
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Debug("plugin change subscription ended; resubscribing", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	s.loop(pluginSyncInterval, func(lctx context.Context) {
+		rev, err := ps.store.Revision(lctx)
+		if err != nil || rev == applied.Load() {
+			return
+		}
+		if _, err := ps.store.Sync(lctx, ps.host); err != nil {
+			s.log.Warn("plugin sync: some plugins did not load", "err", err)
+		}
+		s.noteLoaded(lctx)
+		applied.Store(rev)
+	})
+}
+
+// noteLoaded records which stored plugins failed to load here, and unloads the plugins
+// of tenants that no longer have any in the store (Sync only visits stored tenants).
+func (s *Service) noteLoaded(ctx context.Context) {
+	ps := s.pluginState()
+	tenants, err := ps.store.Tenants(ctx)
+	if err != nil {
+		return
+	}
+	stored := map[string]bool{}
+	for _, tenant := range tenants {
+		stored[tenant] = true
+		list, err := ps.store.List(ctx, tenant)
+		if err != nil {
+			continue
+		}
+		for _, sp := range list {
+			loaded := false
+			for _, info := range ps.host.List(tenant) {
+				loaded = loaded || (info.Name == sp.Name && info.Version == sp.Version)
+			}
+			if loaded {
+				s.recordLoad(tenant, sp.Name, nil)
+			} else {
+				s.recordLoad(tenant, sp.Name, ps.store.Apply(ctx, ps.host, tenant, sp.Name))
+			}
+		}
+	}
+	ps.mu.Lock()
+	var gone []string
+	for tenant := range ps.tenants {
+		if !stored[tenant] {
+			gone = append(gone, tenant)
+		}
+	}
+	for tenant := range stored {
+		ps.tenants[tenant] = true
+	}
+	ps.mu.Unlock()
+	for _, tenant := range gone {
+		for _, info := range ps.host.List(tenant) {
+			_ = ps.host.Remove(tenant, info.Name)
+		}
+	}
+}
+
+func (s *Service) recordLoad(tenant, name string, err error) {
+	ps := s.pluginState()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if err == nil {
+		delete(ps.loadErrors, tenant+"/"+name)
+		return
+	}
+	ps.loadErrors[tenant+"/"+name] = err.Error()
+	s.log.Warn("plugin did not load on this replica", "tenant", tenant, "plugin", name, "err", err)
+}
+
+// ---- audit stream ---------------------------------------------------------------------
+
+// AuditRecord is one entry of a tenant's audit stream.
+type AuditRecord struct {
+	// ID is the stream id; it is the cursor and the SSE event id.
+	ID string `json:"id"`
+	// Time is when the gateway received the record.
+	Time time.Time `json:"time"`
+	// Source is "plugin" for records a plugin emitted with emit_audit.
+	Source string `json:"source"`
+	// Record is the record itself, as the plugin wrote it.
+	Record json.RawMessage `json:"record"`
+}
+
+// AuditPage is one page of the audit stream.
+type AuditPage struct {
+	Items []AuditRecord `json:"items"`
+	// NextCursor continues the listing in the same order; absent at the end.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// AuditQuery selects a page: records after Cursor (a stream id; empty: from the start,
+// or from the newest with Newest), at most Limit of them.
+type AuditQuery struct {
+	Cursor string
+	Limit  int
+	Newest bool
+}
+
+// auditEntry is a record waiting for the audit writer.
+type auditEntry struct {
+	tenant, source string
+	at             time.Time
+	record         []byte
+}
+
+func (s *Service) auditStream(tenant string) string { return s.store.Key("audit", tenant) }
+
+// RecordAudit takes an audit record a plugin of tenant emitted (the plugin host's Audit
+// callback). It never blocks: records are written to the tenant's audit stream in
+// batches in the background; a full queue drops and counts.
+func (s *Service) RecordAudit(tenant string, record []byte) {
+	ps := s.ensurePluginState()
+	select {
+	case ps.audit <- auditEntry{tenant: tenant, source: "plugin", at: time.Now().UTC(), record: record}:
+	default:
+		if n := ps.auditDropped.Add(1); n&(n-1) == 0 {
+			s.log.Warn("audit records dropped: the writer is behind", "dropped", n)
+		}
+	}
+}
+
+// runAuditWriter appends queued audit records to their tenants' streams in pipelined
+// batches and wakes live readers after each batch.
+func (s *Service) runAuditWriter(ps *pluginState) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		batch := make([]auditEntry, 0, 256)
+		flush := func() {
+			if len(batch) == 0 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			pipe := s.store.Client().Pipeline()
+			for _, e := range batch {
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.auditStream(e.tenant), MaxLen: auditStreamMax, Approx: true,
+					Values: []any{"source", e.source, "time", e.at.Format(time.RFC3339Nano), "record", e.record}})
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				s.log.Warn("audit records lost", "count", len(batch), "err", err)
+			}
+			batch = batch[:0]
+			ps.wakeMu.Lock()
+			close(ps.auditWake)
+			ps.auditWake = make(chan struct{})
+			ps.wakeMu.Unlock()
+		}
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case ev := <-ps.audit:
+				batch = append(batch, ev)
+				if len(batch) == cap(batch) {
+					flush()
+				}
+			case <-t.C:
+				flush()
+			case <-s.stop:
+				for len(ps.audit) > 0 {
+					batch = append(batch, <-ps.audit)
+				}
+				flush()
+				return
+			}
+		}
+	}()
+}
+
+// AuditUpdates returns a channel closed when this replica next writes audit records; a
+// live reader waits on it (and polls, for records other replicas write).
+func (s *Service) AuditUpdates() <-chan struct{} {
+	ps := s.ensurePluginState()
+	ps.wakeMu.Lock()
+	defer ps.wakeMu.Unlock()
+	return ps.auditWake
+}
+
+// ValidAuditCursor reports whether c is a stream id ("ms-seq" or "ms").
+func ValidAuditCursor(c string) bool {
+	ms, seq, found := strings.Cut(c, "-")
+	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
+		return false
+	}
+	if found {
+		if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadAudit returns a page of the caller's tenant's audit stream, oldest first (or
+// newest first with q.Newest); the cursor is exclusive.
+func (s *Service) ReadAudit(ctx context.Context, caller Caller, q AuditQuery) (*AuditPage, error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	if q.Limit > 1000 {
+		return nil, invalid("limit must be between 1 and 1000, got %d", q.Limit)
+	}
+	if q.Cursor != "" && !ValidAuditCursor(q.Cursor) {
+		return nil, invalid("cursor %q is not a cursor this API returned", q.Cursor)
+	}
+	rdb := s.store.Client()
+	var msgs []redis.XMessage
+	var err error
+	if q.Newest {
+		end := "+"
+		if q.Cursor != "" {
+			end = "(" + q.Cursor
+		}
+		msgs, err = rdb.XRevRangeN(ctx, s.auditStream(caller.Tenant), end, "-", int64(q.Limit)+1).Result()
+	} else {
+		start := "-"
+		if q.Cursor != "" {
+			start = "(" + q.Cursor
+		}
+		msgs, err = rdb.XRangeN(ctx, s.auditStream(caller.Tenant), start, "+", int64(q.Limit)+1).Result()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: read audit stream: %v", store.ErrUnavailable, err)
+	}
+	page := &AuditPage{Items: make([]AuditRecord, 0, min(len(msgs), q.Limit))}
+	more := len(msgs) > q.Limit
+	if more {
+		msgs = msgs[:q.Limit]
+	}
+	for _, m := range msgs {
+		page.Items = append(page.Items, auditRecord(m))
+	}
+	if more {
+		page.NextCursor = msgs[len(msgs)-1].ID
+	}
+	return page, nil
+}
+
+func auditRecord(m redis.XMessage) AuditRecord {
+	r := AuditRecord{ID: m.ID}
+	r.Source, _ = m.Values["source"].(string)
+	if at, ok := m.Values["time"].(string); ok {
+		r.Time, _ = time.Parse(time.RFC3339Nano, at)
+	}
+	if rec, ok := m.Values["record"].(string); ok && json.Valid([]byte(rec)) {
+		r.Record = json.RawMessage(rec)
+	} else {
+		r.Record = json.RawMessage("null")
+	}
+	return r
+}
+
+// AuditTail returns the stream id of the tenant's newest audit record ("0-0" when none),
+// where a live reader with no cursor starts.
+func (s *Service) AuditTail(ctx context.Context, caller Caller) (string, error) {
+	msgs, err := s.store.Client().XRevRangeN(ctx, s.auditStream(caller.Tenant), "+", "-", 1).Result()
+	if err != nil {
+		return "", fmt.Errorf("%w: read audit stream: %v", store.ErrUnavailable, err)
+	}
+	if len(msgs) == 0 {
+		return "0-0", nil
+	}
+	return msgs[0].ID, nil
+}
