@@ -317,7 +317,7 @@ func TestAgentAPI(t *testing.T) {
 		expectError(t, r, 501, "NOT_SUPPORTED")
 	})
 
-	portProxyTests(t, agentOf)
+	portProxyTests(t, g, id, agentOf)
 	ptyTests(t, agentOf)
 
 	t.Run("unknown agent route answers code and message", func(t *testing.T) {
@@ -924,9 +924,17 @@ func startInSandbox(t testing.TB, a *agent, command string, port int, path strin
 	}, fmt.Sprintf("in-sandbox server on port %d", port))
 }
 
-const sseServerPy = `import http.server, time
+const sseServerPy = `import http.server, sys, time
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path.startswith("/headers"):
+            body = str(self.headers).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -939,7 +947,7 @@ class H(http.server.BaseHTTPRequestHandler):
             time.sleep(1)
     def log_message(self, *args):
         pass
-http.server.HTTPServer(("127.0.0.1", 8766), H).serve_forever()
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 `
 
 // wsEchoServerPy is a minimal WebSocket echo server (text frames under 126 bytes),
@@ -988,7 +996,13 @@ while True:
     threading.Thread(target=handle, args=(c,), daemon=True).start()
 `
 
-func portProxyTests(t *testing.T, agentOf *agent) {
+// agentTokenOf reads the agent's own token from the container's configuration.
+func agentTokenOf(t testing.TB, id string) string {
+	t.Helper()
+	return directAgent(t, id).headers["X-EXECD-ACCESS-TOKEN"]
+}
+
+func portProxyTests(t *testing.T, g *gateway, id string, agentOf *agent) {
 	t.Run("port proxy HTTP", func(t *testing.T) {
 		a := agentOf.as(t)
 		uploadFiles(t, a, []uploadSpec{{path: "/tmp/www/hello.txt", data: []byte("hello from inside\n")}})
@@ -1003,7 +1017,7 @@ func portProxyTests(t *testing.T, agentOf *agent) {
 	t.Run("port proxy SSE arrives incrementally", func(t *testing.T) {
 		a := agentOf.as(t)
 		uploadFiles(t, a, []uploadSpec{{path: "/tmp/sse/server.py", data: []byte(sseServerPy)}})
-		startInSandbox(t, a, "exec python3 /tmp/sse/server.py", 8766, "/ready")
+		startInSandbox(t, a, "exec python3 /tmp/sse/server.py 8766", 8766, "/ready")
 		start := time.Now()
 		resp := a.request("GET", "/proxy/8766/events", nil, "")
 		defer resp.Body.Close()
@@ -1022,6 +1036,33 @@ func portProxyTests(t *testing.T, agentOf *agent) {
 		}
 		if arrivals[0] > 1500*time.Millisecond || arrivals[2]-arrivals[0] < 1500*time.Millisecond {
 			t.Fatalf("ticks arrived at %v: not streamed as sent (1 s apart)", arrivals)
+		}
+	})
+
+	t.Run("no credential reaches a server in the sandbox", func(t *testing.T) {
+		// The SDKs' server-proxy mode sends the tenant's API key as the agent token;
+		// neither it nor the agent's own token may be readable by code in the sandbox.
+		a := agentOf.as(t)
+		uploadFiles(t, a, []uploadSpec{{path: "/tmp/headers/server.py", data: []byte(sseServerPy)}})
+		startInSandbox(t, a, "exec python3 /tmp/headers/server.py 8768", 8768, "/ready")
+		apiKey := g.APIKey
+		serverProxy := &agent{t: t, base: a.base, client: a.client, headers: map[string]string{
+			"X-EXECD-ACCESS-TOKEN": apiKey, "OPEN-SANDBOX-API-KEY": apiKey, "Authorization": "Bearer " + apiKey,
+		}}
+		for name, c := range map[string]*agent{"endpoint header": a, "API key (server-proxy mode)": serverProxy} {
+			r := c.mustCall(200, "GET", "/proxy/8768/headers", nil)
+			seen := string(r.Body)
+			if !strings.Contains(seen, "Host:") {
+				t.Fatalf("%s: not a header dump: %q", name, seen)
+			}
+			for _, secret := range []string{apiKey, a.headers["X-EXECD-ACCESS-TOKEN"], agentTokenOf(t, id)} {
+				if secret != "" && strings.Contains(seen, secret) {
+					t.Errorf("%s: the in-sandbox server saw a credential; its request headers:\n%s", name, seen)
+				}
+			}
+			if strings.Contains(strings.ToLower(seen), "x-execd-access-token") {
+				t.Errorf("%s: the agent token header reached the in-sandbox server:\n%s", name, seen)
+			}
 		}
 	})
 
