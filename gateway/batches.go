@@ -83,6 +83,9 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 			return nil, err
 		}
 	}
+	if err := s.admitClaim(ctx, caller, tmpl, claimReq, req.Count); err != nil {
+		return nil, err
+	}
 	b := &store.Batch{ID: uuid.NewString(), Tenant: caller.Tenant, Count: req.Count, PoolRef: req.PoolRef, CreatedAt: time.Now().UTC()}
 	sources := map[string]string{}
 	var warm []*store.Sandbox

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -127,6 +128,8 @@ type Service struct {
 	creates chan struct{}
 	routes  *routeCache
 	preview previewState
+	// adminKey holds the platform admin key (a string; see SetAdminKey).
+	adminKey atomic.Value
 	// ttlDecider, when set, takes renew-on-access decisions over (plugins).
 	ttlDecider TTLDecider
 

@@ -412,6 +412,10 @@ func (s *Service) fillPool(p *store.Pool, n int) {
 
 // startWarm starts one pool member and, once its agent answers, makes it available.
 func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateRequest, spec runtimes.Spec) error {
+	// The pool may have been deleted or changed while this start waited for its turn.
+	if cur, err := s.store.GetPool(ctx, p.Tenant, p.Name); err != nil || cur.Version != p.Version {
+		return nil
+	}
 	now := time.Now().UTC()
 	spec.ID = uuid.NewString()
 	spec.Tenant = p.Tenant
@@ -460,6 +464,9 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName string, req CreateRequest) (*store.Sandbox, error) {
 	p, tmpl, err := s.claimTarget(ctx, caller, poolName, req)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.admitClaim(ctx, caller, tmpl, req, 1); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(s.cfg.PoolWait)
@@ -515,6 +522,19 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 		return nil, tmpl, invalid("image %q differs from pool %q's image %q", req.Image.URI, poolName, tmpl.Image.URI)
 	}
 	return p, tmpl, nil
+}
+
+// admitClaim runs the admission policy for count sandboxes of a pool's template.
+func (s *Service) admitClaim(ctx context.Context, caller Caller, tmpl, req CreateRequest, count int) error {
+	merged := tmpl
+	merged.Timeout = req.Timeout
+	merged.Extensions = req.Extensions
+	spec, err := s.validateCreate(merged)
+	if err != nil {
+		return err
+	}
+	_, err = s.admit(ctx, caller, admissionFor(spec, merged, count))
+	return err
 }
 
 // coldFromTemplate starts a sandbox of a pool's template (with the claim's fields) cold.

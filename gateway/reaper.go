@@ -47,6 +47,12 @@ func (s *Service) expire(ctx context.Context, id string) {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return
 	}
+	// A sandbox still starting belongs to its create; it is reaped once that finishes (or
+	// gives up), never from under it.
+	if sb != nil && sb.State == StatePending && time.Since(sb.CreatedAt) < s.cfg.ReadyTimeout+30*time.Second {
+		return
+	}
+	s.routes.drop(id)
 	if err := s.runtime.Delete(ctx, id); err != nil {
 		s.log.Warn("reaper: remove expired sandbox", "id", id, "err", err)
 		return
@@ -190,7 +196,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now
 	}
-	if err := s.store.CreateSandbox(ctx, rec); err != nil {
+	if err := s.store.CreateSandbox(ctx, rec, 0); err != nil {
 		s.log.Warn("adopt sandbox", "id", inst.ID, "err", err)
 		return
 	}

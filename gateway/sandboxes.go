@@ -134,13 +134,20 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 	} else {
 		var spec runtimes.Spec
 		if spec, err = s.validateCreate(req); err == nil {
-			rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "")
+			if _, err = s.admit(ctx, caller, admissionFor(spec, req, 1)); err == nil {
+				rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "")
+			}
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	return createResponse(rec), nil
+}
+
+// admissionFor describes a create of count sandboxes of spec for the admission policy.
+func admissionFor(spec runtimes.Spec, req CreateRequest, count int) admissionRequest {
+	return admissionRequest{Image: spec.Image, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Timeout: req.Timeout, Count: count, Runtime: req.Extensions["runtime"]}
 }
 
 func createResponse(rec *store.Sandbox) *CreateResponse {
@@ -151,6 +158,17 @@ func createResponse(rec *store.Sandbox) *CreateResponse {
 // createCold starts a new container for a validated request, waits for its agent and
 // records it under id. batch, when set, is recorded as the sandbox's batch.
 func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch string) (*store.Sandbox, error) {
+	q, err := s.tenantQuotas(ctx, caller.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	// Limits are always set: the request's, else the tenant's defaults, else the runtime's.
+	if spec.CPUMillis == 0 {
+		spec.CPUMillis = q.DefaultCPUMillis
+	}
+	if spec.MemoryBytes == 0 {
+		spec.MemoryBytes = q.DefaultMemoryBytes
+	}
 	now := time.Now().UTC()
 	spec.ID = id
 	spec.Tenant = caller.Tenant
@@ -185,8 +203,12 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	// The record comes first, so that no other gateway adopts the container as an orphan.
-	if err := s.store.CreateSandbox(ctx, rec); err != nil {
+	// The record comes first, so that no other gateway adopts the container as an orphan;
+	// writing it also enforces the concurrency quota atomically across gateways.
+	if err := s.store.CreateSandbox(ctx, rec, q.MaxConcurrent); err != nil {
+		if errors.Is(err, store.ErrQuota) {
+			return nil, Errorf(http.StatusTooManyRequests, CodeQuotaConcur, "concurrent sandboxes quota: tenant %s holds its limit of %d", caller.Tenant, q.MaxConcurrent)
+		}
 		return nil, err
 	}
 	inst, err := s.runtime.Create(ctx, spec)

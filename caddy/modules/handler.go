@@ -50,7 +50,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("load reverse_proxy for sandboxes: %w", err)
 	}
 	h.proxy = rp.(*reverseproxy.Handler)
-	h.api = api.New(app.core.service, api.Options{APIKey: app.APIKey, Logger: ctx.Slogger(), Forward: h.forward})
+	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward})
 	return nil
 }
 

@@ -5,7 +5,6 @@ package api
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -17,8 +16,6 @@ import (
 
 // Options configure the HTTP layer.
 type Options struct {
-	// APIKey is the platform admin key (tenant "default").
-	APIKey string
 	Logger *slog.Logger
 	// Forward proxies requests into sandboxes; nil uses NewForward.
 	Forward Forward
@@ -40,6 +37,10 @@ type route struct {
 	handler func(http.ResponseWriter, *http.Request, gateway.Caller)
 	public  bool // no API key needed
 	own     bool // the handler authenticates by itself (the proxy)
+	// action is what the access policy decides on; empty derives it from the path and
+	// method (see actionFor). selfAuthz routes call Authorize themselves, with the body.
+	action    string
+	selfAuthz bool
 }
 
 // New builds the handler.
@@ -74,7 +75,16 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/sandboxes/{id}/pause", handler: h.pauseSandbox},
 		{method: "POST", path: "/sandboxes/{id}/resume", handler: h.resumeSandbox},
 		{method: "POST", path: "/sandboxes/{id}/renew-expiration", handler: h.renewSandbox},
-		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint},
+		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint, action: "sandbox.proxy"},
+		{method: "POST", path: "/tenants", handler: h.createTenant},
+		{method: "GET", path: "/tenants", handler: h.listTenants},
+		{method: "GET", path: "/tenants/{id}", handler: h.getTenant},
+		{method: "PATCH", path: "/tenants/{id}", handler: h.updateTenant},
+		{method: "POST", path: "/tenants/{id}/keys", handler: h.createKey, action: "key.create", selfAuthz: true},
+		{method: "GET", path: "/tenants/{id}/keys", handler: h.listKeys, action: "key.list"},
+		{method: "DELETE", path: "/tenants/{id}/keys/{keyId}", handler: h.revokeKey, action: "key.delete"},
+		{method: "GET", path: "/whoami", handler: h.whoami, action: "tenant.get"},
+		{method: "POST", path: "/admin/link-keys/rotate", handler: h.rotateLinkKeys, action: "policy.write"},
 		{method: "POST", path: "/pools", handler: h.createPool},
 		{method: "GET", path: "/pools", handler: h.listPools},
 		{method: "GET", path: "/pools/{name}", handler: h.getPool},
@@ -95,15 +105,25 @@ func (h *Handler) routes() []route {
 }
 
 func (h *Handler) register(rt route, fallbacks map[string]bool) {
+	action := rt.action
+	if action == "" {
+		action = actionFor(rt.method, rt.path)
+	}
 	wrapped := func(w http.ResponseWriter, r *http.Request) {
 		var caller gateway.Caller
 		if !rt.public && !rt.own {
-			c, err := h.authenticate(r)
+			c, err := h.svc.Authenticate(r.Context(), apiKeyFrom(r))
 			if err != nil {
 				writeError(w, r, err)
 				return
 			}
 			caller = c
+			if !rt.selfAuthz {
+				if err := h.svc.Authorize(r.Context(), c, action, resourceFor(action, r, c), r.Method, r.URL.Path, nil); err != nil {
+					writeError(w, r, err)
+					return
+				}
+			}
 		}
 		rt.handler(w, r, caller)
 	}
@@ -173,23 +193,58 @@ func apiKeyFrom(r *http.Request) string {
 }
 
 // callerForKey resolves an API key; ok is false for an unknown key.
-func (h *Handler) callerForKey(key string) (gateway.Caller, bool) {
-	if key != "" && h.opts.APIKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(h.opts.APIKey)) == 1 {
-		return gateway.Caller{Tenant: gateway.DefaultTenant, Admin: true, KeyID: "admin"}, true
-	}
-	return gateway.Caller{}, false
+func (h *Handler) callerForKey(r *http.Request, key string) (gateway.Caller, bool) {
+	c, err := h.svc.Authenticate(r.Context(), key)
+	return c, err == nil
 }
 
-func (h *Handler) authenticate(r *http.Request) (gateway.Caller, error) {
-	key := apiKeyFrom(r)
-	if key == "" {
-		return gateway.Caller{}, gateway.Errorf(http.StatusUnauthorized, gateway.CodeMissingAPIKey, "an API key is required in the OPEN-SANDBOX-API-KEY header")
+// actionFor derives the policy action of a route: the first path segment, singular, and
+// a verb from the method ("GET /pools/{name}" → "pool.get").
+func actionFor(method, path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	area := strings.TrimSuffix(parts[0], "s")
+	if area == "batche" {
+		area = "batch"
 	}
-	c, ok := h.callerForKey(key)
-	if !ok {
-		return gateway.Caller{}, gateway.Errorf(http.StatusUnauthorized, gateway.CodeInvalidAPIKey, "the API key is not valid")
+	item := strings.HasSuffix(path, "}")
+	switch method {
+	case http.MethodGet:
+		if item {
+			return area + ".get"
+		}
+		return area + ".list"
+	case http.MethodPost:
+		if item || len(parts) > 2 {
+			return area + ".update"
+		}
+		return area + ".create"
+	case http.MethodPut, http.MethodPatch:
+		return area + ".update"
+	case http.MethodDelete:
+		return area + ".delete"
 	}
-	return c, nil
+	return area + ".use"
+}
+
+// resourceFor names the resource of a request for the access policy. Tenant and key
+// routes are about the tenant in the path; everything else lives in the caller's tenant
+// (the core answers 404 for another tenant's resources).
+func resourceFor(action string, r *http.Request, c gateway.Caller) gateway.Resource {
+	area, _, _ := strings.Cut(action, ".")
+	res := gateway.Resource{Kind: area, Tenant: c.Tenant}
+	switch area {
+	case "tenant", "key":
+		res.Kind, res.ID, res.Tenant = "tenant", r.PathValue("id"), r.PathValue("id")
+		if area == "key" {
+			res.Kind = "key"
+		}
+	default:
+		res.ID = r.PathValue("id")
+		if res.ID == "" {
+			res.ID = r.PathValue("name")
+		}
+	}
+	return res
 }
 
 func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {

@@ -156,7 +156,7 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 			out.URL.RawPath = ""
 		}
 	}
-	stripCredentials(out, h)
+	stripCredentials(out, r, h)
 	switch port {
 	case runtimes.AgentPort:
 		out.Header.Set(gateway.HeaderAgentToken, sb.AgentToken)
@@ -173,9 +173,9 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 // proxyCredential finds the strongest credential a request carries.
 func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) (gateway.ProxyAccess, time.Time, error) {
 	if key := apiKeyFrom(r); key != "" {
-		c, ok := h.callerForKey(key)
-		if !ok {
-			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusUnauthorized, gateway.CodeInvalidAPIKey, "the API key is not valid")
+		c, err := h.svc.Authenticate(r.Context(), key)
+		if err != nil {
+			return gateway.ProxyAccess{}, time.Time{}, err
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 	}
@@ -188,7 +188,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 			return gateway.ProxyAccess{Kind: gateway.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
 		}
 		// The SDKs' server-proxy mode puts the tenant's API key in these headers.
-		if c, ok := h.callerForKey(v); ok {
+		if c, ok := h.callerForKey(r, v); ok {
 			return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 		}
 		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
@@ -232,12 +232,12 @@ func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store
 }
 
 // stripCredentials removes sandgate's credentials from a request bound for a sandbox.
-func stripCredentials(r *http.Request, h *Handler) {
+func stripCredentials(r, orig *http.Request, h *Handler) {
 	for _, hdr := range credentialHeaders {
 		r.Header.Del(hdr)
 	}
 	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-		if _, ours := h.callerForKey(strings.TrimPrefix(a, "Bearer ")); ours {
+		if _, ours := h.callerForKey(orig, strings.TrimPrefix(a, "Bearer ")); ours {
 			r.Header.Del("Authorization")
 		}
 	}

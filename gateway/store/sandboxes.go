@@ -43,10 +43,13 @@ type Sandbox struct {
 // sorted sets by creation time (newest first on read); the expiry schedule is a sorted set
 // by expiresAt. The scripts keep the four in step.
 var putScript = redis.NewScript(`
--- KEYS: record, tenantIndex, allIndex, expiry; ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant
+-- KEYS: record, tenantIndex, allIndex, expiry
+-- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none)
 local cur = redis.call('HGET', KEYS[1], 'rev')
 if ARGV[5] == '' then
   if cur then return -1 end
+  -- The concurrency quota holds even when several gateways create at once.
+  if ARGV[7] ~= '' and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[7]) then return -4 end
 else
   if not cur then return -2 end
   if cur ~= ARGV[5] then return -3 end
@@ -82,17 +85,25 @@ func (s *Store) tenantIndex(tenant string) string { return s.Key("tenant", tenan
 func (s *Store) allIndex() string                 { return s.Key("sandboxes") }
 func (s *Store) expiryKey() string                { return s.Key("expiry") }
 
-// CreateSandbox writes a new record; ErrConflict if the id exists.
-func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
-	return s.writeSandbox(ctx, sb, "")
+// ErrQuota reports a tenant at its concurrent-sandbox limit.
+var ErrQuota = errors.New("concurrent sandbox quota reached")
+
+// CreateSandbox writes a new record; ErrConflict if the id exists, ErrQuota if the
+// tenant already holds maxConcurrent sandboxes (0 = no limit).
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, maxConcurrent int64) error {
+	limit := ""
+	if maxConcurrent > 0 {
+		limit = strconv.FormatInt(maxConcurrent, 10)
+	}
+	return s.writeSandbox(ctx, sb, "", limit)
 }
 
 // UpdateSandbox writes sb if nobody changed it since it was read (sb.Rev).
 func (s *Store) UpdateSandbox(ctx context.Context, sb *Sandbox) error {
-	return s.writeSandbox(ctx, sb, strconv.FormatInt(sb.Rev, 10))
+	return s.writeSandbox(ctx, sb, strconv.FormatInt(sb.Rev, 10), "")
 }
 
-func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev string) error {
+func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev, maxConcurrent string) error {
 	body, err := json.Marshal(sb)
 	if err != nil {
 		return fmt.Errorf("encode sandbox: %w", err)
@@ -102,7 +113,7 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev strin
 		expires = strconv.FormatInt(sb.ExpiresAt.UnixMilli(), 10)
 	}
 	keys := []string{s.sandboxKey(sb.ID), s.tenantIndex(sb.Tenant), s.allIndex(), s.expiryKey()}
-	rev, err := putScript.Run(ctx, s.rdb, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant).Int64()
+	rev, err := putScript.Run(ctx, s.rdb, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant, maxConcurrent).Int64()
 	if err != nil {
 		return wrap(err)
 	}
@@ -111,6 +122,8 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev strin
 		return fmt.Errorf("sandbox %s: %w", sb.ID, ErrConflict)
 	case -2:
 		return fmt.Errorf("sandbox %s: %w", sb.ID, ErrNotFound)
+	case -4:
+		return fmt.Errorf("tenant %s: %w", sb.Tenant, ErrQuota)
 	}
 	sb.Rev = rev
 	if expectedRev != "" {
