@@ -207,6 +207,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	a.core = val.(*core)
+	// The key may change on a reload that keeps the core.
+	a.core.service.SetAdminKey(a.APIKey)
 	if a.APIKey == "" {
 		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
 	}
