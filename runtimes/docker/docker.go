@@ -274,18 +274,41 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		}
 		_, _ = r.cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	}
+	// The enforcer sidecar is created while the workload is prepared and started.
+	type prepared struct {
+		id  string
+		err error
+	}
+	sidecar := make(chan prepared, 1)
+	if withEgress {
+		go func() {
+			id, err := r.prepareEgress(ctx, spec, created.ID, archive)
+			sidecar <- prepared{id, err}
+		}()
+	}
 	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
 		DestinationPath: "/", Content: bytes.NewReader(archive),
 	}); err != nil {
+		if withEgress {
+			<-sidecar
+		}
 		cleanup()
 		return runtimes.Instance{}, fmt.Errorf("inject sandbox-agent: %w", err)
 	}
 	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		if withEgress {
+			<-sidecar
+		}
 		cleanup()
 		return runtimes.Instance{}, fmt.Errorf("start container: %w", err)
 	}
 	if withEgress {
-		if err := r.startEgress(ctx, spec, created.ID, archive); err != nil {
+		p := <-sidecar
+		err := p.err
+		if err == nil {
+			err = r.startEgress(ctx, spec, created.ID, p.id)
+		}
+		if err != nil {
 			cleanup()
 			return runtimes.Instance{}, err
 		}

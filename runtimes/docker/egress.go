@@ -65,18 +65,10 @@ func egressContainerName(id string) string { return containerName(id) + "-egress
 // The gateway asks before it promises a networkPolicy it could not keep.
 func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 
-// startEgress starts the enforcer sidecar of a started workload container, waits until
-// its rules are installed and then starts the sandbox's entrypoint through the agent.
-func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte) error {
-	res, err := r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
-	if err != nil {
-		return fmt.Errorf("inspect workload: %w", err)
-	}
-	addr := r.instance(res.Container).Address
-	if addr == "" {
-		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
-	}
-
+// prepareEgress creates the enforcer sidecar of a created (not yet started) workload
+// container and copies the agent into it, so that this work overlaps the workload's
+// own start. It returns the sidecar's container id.
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte) (string, error) {
 	args := []string{"egress", "--log-level", "info"}
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
@@ -117,15 +109,30 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("create egress enforcer: %w", err)
+		return "", fmt.Errorf("create egress enforcer: %w", err)
 	}
 	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
 		DestinationPath: "/", Content: bytes.NewReader(archive),
 	}); err != nil {
 		r.removeEgress(ctx, spec.ID)
-		return fmt.Errorf("inject sandbox-agent into the egress enforcer: %w", err)
+		return "", fmt.Errorf("inject sandbox-agent into the egress enforcer: %w", err)
 	}
-	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+	return created.ID, nil
+}
+
+// startEgress starts the prepared enforcer sidecar of a started workload container,
+// waits until its rules are installed and then starts the sandbox's entrypoint through
+// the agent.
+func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string) error {
+	res, err := r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+	if err != nil {
+		return fmt.Errorf("inspect workload: %w", err)
+	}
+	addr := r.instance(res.Container).Address
+	if addr == "" {
+		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	}
+	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
 		r.removeEgress(ctx, spec.ID)
 		return fmt.Errorf("start egress enforcer: %w", err)
 	}
@@ -141,6 +148,7 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr string) error 
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
 	url := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort)) + "/healthz"
+	delay := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if status, _, err := egressCall(ctx, http.MethodGet, url, "", "", nil); err == nil && status == http.StatusOK {
 			return nil
@@ -153,8 +161,9 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr string) error 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the egress enforcer did not become healthy within %s", egressTimeout)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, 50*time.Millisecond)
 	}
 }
 
@@ -174,7 +183,7 @@ func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entry
 		select {
 		case <-ctx.Done():
 			return errors.New("the agent did not answer before the entrypoint could start")
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	status, body, err := egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token, map[string]any{"entrypoint": entrypoint})

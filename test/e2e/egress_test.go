@@ -276,6 +276,20 @@ func TestEgress(t *testing.T) {
 			t.Fatalf("CapEff %s holds NET_ADMIN or NET_RAW", capEff)
 		}
 	})
+	t.Run("workload cannot read the enforcer's token", func(t *testing.T) {
+		// It shares the enforcer's PID namespace, but the enforcer holds NET_ADMIN, which
+		// the workload lacks, so the kernel refuses it the enforcer's environment and root.
+		out := s.sh(`pid=$(pgrep -f '^/.sandgate/sandbox-agent egress' | head -1); cat /proc/$pid/environ >/dev/null 2>&1 && echo environ-readable; ls /proc/$pid/root/ >/dev/null 2>&1 && echo root-readable; echo pid=$pid`)
+		if strings.Contains(out, "readable") || out == "pid=" {
+			t.Fatalf("enforcer exposed to the workload: %s", out)
+		}
+		if got := s.sh("env | grep -c SANDGATE_ || true"); got != "0" {
+			t.Fatalf("SANDGATE_* variables visible to the workload: %s", got)
+		}
+		if got := s.sh("tr '\\0' '\\n' < /proc/1/environ | grep -c SANDGATE_EGRESS || true"); got != "0" {
+			t.Fatalf("the workload's PID 1 holds the egress token")
+		}
+	})
 	t.Run("allowed name resolves and connects", func(t *testing.T) {
 		if got := s.query("127.0.0.11", "allowed.test", "udp"); got != "rcode=0 "+ip["allowed"] {
 			t.Fatalf("query = %q, want rcode=0 %s", got, ip["allowed"])
@@ -554,4 +568,21 @@ func benchmarkEgress(b *testing.B, mode string, target func(*egressWorld) string
 		}
 		report(b, string(out))
 	})
+}
+
+// TestEgressOff is the control for the tests above: with enforcement turned off the same
+// sandbox reaches the "denied" server, so their failures to connect come from the
+// enforcer and not from the network; and a networkPolicy is refused, not ignored.
+func TestEgressOff(t *testing.T) {
+	w := newEgressWorld(t, map[string][]string{"denied": {"denied.test"}}, "SANDGATE_EGRESS=off")
+	s := w.sandbox(nil)
+	if got := s.httpStatus("denied.test"); got != "200" {
+		t.Fatalf("GET denied.test with egress off = %s, want 200", got)
+	}
+	if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=sandgate-"+s.id+"-egress").Output(); len(strings.Fields(string(out))) != 0 {
+		t.Fatalf("an enforcer runs although egress is off")
+	}
+	r := w.g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
+		"entrypoint": []string{"tail", "-f", "/dev/null"}, "networkPolicy": map[string]any{"defaultAction": "deny"}})
+	expectError(t, r, 400, "SANDBOX::INVALID_PARAMETER")
 }
