@@ -53,6 +53,10 @@ type Spec struct {
 	CreatedAt   time.Time
 	// Egress, when set, runs the egress enforcer in front of the sandbox's network.
 	Egress *EgressSpec
+	// Runtime names the OCI runtime the engine starts this sandbox with ("runc",
+	// "runsc" for gVisor); empty uses the runtime's configured default. The core sets it
+	// from the tenant's settings or an admitted create request, never from raw input.
+	Runtime string
 }
 
 // EgressSpec is what the runtime needs to start a sandbox's egress enforcer.

@@ -57,7 +57,17 @@ type Options struct {
 	DefaultCPUMillis   int64
 	DefaultMemoryBytes int64
 	// OCIRuntime selects the engine runtime ("runc", "runsc"); empty uses the engine default.
+	// A spec's own Runtime wins over it.
 	OCIRuntime string
+	// ReadOnlyRootfs mounts every sandbox's image filesystem read-only, so that nothing a
+	// workload does survives in the image layers and no binary of the image can be
+	// replaced; the workload writes only to tmpfs mounts at WritablePaths.
+	ReadOnlyRootfs bool
+	// WritablePaths are the tmpfs mounts of a read-only sandbox (nil: /workspace and /tmp).
+	WritablePaths []string
+	// WritableBytes caps each of those tmpfs mounts (0: 256 MiB). Their pages are also
+	// charged to the sandbox's memory limit, which is the real bound.
+	WritableBytes int64
 	// NoEgress turns egress enforcement off: specs' EgressSpecs are ignored and sandboxes
 	// reach whatever the host's network lets them reach. Enforcement is on by default.
 	NoEgress bool
@@ -235,17 +245,36 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		mem = r.opts.DefaultMemoryBytes
 	}
 	pids := r.opts.PidsLimit
+	// The per-sandbox runtime (a tenant that requires gVisor) wins over the default.
+	ociRuntime := spec.Runtime
+	if ociRuntime == "" {
+		ociRuntime = r.opts.OCIRuntime
+	}
 	hostCfg := &container.HostConfig{
 		NetworkMode: container.NetworkMode(r.opts.Network),
 		CapDrop:     []string{"ALL"},
 		CapAdd:      keptCapabilities,
 		SecurityOpt: []string{"no-new-privileges:true"},
-		Runtime:     r.opts.OCIRuntime,
+		Runtime:     ociRuntime,
 		Resources: container.Resources{
 			NanoCPUs:  cpu * 1_000_000,
 			Memory:    mem,
 			PidsLimit: &pids,
+			// MemorySwap equal to Memory: the limit cannot be dodged by swapping.
+			MemorySwap: mem,
 		},
+	}
+	agentTar, agentDest, volumes := archive, "/", map[string]struct{}(nil)
+	if r.opts.ReadOnlyRootfs {
+		hostCfg.ReadonlyRootfs = true
+		hostCfg.Tmpfs = writableScratch(r.opts.WritablePaths, r.opts.WritableBytes)
+		// The engine refuses copies into a read-only rootfs but not into a volume, so the
+		// agent goes into an anonymous volume at its directory (removed with the container).
+		volumes = map[string]struct{}{agentDir: {}}
+		if agentTar, err = agentVolumeArchive(archive); err != nil {
+			return runtimes.Instance{}, err
+		}
+		agentDest = agentDir
 	}
 	cmd := spec.Entrypoint
 	if withEgress {
@@ -259,6 +288,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		Env:        env,
 		Labels:     labels,
 		Hostname:   "sandbox-" + shortID(spec.ID),
+		Volumes:    volumes,
 	}
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.ID), Config: cfg, HostConfig: hostCfg,
@@ -287,7 +317,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		}()
 	}
 	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
-		DestinationPath: "/", Content: bytes.NewReader(archive),
+		DestinationPath: agentDest, Content: bytes.NewReader(agentTar),
 	}); err != nil {
 		if withEgress {
 			<-sidecar
@@ -319,6 +349,55 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		return runtimes.Instance{}, err
 	}
 	return inst, nil
+}
+
+// writableScratch returns the tmpfs mounts of a read-only sandbox. They allow exec (a
+// workspace holds scripts and virtualenvs) but neither setuid binaries nor devices.
+func writableScratch(paths []string, size int64) map[string]string {
+	if paths == nil {
+		paths = []string{"/workspace", "/tmp"}
+	}
+	if size <= 0 {
+		size = 256 << 20
+	}
+	out := make(map[string]string, len(paths))
+	for _, p := range paths {
+		out[p] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", size)
+	}
+	return out
+}
+
+// agentVolumeArchive re-roots the agent archive at agentDir, for a copy into the agent's
+// volume rather than into the (read-only) root.
+func agentVolumeArchive(archive []byte) ([]byte, error) {
+	tr := tar.NewReader(bytes.NewReader(archive))
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	prefix := strings.TrimPrefix(agentDir, "/") + "/"
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
+		}
+		name, ok := strings.CutPrefix(hdr.Name, prefix)
+		if !ok || name == "" {
+			continue // the directory itself: the volume is it
+		}
+		hdr.Name = name
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 func shortID(id string) string {
