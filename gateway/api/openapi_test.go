@@ -56,3 +56,23 @@ func TestRoutesRegister(t *testing.T) {
 		t.Fatal("New returned nil")
 	}
 }
+
+func TestActionFor(t *testing.T) {
+	tests := []struct{ method, path, want string }{
+		{"POST", "/sandboxes", "sandbox.create"},
+		{"GET", "/sandboxes", "sandbox.list"},
+		{"GET", "/sandboxes/{id}", "sandbox.get"},
+		{"POST", "/sandboxes/{id}/pause", "sandbox.update"},
+		{"PATCH", "/sandboxes/{id}/metadata", "sandbox.update"},
+		{"DELETE", "/batches/{id}", "batch.delete"},
+		{"PUT", "/pools/{name}", "pool.update"},
+		{"GET", "/tenants/{id}", "tenant.get"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			if got := actionFor(tt.method, tt.path); got != tt.want {
+				t.Errorf("actionFor = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -273,12 +273,71 @@ func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
 			writeFSError(w, err)
 			return
 		}
-		if err := os.Rename(it.Src, it.Dest); err != nil {
+		if err := movePath(it.Src, it.Dest); err != nil {
 			writeFSError(w, err)
 			return
 		}
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// movePath renames src to dest; across filesystems, where rename cannot work, it copies
+// (keeping modes and symlinks) and then removes src, as mv(1) does.
+func movePath(src, dest string) error {
+	err := os.Rename(src, dest)
+	if !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	if err := copyTree(src, dest); err != nil {
+		_ = os.RemoveAll(dest)
+		return err
+	}
+	return os.RemoveAll(src)
+}
+
+func copyTree(src, dest string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dest)
+	case fi.IsDir():
+		if err := os.Mkdir(dest, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := copyTree(filepath.Join(src, e.Name()), filepath.Join(dest, e.Name())); err != nil {
+				return err
+			}
+		}
+		return nil
+	case fi.Mode().IsRegular():
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	}
+	return fmt.Errorf("%s: cannot move a %s across filesystems", src, fi.Mode().Type())
 }
 
 // matchGlob matches a slash-separated relative path against a pattern in which "**"

@@ -273,14 +273,14 @@ func TestPreview(t *testing.T) {
 			hdr        map[string]string
 			status     int
 		}{
-			"no credential":               {"", pathMode + "/", nil, 401},
-			"another sandbox's token":     {"", pathMode + "/", otherHdr, 403},
-			"token on another host":       {fmt.Sprintf("%s-%d.preview.localhost", other, previewPort), "/", map[string]string{"X-Sandgate-Access-Token": access}, 403},
-			"not a sandbox id in host":    {fmt.Sprintf("127.0.0.1-%d.preview.localhost", previewPort), "/", map[string]string{"X-Sandgate-Access-Token": access}, 404},
-			"unknown sandbox":             {"", "/sandboxes/7d4e8c1a-0000-4000-8000-000000000000/proxy/8000/", map[string]string{"X-Sandgate-Access-Token": access}, 404},
-			"bad port":                    {"", "/sandboxes/" + id + "/proxy/99999/", map[string]string{"X-Sandgate-Access-Token": access}, 400},
-			"gateway's own port":          {"", "/sandboxes/" + id + "/proxy/" + strings.Split(g.Addr, ":")[1] + "/v1/sandboxes", map[string]string{"X-Sandgate-Access-Token": access}, 502},
-			"traversal to the API":        {"", pathMode + "/..%2F..%2F..%2Fv1%2Fsandboxes", map[string]string{"X-Sandgate-Access-Token": access}, 404},
+			"no credential":            {"", pathMode + "/", nil, 401},
+			"another sandbox's token":  {"", pathMode + "/", otherHdr, 403},
+			"token on another host":    {fmt.Sprintf("%s-%d.preview.localhost", other, previewPort), "/", map[string]string{"X-Sandgate-Access-Token": access}, 403},
+			"not a sandbox id in host": {fmt.Sprintf("127.0.0.1-%d.preview.localhost", previewPort), "/", map[string]string{"X-Sandgate-Access-Token": access}, 404},
+			"unknown sandbox":          {"", "/sandboxes/7d4e8c1a-0000-4000-8000-000000000000/proxy/8000/", map[string]string{"X-Sandgate-Access-Token": access}, 404},
+			"bad port":                 {"", "/sandboxes/" + id + "/proxy/99999/", map[string]string{"X-Sandgate-Access-Token": access}, 400},
+			"gateway's own port":       {"", "/sandboxes/" + id + "/proxy/" + strings.Split(g.Addr, ":")[1] + "/v1/sandboxes", map[string]string{"X-Sandgate-Access-Token": access}, 502},
+			"traversal to the API":     {"", pathMode + "/..%2F..%2F..%2Fv1%2Fsandboxes", map[string]string{"X-Sandgate-Access-Token": access}, 404},
 		} {
 			t.Run(name, func(t *testing.T) {
 				resp := g.raw("GET", c.host, c.path, nil, c.hdr)
