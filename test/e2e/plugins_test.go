@@ -540,3 +540,93 @@ func TestPluginFaults(t *testing.T) {
 		}
 	})
 }
+
+// TestPluginTenantIsolation: tenant A's plugin never sees tenant B's events, each
+// tenant's audit stream holds only its own records, and plugin management follows the
+// roles (members read, tenant admins write).
+func TestPluginTenantIsolation(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	admin := e.startGateway()
+	ta := admin.newPluginTenant("plugins-a")
+	tb := admin.newPluginTenant("plugins-b")
+	a, aMember, b := admin.withTenantKey(ta, "tenant-admin"), admin.withTenantKey(ta, "member"), admin.withTenantKey(tb, "tenant-admin")
+
+	audit := examplePlugin(t, "audit-jsonl")
+	a.mustPutPlugin("audit", audit, `{"hooks":["on_event"]}`)
+	b.mustPutPlugin("audit", audit, `{"hooks":["on_event"]}`)
+	aLive := a.followAudit(t, "")
+
+	idB := b.createSandbox(map[string]any{"timeout": 300})
+	startPreviewServer(t, b, idB)
+	idA := a.createSandbox(map[string]any{"timeout": 300})
+
+	waitFor(t, 15*time.Second, func() bool {
+		return hasEvent(b.audit("?limit=1000").Items, "sandbox.created", idB) && hasEvent(b.audit("?limit=1000").Items, "preview.accessed", idB) &&
+			hasEvent(a.audit("?limit=1000").Items, "sandbox.created", idA)
+	}, "both tenants' plugins to record their own sandboxes")
+	// Give B's later events (preview traffic) time to reach any plugin they might reach.
+	time.Sleep(500 * time.Millisecond)
+
+	for _, c := range []struct {
+		name          string
+		g             *gateway
+		tenant, other string
+	}{{"tenant A", a, ta, idB}, {"tenant B", b, tb, idA}} {
+		t.Run(c.name+" sees only its own events", func(t *testing.T) {
+			for _, r := range c.g.audit("?limit=1000").Items {
+				if r.Record.Tenant != c.tenant || r.Record.Sb == c.other {
+					t.Fatalf("record of another tenant: %+v", r)
+				}
+			}
+		})
+	}
+	t.Run("tenant A's live stream carries only A's records", func(t *testing.T) {
+		waitFor(t, 10*time.Second, func() bool { return hasEvent(aLive.snapshot(), "sandbox.created", idA) }, "A's record on A's stream")
+		for _, r := range aLive.snapshot() {
+			if r.Record.Tenant != ta || r.Record.Sb == idB {
+				t.Fatalf("record of another tenant on A's stream: %+v", r)
+			}
+		}
+	})
+	t.Run("plugins are per tenant", func(t *testing.T) {
+		if r := a.do("DELETE", "/v1/plugins/audit", nil); r.Status != 204 {
+			t.Fatalf("A deletes its plugin: %d %s", r.Status, r.Body)
+		}
+		if st := b.plugin("audit"); !st.Loaded {
+			t.Fatalf("B's plugin went with A's: %+v", st)
+		}
+	})
+	t.Run("members read plugins, tenant admins write them", func(t *testing.T) {
+		if r := aMember.do("GET", "/v1/plugins", nil); r.Status != 200 {
+			t.Fatalf("member lists plugins: %d %s", r.Status, r.Body)
+		}
+		if r := aMember.putPlugin("audit", audit, `{"hooks":["on_event"]}`); r.Status != 403 {
+			t.Fatalf("member uploads a plugin: %d %s", r.Status, r.Body)
+		}
+		if r := aMember.do("GET", "/v1/audit", nil); r.Status != 200 {
+			t.Fatalf("member reads the audit stream: %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// newPluginTenant creates a tenant through /v1/tenants and returns its id.
+func (g *gateway) newPluginTenant(name string) string {
+	g.t.Helper()
+	r := g.do("POST", "/v1/tenants", map[string]any{"name": name})
+	if r.Status != 201 {
+		g.t.Fatalf("create tenant %s: %d %s", name, r.Status, r.Body)
+	}
+	return r.JSON(g.t)["id"].(string)
+}
+
+// withTenantKey issues a key of role in tenant and returns a client that sends it.
+func (g *gateway) withTenantKey(tenant, role string) *gateway {
+	g.t.Helper()
+	r := g.do("POST", "/v1/tenants/"+tenant+"/keys", map[string]string{"role": role})
+	if r.Status != 201 {
+		g.t.Fatalf("issue %s key: %d %s", role, r.Status, r.Body)
+	}
+	c := *g
+	c.APIKey = r.JSON(g.t)["key"].(string)
+	return &c
+}
