@@ -23,9 +23,9 @@ type Options struct {
 
 // Handler serves the whole gateway API.
 type Handler struct {
-	svc   *gateway.Service
-	opts  Options
-	log   *slog.Logger
+	svc     *gateway.Service
+	opts    Options
+	log     *slog.Logger
 	mux     *http.ServeMux
 	forward Forward
 }
@@ -203,7 +203,10 @@ func (h *Handler) callerForKey(r *http.Request, key string) (gateway.Caller, boo
 func actionFor(method, path string) string {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	area := strings.TrimSuffix(parts[0], "s")
-	if area == "batche" {
+	switch parts[0] {
+	case "sandboxes":
+		area = "sandbox"
+	case "batches":
 		area = "batch"
 	}
 	item := strings.HasSuffix(path, "}")
