@@ -19,7 +19,7 @@ sandgate:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
 
 agent:
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o bin/sandbox-agent ./sandbox-agent
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o bin/sandbox-agent ./sandbox-agent
 
 ## images: sandbox base images built locally (debootstrap + docker import); skipped when present
 images: deps

@@ -177,6 +177,22 @@ func TestPreview(t *testing.T) {
 		}
 	})
 
+	t.Run("HTTP/2 from the client", func(t *testing.T) {
+		var protos http.Protocols
+		protos.SetUnencryptedHTTP2(true)
+		c := &http.Client{Transport: &http.Transport{Protocols: &protos}}
+		req, _ := http.NewRequest("GET", "http://"+g.Addr+pathMode+"/headers", nil)
+		req.Header.Set("X-Sandgate-Access-Token", access)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+			t.Fatalf("h2c: %s %d %s", resp.Proto, resp.StatusCode, body)
+		}
+	})
+
 	t.Run("SSE events arrive one by one", func(t *testing.T) {
 		resp := g.raw("GET", "", pathMode+"/sse", nil, map[string]string{"X-Sandgate-Access-Token": access})
 		defer resp.Body.Close()
