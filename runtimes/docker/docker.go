@@ -250,6 +250,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	if ociRuntime == "" {
 		ociRuntime = r.opts.OCIRuntime
 	}
+	if withEgress && strings.HasPrefix(ociRuntime, "runsc") {
+		// The enforcer sidecar (runc) cannot join a gVisor sandbox's namespaces: gVisor's
+		// own network stack owns the interface, and the enforcer never becomes healthy.
+		// Refuse at once, naming why, rather than time out or run unenforced.
+		return runtimes.Instance{}, fmt.Errorf("egress enforcement is not available under the %s (gVisor) runtime; use runc for sandboxes with an egress policy: %w", ociRuntime, errors.ErrUnsupported)
+	}
 	hostCfg := &container.HostConfig{
 		NetworkMode: container.NetworkMode(r.opts.Network),
 		CapDrop:     []string{"ALL"},
