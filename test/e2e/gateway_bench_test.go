@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// sandboxAddr reads a sandbox's address from the engine (the raw baseline's target).
+func sandboxAddr(b testing.TB, id string) string {
+	out, err := exec.Command("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", "sandgate-"+id).Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if ip := strings.Fields(string(out)); len(ip) > 0 {
+		return ip[0]
+	}
+	// Behind the egress sidecar the workload shares the sidecar's network.
+	out, _ = exec.Command("sh", "-c", "docker ps -q --filter label=sandgate.io/id="+id+" | xargs docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}'").Output()
+	for _, f := range strings.Fields(string(out)) {
+		return f
+	}
+	b.Fatalf("no address for %s", id)
+	return ""
+}
+
+// parallelGet runs b.N GETs from 8 goroutines and reports req/s and p50/p99.
+func parallelGet(b *testing.B, url string, hdr map[string]string) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var mu sync.Mutex
+	var lat latencies
+	b.SetParallelism(4)
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var mine latencies
+		for pb.Next() {
+			req, _ := http.NewRequest("GET", url, nil)
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+	lat.report(b)
+}
+
+// BenchmarkPreviewSmallResponse: a small response through the gateway's proxy beside the
+// same request straight to the container (same client, same run).
+func BenchmarkPreviewSmallResponse(b *testing.B) {
+	e := newEnv(b, startRedis(b))
+	g := e.startGateway()
+	id := g.createSandbox(map[string]any{})
+	defer g.do("DELETE", "/v1/sandboxes/"+id, nil)
+	startPreviewServer(b, g, id)
+	_, hdr, _ := g.endpoint(id, previewPort, "")
+	b.Run("sandgate", func(b *testing.B) {
+		parallelGet(b, fmt.Sprintf("http://%s/sandboxes/%s/proxy/%d/headers", g.Addr, id, previewPort), hdr)
+	})
+	b.Run("direct-container", func(b *testing.B) {
+		parallelGet(b, fmt.Sprintf("http://%s:%d/headers", sandboxAddr(b, id), previewPort), nil)
+	})
+}
+
+// BenchmarkPreviewWebSocketEcho: one message's round trip through the gateway vs direct.
+func BenchmarkPreviewWebSocketEcho(b *testing.B) {
+	e := newEnv(b, startRedis(b))
+	g := e.startGateway()
+	id := g.createSandbox(map[string]any{})
+	defer g.do("DELETE", "/v1/sandboxes/"+id, nil)
+	startPreviewServer(b, g, id)
+	_, hdr, _ := g.endpoint(id, previewPort, "")
+	for _, c := range []struct {
+		name, url string
+		hdr       http.Header
+	}{
+		{"sandgate", fmt.Sprintf("ws://%s/sandboxes/%s/proxy/%d/ws", g.Addr, id, previewPort), http.Header{"X-Sandgate-Access-Token": {hdr["X-Sandgate-Access-Token"]}}},
+		{"direct-container", fmt.Sprintf("ws://%s:%d/ws", sandboxAddr(b, id), previewPort), nil},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			conn, _, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{HTTPHeader: c.hdr})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.CloseNow()
+			var lat latencies
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := conn.Write(ctx, websocket.MessageText, []byte("ping")); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := conn.Read(ctx); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			lat.report(b)
+		})
+	}
+}
+
+// BenchmarkPoolClaim: claim from a warm pool → first command completed, beside a cold
+// create of the same template → first command completed.
+func BenchmarkPoolClaim(b *testing.B) {
+	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=6")
+	g := e.startGateway()
+	g.createPool("bench", 10, 20, 0, 40, nil)
+	g.waitAvailable("bench", 20, 5*time.Minute)
+	for _, c := range []struct {
+		name string
+		body map[string]any
+	}{
+		{"sandgate-claim", map[string]any{"extensions": map[string]string{"poolRef": "bench"}}},
+		{"raw-cold-create", map[string]any{}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var lat latencies
+			for i := 0; i < b.N; i++ {
+				if c.name == "sandgate-claim" {
+					b.StopTimer()
+					waitFor(b, 2*time.Minute, func() bool { _, _, a := g.poolStatus("bench"); return a >= 1 }, "a warm sandbox")
+					b.StartTimer()
+				}
+				t0 := time.Now()
+				body := map[string]any{}
+				for k, v := range c.body {
+					body[k] = v
+				}
+				id := g.createSandbox(body)
+				if evs := g.agent(id).run("true"); lastEvent(evs).Type != "execution_complete" {
+					b.Fatalf("true: %+v", evs)
+				}
+				lat = append(lat, time.Since(t0))
+				b.StopTimer()
+				g.do("DELETE", "/v1/sandboxes/"+id, nil)
+				b.StartTimer()
+			}
+			lat.report(b)
+		})
+	}
+}
+
+// BenchmarkBatch100: a batch of 100 from a warm pool until every member answered a
+// command, beside 100 cold creates (as one batch from a template) until the same.
+func BenchmarkBatch100(b *testing.B) {
+	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
+	g := e.startGateway()
+	g.client.Timeout = 15 * time.Minute
+	tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
+	g.createPool("hundred", 100, 100, 0, 100, nil)
+	run := func(b *testing.B, body map[string]any) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			if body["poolRef"] != nil {
+				b.StopTimer()
+				g.waitAvailable("hundred", 100, 10*time.Minute)
+				b.StartTimer()
+			}
+			t0 := time.Now()
+			r := g.do("POST", "/v1/batches", body)
+			if r.Status != 202 {
+				b.Fatalf("batch: %d %s", r.Status, r.Body)
+			}
+			bid := r.JSON(b)["id"].(string)
+			waitFor(b, 10*time.Minute, func() bool {
+				s := g.do("GET", "/v1/batches/"+bid, nil).JSON(b)["summary"].(map[string]any)
+				return s["running"].(float64) == 100
+			}, "100 members running")
+			var members []struct{ ID string }
+			json.Unmarshal(func() []byte {
+				raw, _ := json.Marshal(g.do("GET", "/v1/batches/"+bid, nil).JSON(b)["members"])
+				return raw
+			}(), &members)
+			var wg sync.WaitGroup
+			for _, m := range members {
+				wg.Add(1)
+				go func(id string) { defer wg.Done(); g.agent(id).run("true") }(m.ID)
+			}
+			wg.Wait()
+			lat = append(lat, time.Since(t0))
+			b.StopTimer()
+			g.do("DELETE", "/v1/batches/"+bid, nil)
+			b.StartTimer()
+		}
+		lat.report(b)
+	}
+	b.Run("sandgate-warm", func(b *testing.B) { run(b, map[string]any{"count": 100, "poolRef": "hundred"}) })
+	b.Run("raw-cold", func(b *testing.B) { run(b, map[string]any{"count": 100, "template": tmpl}) })
+}
+
+// BenchmarkAPIWithPolicy: API requests/s (GET /v1/sandboxes) with the default policy
+// beside an operator policy that allows everything.
+func BenchmarkAPIWithPolicy(b *testing.B) {
+	allowAll := b.TempDir()
+	os.WriteFile(filepath.Join(allowAll, "access.rego"), []byte("package sandgate.access\n\ndecision := {\"allow\": true, \"code\": \"OK\", \"message\": \"\"}\n"), 0o644)
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{
+		{"sandgate-default-policy", nil},
+		{"raw-allow-all-policy", []string{"SANDGATE_POLICY_DIR=" + allowAll}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newEnv(b, startRedis(b), c.extra...)
+			g := e.startGateway()
+			parallelGet(b, "http://"+g.Addr+"/v1/sandboxes", map[string]string{"OPEN-SANDBOX-API-KEY": g.APIKey})
+		})
+	}
+}
