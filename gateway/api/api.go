@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/web"
 )
 
 // Options configure the HTTP layer.
@@ -57,6 +58,8 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	for _, rt := range h.routes() {
 		h.register(rt, fallbacks)
 	}
+	h.mux.Handle("GET /console/", web.Handler("/console/"))
+	h.mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
