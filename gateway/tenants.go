@@ -313,4 +313,3 @@ func (s *Service) RevokeKey(ctx context.Context, tenant, id string) error {
 	}
 	return err
 }
-

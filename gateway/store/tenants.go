@@ -51,7 +51,7 @@ type APIKey struct {
 }
 
 func (s *Store) tenantsKey() string { return s.Key("tenants") }
-func (s *Store) keysKey() string    { return s.Key("keys") }  // hash of key → APIKey
+func (s *Store) keysKey() string    { return s.Key("keys") }   // hash of key → APIKey
 func (s *Store) keyIDsKey() string  { return s.Key("keyids") } // key id → hash of key
 
 // HashKey is how keys are stored and looked up.
