@@ -4,13 +4,17 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: all deps build agent sandgate images plugins run test test-unit test-e2e bench clean
+.PHONY: gvisor all deps build agent sandgate images plugins run test test-unit test-e2e bench clean
 
 all: build
 
 ## deps: install docker.io, redis-server, debootstrap, nftables…; start dockerd if no daemon answers
 deps:
 	@scripts/deps.sh
+
+## gvisor: build runsc from the Go module proxy (slow: ~20 min cold) and register it with dockerd
+gvisor: deps
+	@scripts/gvisor.sh
 
 ## build: bin/sandgate and bin/sandbox-agent (static)
 build: sandgate agent

@@ -169,6 +169,12 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if spec.MemoryBytes == 0 {
 		spec.MemoryBytes = q.DefaultMemoryBytes
 	}
+	// The OCI runtime: the request's, else the one the tenant must use (admission has
+	// already refused a request that contradicts the tenant's).
+	spec.Runtime = req.Extensions["runtime"]
+	if spec.Runtime == "" {
+		spec.Runtime = q.Runtime
+	}
 	now := time.Now().UTC()
 	spec.ID = id
 	spec.Tenant = caller.Tenant
@@ -234,6 +240,9 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 }
 
 func runtimeCreateError(image string, err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		return &Error{Status: http.StatusBadRequest, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
+	}
 	if errors.Is(err, runtimes.ErrImageNotFound) {
 		return &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
 			Message: fmt.Sprintf("image %q is not present on this host (sandgate does not pull from registries; build or load it first)", image), Cause: err}
@@ -326,6 +335,10 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 300 || n > 86400 {
 				return spec, invalid("extensions[%q] = %q: want whole seconds from 300 to 86400", k, v)
+			}
+		case "runtime":
+			if v != "runc" && v != "runsc" {
+				return spec, invalid("extensions[%q] = %q: want \"runc\" or \"runsc\" (gVisor)", k, v)
 			}
 		case ExtensionPublic:
 			if v != "true" && v != "false" {

@@ -23,4 +23,8 @@ if ! docker info >/dev/null 2>&1; then
 	done
 	docker info >/dev/null 2>&1 || { echo "deps: dockerd did not come up; see /var/log/sandgate-dockerd.log" >&2; tail -20 /var/log/sandgate-dockerd.log >&2; exit 1; }
 fi
+# gVisor is opt-in: its build takes about 20 minutes on two cores (make gvisor).
+if [ "${SANDGATE_GVISOR:-0}" = 1 ]; then
+	"$(dirname "$0")/gvisor.sh"
+fi
 echo "deps: ok (docker $(docker version -f '{{.Server.Version}}'), $(redis-server --version | cut -d' ' -f3))"

@@ -58,6 +58,11 @@ type App struct {
 	PublicAddress string `json:"public_address,omitempty"`
 	// PreviewDomain is the domain of host-mode preview URLs.
 	PreviewDomain string `json:"preview_domain,omitempty"`
+	// OCIRuntime is the engine runtime of every sandbox ("runc", "runsc"); empty uses the
+	// engine's default. A tenant's quota or a create's extensions.runtime may ask for another.
+	OCIRuntime string `json:"oci_runtime,omitempty"`
+	// ReadOnlyRootfs "on" mounts images read-only with writable /workspace and /tmp.
+	ReadOnlyRootfs string `json:"read_only_rootfs,omitempty"`
 	// RenewCooldown is the least time between two renewals-on-access of a sandbox (default 1m).
 	RenewCooldown caddy.Duration `json:"renew_cooldown,omitempty"`
 	// PolicyDir is the operator's directory of Rego and data, loaded beside the embedded
@@ -153,7 +158,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		case "docker":
 			var d *docker.Runtime
 			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
-				NoEgress: a.Egress == "off", Logger: slogger})
+				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on", Logger: slogger})
 			if err == nil {
 				rt = d
 				if len(gatewayAddrs) == 0 {
@@ -207,6 +212,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	a.core = val.(*core)
+	if a.ReadOnlyRootfs != "" && a.ReadOnlyRootfs != "on" && a.ReadOnlyRootfs != "off" {
+		return fmt.Errorf("read_only_rootfs %q: want on or off", a.ReadOnlyRootfs)
+	}
 	// The key may change on a reload that keeps the core.
 	a.core.service.SetAdminKey(a.APIKey)
 	if a.APIKey == "" {

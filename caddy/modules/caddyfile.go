@@ -42,6 +42,8 @@ func init() {
 //		public_address   <host[:port]>
 //		preview_domain   <domain>
 //		policy_dir       <dir>
+//		oci_runtime      runc|runsc
+//		read_only_rootfs on|off
 //		renew_cooldown   <duration>
 //		pool_wait        <duration>
 //		pool_fallback    cold|fail
@@ -73,6 +75,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
 			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
 			"pool_fallback": &app.PoolFallback, "policy_dir": &app.PolicyDir,
+			"oci_runtime": &app.OCIRuntime, "read_only_rootfs": &app.ReadOnlyRootfs,
 			"egress": &app.Egress, "egress_default_action": &app.EgressDefaultAction,
 			"plugin_cache_dir": &app.PluginCacheDir,
 		}
