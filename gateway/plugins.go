@@ -337,14 +337,14 @@ func (ps *pluginState) status(tenant string, sp plugins.StoredPlugin) PluginStat
 	}
 	if stats, err := ps.host.Stats(tenant, sp.Name); err == nil {
 		st.Loaded = stats.Version == sp.Version
-		ps := &PluginStats{Invocations: stats.Invocations, Errors: stats.Errors, Timeouts: stats.Timeouts, Drops: stats.Drops,
+		calls := &PluginStats{Invocations: stats.Invocations, Errors: stats.Errors, Timeouts: stats.Timeouts, Drops: stats.Drops,
 			AuditRejected: stats.AuditRejected, Queued: stats.Queued, Instances: stats.Instances,
 			P50Ms: float64(stats.P50.Microseconds()) / 1000, P99Ms: float64(stats.P99.Microseconds()) / 1000, LastError: stats.LastError}
 		if !stats.LastErrorAt.IsZero() {
 			at := stats.LastErrorAt.UTC()
-			ps.LastErrorAt = &at
+			calls.LastErrorAt = &at
 		}
-		st.Stats = ps
+		st.Stats = calls
 	}
 	ps.mu.Lock()
 	st.LoadError = ps.loadErrors[tenant+"/"+sp.Name]
