@@ -533,10 +533,18 @@ func BenchmarkEgressDNS(b *testing.B) {
 
 // BenchmarkEgressConnect measures one TCP connect to an allowed address from inside a
 // sandbox (through the enforcer's nftables chains) beside a plain container on the
-// same network.
+// same network. The target accepts and closes at once with a deep backlog, so that the
+// figure is the network path's and not a slow server's.
 func BenchmarkEgressConnect(b *testing.B) {
-	benchmarkEgress(b, "connect", func(w *egressWorld) string { return w.servers["allowed"] + ":8000" })
+	benchmarkEgress(b, "connect", func(w *egressWorld) string { return w.servers["allowed"] + ":9000" })
 }
+
+// acceptServer listens on port 9000 of a test server and closes every connection at once.
+const acceptServer = `import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 9000)); s.listen(4096)
+while True:
+    c, _ = s.accept(); c.close()
+`
 
 func benchmarkEgress(b *testing.B, mode string, target func(*egressWorld) string) {
 	w := newEgressWorld(b, map[string][]string{"allowed": {"allowed.test"}})
@@ -547,6 +555,16 @@ func benchmarkEgress(b *testing.B, mode string, target func(*egressWorld) string
 		b.Fatalf("start raw container: %v: %s", err, out)
 	}
 	b.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", raw).Run() })
+	if mode == "connect" {
+		srv, err := exec.Command("docker", "ps", "-q", "--filter", "network="+w.e.Network, "--filter", "label=sandgate-e2e=server").Output()
+		if err != nil || len(strings.Fields(string(srv))) != 1 {
+			b.Fatalf("find the test server: %v %q", err, srv)
+		}
+		if out, err := exec.Command("docker", "exec", "-d", strings.TrimSpace(string(srv)), "python3", "-c", acceptServer).CombinedOutput(); err != nil {
+			b.Fatalf("start accept server: %v: %s", err, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	script := base64.StdEncoding.EncodeToString([]byte(latencyScript))
 	if out, err := exec.Command("docker", "exec", raw, "sh", "-c", "echo "+script+" | base64 -d > /tmp/latency.py").CombinedOutput(); err != nil {
 		b.Fatalf("install script: %v: %s", err, out)
