@@ -474,9 +474,16 @@ func TestPluginFaults(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		took = append(took, g.previewGet(id, fmt.Sprintf("/headers?i=%d", i)))
 	}
+	var total time.Duration
+	for _, d := range took {
+		total += d
+	}
 	slices.Sort(took)
-	if slowest := took[len(took)-1]; slowest >= 5*time.Second {
-		t.Errorf("slowest preview request took %s: as long as the looping plugin's deadline", slowest)
+	// Waiting for the loop, the 20 requests would take 100 s at least, and each one more
+	// than 5 s. The bounds leave room for a loaded machine: the faulty plugins burn the
+	// CPU the requests share.
+	if slowest := took[len(took)-1]; total >= 50*time.Second || slowest >= 10*time.Second {
+		t.Errorf("20 preview requests took %s, the slowest %s: they waited for the looping plugin", total, slowest)
 	}
 	// The loop still has events of those requests to go through: they were answered
 	// without waiting for it.
