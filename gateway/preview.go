@@ -238,6 +238,17 @@ type AccessRecord struct {
 	Credential string
 }
 
+// RecordAgentCall notes, for the audit stream and plugins, a call that starts work in a
+// sandbox: a command, a code cell or a file upload through the agent API.
+func (s *Service) RecordAgentCall(sb *store.Sandbox, typ string, data map[string]any) {
+	ev := store.Event{Type: typ, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: data}
+	select {
+	case s.preview.events <- ev:
+	default:
+		s.preview.dropped.Add(1)
+	}
+}
+
 // activityThrottle is the least time between two activity updates of one sandbox.
 const activityThrottle = time.Second
 

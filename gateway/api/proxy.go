@@ -2,9 +2,12 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -163,11 +166,47 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 	case runtimes.EgressPort:
 		out.Header.Set(gateway.HeaderEgressToken, sb.EgressToken)
 	}
+	if port == runtimes.AgentPort && r.Method == http.MethodPost {
+		h.noteAgentCall(out, sb)
+	}
 	rec := &recorder{ResponseWriter: w}
 	start := time.Now()
 	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
 	h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
 		Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
+}
+
+// maxNotedBody bounds how much of a command request is read to name it in the audit event.
+const maxNotedBody = 64 << 10
+
+// noteAgentCall emits command.started for commands and code cells and file.written for
+// uploads. It reads at most maxNotedBody bytes of the body and puts them back.
+func (h *Handler) noteAgentCall(r *http.Request, sb *store.Sandbox) {
+	p := r.URL.Path
+	switch {
+	case p == "/command" || p == "/code" || (strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run")):
+		head, _ := io.ReadAll(io.LimitReader(r.Body, maxNotedBody))
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+		var body struct {
+			Command    string `json:"command"`
+			Code       string `json:"code"`
+			Background bool   `json:"background"`
+		}
+		_ = json.Unmarshal(head, &body)
+		text := body.Command
+		if text == "" {
+			text = body.Code
+		}
+		if len(text) > 1024 {
+			text = text[:1024] + "…"
+		}
+		h.svc.RecordAgentCall(sb, "command.started", map[string]any{"endpoint": p, "command": text, "background": body.Background})
+	case p == "/files/upload":
+		h.svc.RecordAgentCall(sb, "file.written", map[string]any{"endpoint": p, "bytes": r.ContentLength})
+	}
 }
 
 // proxyCredential finds the strongest credential a request carries.
