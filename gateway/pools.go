@@ -518,6 +518,9 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 			return nil, tmpl, invalid("env: invalid or reserved variable name %q", k)
 		}
 	}
+	if err := s.ValidateEgressRequest(ctx, caller, req); err != nil {
+		return nil, tmpl, err
+	}
 	if req.Image != nil && req.Image.URI != "" && req.Image.URI != tmpl.Image.URI {
 		return nil, tmpl, invalid("image %q differs from pool %q's image %q", req.Image.URI, poolName, tmpl.Image.URI)
 	}
@@ -547,6 +550,9 @@ func (s *Service) coldFromTemplate(ctx context.Context, caller Caller, tmpl, req
 	}
 	merged.Timeout = req.Timeout
 	merged.Extensions = req.Extensions
+	if len(req.NetworkPolicy) > 0 {
+		merged.NetworkPolicy = req.NetworkPolicy
+	}
 	spec, err := s.validateCreate(merged)
 	if err != nil {
 		return nil, err

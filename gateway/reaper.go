@@ -161,7 +161,13 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {
 	// A container younger than the ready timeout may belong to a create in flight on a
 	// gateway whose record write we have not seen; leave it to the next pass.
-	if !startup && now.Sub(inst.CreatedAt) < s.cfg.ReadyTimeout {
+	grace := s.cfg.ReadyTimeout
+	if inst.Pool != "" {
+		// A warm member has no record until it answers; its start is bounded by
+		// ReadyTimeout+30s (startWarm), so only an older one is an orphan.
+		grace = s.cfg.ReadyTimeout + time.Minute
+	}
+	if !startup && now.Sub(inst.CreatedAt) < grace {
 		return
 	}
 	expired := inst.ExpiresAt != nil && !inst.ExpiresAt.After(now)

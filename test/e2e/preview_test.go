@@ -315,8 +315,9 @@ func TestPreview(t *testing.T) {
 		waitFor(t, 5*time.Second, func() bool {
 			out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(redis.Port), "XRANGE", e.Prefix+"events:default", "-", "+").Output()
 			return strings.Contains(string(out), `"type":"preview.accessed"`) && strings.Contains(string(out), `"credential":"cookie"`) &&
-				strings.Contains(string(out), `"status":200`) && strings.Contains(string(out), `"path":"/headers"`)
-		}, "preview.accessed events in the tenant's stream")
+				strings.Contains(string(out), `"status":200`) && strings.Contains(string(out), `"path":"/headers"`) &&
+				strings.Contains(string(out), `"type":"file.written"`) && strings.Contains(string(out), `preview_server.py 8000`)
+		}, "preview.accessed, file.written and command.started events in the tenant's stream")
 	})
 
 	t.Run("renew on access extends and respects the cooldown", func(t *testing.T) {
