@@ -141,13 +141,17 @@ func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act T
 	if ps == nil || ps.host == nil || sb.ExpiresAt == nil {
 		return builtin, true, nil
 	}
-	exp, changed, err := ps.host.DecideTTL(ctx, sb.Tenant, plugins.TTLInput{
+	in := plugins.TTLInput{
 		SandboxID:        sb.ID,
 		Reason:           plugins.ReasonActivity,
 		CurrentExpiresAt: *sb.ExpiresAt,
 		MaxExpiresAt:     maxExp,
 		Activity:         &plugins.Activity{Port: act.Port, Method: act.Method, Path: act.Path},
-	})
+	}
+	if act.Renew {
+		in.Reason, in.RequestedExpiresAt, in.Activity = plugins.ReasonRenew, act.Requested, nil
+	}
+	exp, changed, err := ps.host.DecideTTL(ctx, sb.Tenant, in)
 	if errors.Is(err, plugins.ErrNotFound) {
 		return builtin, true, nil
 	}

@@ -355,11 +355,14 @@ func (s *Service) onActivity(sb *store.Sandbox, rec AccessRecord) {
 
 var errNoChange = errors.New("no change")
 
-// TTLActivity is the access that triggered a TTL decision.
+// TTLActivity is what triggered a TTL decision: an access to a port, or (Renew) an
+// explicit renew-expiration asking for Requested.
 type TTLActivity struct {
-	Port   int
-	Method string
-	Path   string
+	Port      int
+	Method    string
+	Path      string
+	Renew     bool
+	Requested time.Time
 }
 
 // TTLDecider decides a sandbox's new expiry on activity; ok false means no change. A

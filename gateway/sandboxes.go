@@ -158,6 +158,14 @@ func createResponse(rec *store.Sandbox) *CreateResponse {
 // createCold starts a new container for a validated request, waits for its agent and
 // records it under id. batch, when set, is recorded as the sandbox's batch.
 func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch string) (*store.Sandbox, error) {
+	// Wait for a create slot first: the record's clock (createdAt, expiry, the
+	// reconciler's patience with a Pending record) starts when the work does.
+	select {
+	case s.creates <- struct{}{}:
+		defer func() { <-s.creates }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	q, err := s.tenantQuotas(ctx, caller.Tenant)
 	if err != nil {
 		return nil, err
@@ -202,12 +210,6 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
 		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
-	}
-	select {
-	case s.creates <- struct{}{}:
-		defer func() { <-s.creates }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 	// The record comes first, so that no other gateway adopts the container as an orphan;
 	// writing it also enforces the concurrency quota atomically across gateways.
@@ -607,6 +609,23 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is more than the maximum lifetime of %s away", expiresAt.UTC().Format(time.RFC3339), s.cfg.MaxTimeout)
 	}
 	exp := expiresAt.UTC()
+	// A tenant's decide_ttl plugin may shorten, move or refuse the renewal; when it
+	// fails, the request is granted as asked.
+	if cur, err := s.Lookup(ctx, caller, id); err == nil && s.ttlDecider != nil && cur.ExpiresAt != nil {
+		maxExp := now.Add(s.cfg.MaxTimeout)
+		got, ok, err := s.ttlDecider(ctx, cur, TTLActivity{Renew: true, Requested: exp}, exp, maxExp)
+		switch {
+		case err != nil:
+			s.log.Warn("TTL plugin failed on renew; granting the request", "sandbox", id, "err", err)
+		case !ok:
+			return *cur.ExpiresAt, nil
+		case got.After(now):
+			if got.After(maxExp) {
+				got = maxExp
+			}
+			exp = got.UTC()
+		}
+	}
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		if sb.State == StateFailed || sb.State == StateTerminated {
 			return Errorf(409, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)

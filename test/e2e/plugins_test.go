@@ -448,6 +448,18 @@ func TestPluginTTLOnActivity(t *testing.T) {
 			t.Fatalf("invocations %d, were %d", st.Stats.Invocations, before)
 		}
 	})
+
+	t.Run("ttl plugin decides an explicit renew", func(t *testing.T) {
+		g.mustPutPlugin("ttl", examplePlugin(t, "ttl-on-activity"), `{"hooks":["decide_ttl"],"settings":{"extendMinutes":30,"maxMinutesAhead":60}}`)
+		r := g.do("POST", "/v1/sandboxes/"+id+"/renew-expiration", map[string]string{"expiresAt": time.Now().Add(5 * time.Hour).UTC().Format(time.RFC3339)})
+		if r.Status != 200 {
+			t.Fatalf("renew: %d %s", r.Status, r.Body)
+		}
+		got, _ := time.Parse(time.RFC3339Nano, r.JSON(t)["expiresAt"].(string))
+		if left := time.Until(got); left > 61*time.Minute || left < 55*time.Minute {
+			t.Fatalf("renew for +5h came back %s ahead; the plugin caps it at 60m", left)
+		}
+	})
 }
 
 // TestPluginFaults: on_event plugins that loop, exhaust their memory or trap, and a
