@@ -513,11 +513,10 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 	if err := validateMetadata(req.Metadata, false); err != nil {
 		return nil, tmpl, err
 	}
-	for k := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.HasPrefix(k, "SANDGATE_") {
-			return nil, tmpl, invalid("env: invalid or reserved variable name %q", k)
-		}
+	if err := validateEnv(req.Env); err != nil {
+		return nil, tmpl, err
 	}
+
 	if err := s.ValidateEgressRequest(ctx, caller, req); err != nil {
 		return nil, tmpl, err
 	}

@@ -242,6 +242,12 @@ type AccessRecord struct {
 // sandbox: a command, a code cell or a file upload through the agent API.
 func (s *Service) RecordAgentCall(sb *store.Sandbox, typ string, data map[string]any) {
 	ev := store.Event{Type: typ, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: data}
+	s.queueEvent(ev)
+}
+
+// queueEvent hands ev to the batched event writer without blocking; when the queue is
+// full the event is dropped and counted.
+func (s *Service) queueEvent(ev store.Event) {
 	select {
 	case s.preview.events <- ev:
 	default:
@@ -260,11 +266,7 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 		"port": rec.Port, "method": rec.Method, "path": rec.Path, "status": rec.Status, "bytes": rec.Bytes,
 		"durationMs": float64(rec.Duration.Microseconds()) / 1000, "credential": rec.Credential,
 	}}
-	select {
-	case s.preview.events <- ev:
-	default:
-		s.preview.dropped.Add(1)
-	}
+	s.queueEvent(ev)
 	now := time.Now()
 	s.preview.activityMu.Lock()
 	last := s.preview.lastActivity[sb.ID]

@@ -252,6 +252,19 @@ func runtimeCreateError(image string, err error) error {
 	return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
 }
 
+// validateEnv refuses variable names a process cannot carry and the reserved SANDGATE_ ones.
+func validateEnv(env map[string]string) error {
+	for k := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return invalid("env: invalid variable name %q", k)
+		}
+		if strings.HasPrefix(k, "SANDGATE_") {
+			return invalid("env: names starting with SANDGATE_ are reserved (%q)", k)
+		}
+	}
+	return nil
+}
+
 // withEntry returns a copy of m with k set to v.
 func withEntry(m map[string]string, k, v string) map[string]string {
 	out := make(map[string]string, len(m)+1)
@@ -301,13 +314,8 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 	if err := validateMetadata(req.Metadata, false); err != nil {
 		return spec, err
 	}
-	for k := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return spec, invalid("env: invalid variable name %q", k)
-		}
-		if strings.HasPrefix(k, "SANDGATE_") {
-			return spec, invalid("env: names starting with SANDGATE_ are reserved (%q)", k)
-		}
+	if err := validateEnv(req.Env); err != nil {
+		return spec, err
 	}
 	for k, v := range req.ResourceLimits {
 		switch k {

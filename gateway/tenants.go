@@ -96,11 +96,7 @@ func (s *Service) logDecision(tenant, action string, d policy.Decision) {
 		"action": action, "allow": d.Allow, "code": d.Code, "message": d.Message,
 		"decisionId": d.DecisionID, "inputHash": d.InputHash, "policyVersion": d.PolicyVersion,
 	}}
-	select {
-	case s.preview.events <- ev:
-	default:
-		s.preview.dropped.Add(1)
-	}
+	s.queueEvent(ev)
 }
 
 // tenantQuotas returns the quotas of a tenant (none for one without a record, such as
