@@ -646,11 +646,26 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	return alive, nil
 }
 
+// memberAlive pings a claimed member's agent. A slow answer on a loaded host is not a
+// dead member: when the first ping fails but the runtime still reports the process
+// running, it gets a second, longer ping before it is given up.
+func (s *Service) memberAlive(ctx context.Context, sb *store.Sandbox) error {
+	err := s.pingAgent(ctx, sb.Address, sb.AgentToken, time.Second)
+	if err == nil {
+		return nil
+	}
+	inst, ierr := s.runtime.Inspect(ctx, sb.ID)
+	if ierr != nil || inst.State != runtimes.StateRunning {
+		return err
+	}
+	return s.pingAgent(ctx, sb.Address, sb.AgentToken, 5*time.Second)
+}
+
 // bindClaim applies the claim's env and entrypoint through the agent; with neither, it
 // pings, so that a dead member is never handed out.
 func (s *Service) bindClaim(ctx context.Context, sb *store.Sandbox, env map[string]string, entrypoint bool) error {
 	if len(env) == 0 && !entrypoint {
-		return s.pingAgent(ctx, sb.Address, sb.AgentToken)
+		return s.memberAlive(ctx, sb)
 	}
 	if len(env) > 0 {
 		if err := s.callAgent(ctx, sb, http.MethodPut, "/sandgate/env", map[string]any{"envs": env}); err != nil {

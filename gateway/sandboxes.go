@@ -381,7 +381,7 @@ func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
 	delay := 5 * time.Millisecond
 	answered := false
 	for attempt := 0; ; attempt++ {
-		if inst.Address != "" && s.pingAgent(ctx, inst.Address, inst.AgentToken) == nil {
+		if inst.Address != "" && s.pingAgent(ctx, inst.Address, inst.AgentToken, time.Second) == nil {
 			if answered {
 				return nil
 			}
@@ -434,8 +434,8 @@ func truncate(s string, n int) string {
 }
 
 // pingAgent calls the agent's /ping with its token.
-func (s *Service) pingAgent(ctx context.Context, addr, token string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+func (s *Service) pingAgent(ctx context.Context, addr, token string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/ping", addr, runtimes.AgentPort), nil)
 	if err != nil {

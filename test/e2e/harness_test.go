@@ -176,6 +176,23 @@ func (e *env) containers() []string {
 	return strings.Fields(string(out))
 }
 
+// poolLabels lists the env's containers in one call: sandbox id → the pool it was made
+// for ("" for none).
+func (e *env) poolLabels() map[string]string {
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.Label "sandgate.io/id"}} {{.Label "sandgate.io/pool"}}`).Output()
+	if err != nil {
+		e.t.Errorf("docker ps: %v", err)
+		return nil
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if id, pool, ok := strings.Cut(l, " "); ok {
+			m[id] = pool
+		}
+	}
+	return m
+}
+
 // gateway is one running sandgate process.
 type gateway struct {
 	t      testing.TB
