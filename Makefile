@@ -4,7 +4,7 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: gvisor all deps build agent sandgate images plugins run test test-unit test-e2e bench clean
+.PHONY: gvisor all deps build agent sandgate web images plugins run test test-unit test-e2e bench clean
 
 all: build
 
@@ -19,7 +19,11 @@ gvisor: deps
 ## build: bin/sandgate and bin/sandbox-agent (static)
 build: sandgate agent
 
-sandgate:
+## web: the console (npm ci when the lockfile changed, vite build into web/dist, embedded by sandgate)
+web:
+	@scripts/web.sh
+
+sandgate: web
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
 
 agent:
