@@ -14,6 +14,8 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	// WebSockets over HTTP/2: must initialise before net/http (see the package).
+	_ "github.com/sandgate/sandgate/caddy/h2websocket"
 	"github.com/sandgate/sandgate/caddy/modules"
 	"github.com/sandgate/sandgate/gateway"
 )
