@@ -132,6 +132,8 @@ type Service struct {
 	adminKey atomic.Value
 	// ttlDecider, when set, takes renew-on-access decisions over (plugins).
 	ttlDecider TTLDecider
+	// watch fans sandbox changes out to live lists (watch.go).
+	watch watchHub
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -193,6 +195,7 @@ func (s *Service) Start(ctx context.Context) {
 	})
 	s.runPoolManager()
 	s.watchChanges()
+	s.syncPolicy(ctx)
 	s.runAccessLog()
 }
 

@@ -72,7 +72,8 @@ func (s *Service) Route(ctx context.Context, id string) (*store.Sandbox, error) 
 	return sb, nil
 }
 
-// watchChanges drops cached routes that other gateways report changed.
+// watchChanges drops cached routes that other gateways report changed and tells this
+// gateway's live lists (watch.go).
 func (s *Service) watchChanges() {
 	s.wg.Add(1)
 	go func() {
@@ -80,7 +81,11 @@ func (s *Service) watchChanges() {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-s.stop; cancel() }()
 		for ctx.Err() == nil {
-			_ = s.store.SubscribeChanges(ctx, s.routes.drop)
+			// After a (re)subscription, live lists may have missed changes: they list again.
+			_ = s.store.SubscribeChangesReady(ctx, s.watch.resyncAll, func(id string) {
+				s.routes.drop(id)
+				s.watch.notify(id)
+			})
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second): // Redis went away; resubscribe

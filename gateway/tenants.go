@@ -65,7 +65,7 @@ func (s *Service) SetAdminKey(key string) { s.adminKey.Store(key) }
 // to the tenant's audit stream with its id and input hash.
 func (s *Service) Authorize(ctx context.Context, caller Caller, action string, res Resource, method, path string, body any) error {
 	in := policy.AccessInput{
-		Principal: policy.Principal{Kind: CredAPIKey, ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
+		Principal: policy.Principal{Kind: credentialOf(ctx), ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
 		Tenant:    caller.Tenant,
 		Action:    action,
 		Resource:  policy.Resource{Kind: res.Kind, ID: res.ID, Tenant: res.Tenant},

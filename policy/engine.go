@@ -56,8 +56,11 @@ type Engine struct {
 
 	mu       sync.Mutex // serializes loads; guards the fields below
 	platform map[string]any
-	counter  uint64
-	lastErr  error
+	// overrides are modules stored outside the directory (the policy API keeps
+	// them in Redis), by name; they win over directory files of the same name.
+	overrides map[string]string
+	counter   uint64
+	lastErr   error
 }
 
 // version is one compiled policy with its prepared queries.
@@ -155,7 +158,7 @@ func (e *Engine) reload(ctx context.Context, initial bool) error {
 }
 
 func (e *Engine) loadLocked(ctx context.Context) error {
-	set, err := loadSources(e.dir, false, nil)
+	set, err := loadSources(e.dir, false, e.overrideModules())
 	if err != nil {
 		return err
 	}
@@ -307,13 +310,14 @@ func (e *Engine) Validate(ctx context.Context, name, src string) error {
 	if err := checkModuleName(name); err != nil {
 		return err
 	}
-	set, err := loadSources(e.dir, false, &Module{Name: name, Source: src})
+	e.mu.Lock()
+	platform := e.platform
+	extras := append(e.overrideModules(), Module{Name: name, Source: src})
+	e.mu.Unlock()
+	set, err := loadSources(e.dir, false, extras)
 	if err != nil {
 		return asCompileError(err)
 	}
-	e.mu.Lock()
-	platform := e.platform
-	e.mu.Unlock()
 	if _, err := build(ctx, set, mergeData(set.data, platform)); err != nil {
 		return asCompileError(err)
 	}

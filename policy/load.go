@@ -64,9 +64,11 @@ func parseModule(name, src string) (*ast.Module, error) {
 }
 
 // loadSources reads the embedded modules and the operator's directory (when
-// dir is not empty), applying the override rule. extra, when not nil, adds or
-// replaces one operator module without touching the disk (for Validate).
-func loadSources(dir string, withTests bool, extra *Module) (sourceSet, error) {
+// dir is not empty), applying the override rule. extras add or replace
+// operator modules without touching the disk, in order, a later one winning
+// over an earlier one of the same name (stored overrides, then an editor's
+// unsaved changes).
+func loadSources(dir string, withTests bool, extras []Module) (sourceSet, error) {
 	set := sourceSet{parsed: map[string]*ast.Module{}, data: map[string]any{}}
 
 	var operator []Module
@@ -99,13 +101,20 @@ func loadSources(dir string, withTests bool, extra *Module) (sourceSet, error) {
 			operatorParsed[name] = rf.Parsed
 		}
 	}
-	if extra != nil {
+	for _, extra := range extras {
+		if !withTests && isTestFile(extra.Name) {
+			continue
+		}
 		parsed, err := parseModule(extra.Name, extra.Source)
 		if err != nil {
 			return set, err
 		}
+		origin := extra.Origin
+		if origin == "" {
+			origin = OriginOperator
+		}
 		operator = slices.DeleteFunc(operator, func(m Module) bool { return m.Name == extra.Name })
-		operator = append(operator, Module{Name: extra.Name, Origin: OriginOperator, Source: extra.Source})
+		operator = append(operator, Module{Name: extra.Name, Origin: origin, Source: extra.Source})
 		operatorParsed[extra.Name] = parsed
 	}
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
@@ -54,9 +55,16 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	if h.forward == nil {
 		h.forward = NewForward(h.upstreamError)
 	}
-	fallbacks := map[string]bool{}
-	for _, rt := range h.routes() {
-		h.register(rt, fallbacks)
+	routes := h.routes()
+	methods := map[string][]string{} // path → its methods, for the 405 fallbacks
+	for _, rt := range routes {
+		h.register(rt)
+		if rt.method != "" {
+			methods[rt.path] = append(methods[rt.path], rt.method)
+		}
+	}
+	for path, ms := range methods {
+		h.registerFallback(path, ms, shadowsWildcard(path, routes))
 	}
 	h.mux.Handle("GET /console/", web.Handler("/console/"))
 	h.mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
@@ -72,6 +80,8 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
 		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
 		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
+		// The live list; more specific than /sandboxes/{id}, so the mux prefers it.
+		{method: "GET", path: "/sandboxes/watch", handler: h.watchSandboxes, action: "sandbox.list"},
 		{method: "GET", path: "/sandboxes/{id}", handler: h.getSandbox},
 		{method: "DELETE", path: "/sandboxes/{id}", handler: h.deleteSandbox},
 		{method: "PATCH", path: "/sandboxes/{id}/metadata", handler: h.patchMetadata},
@@ -102,12 +112,21 @@ func (h *Handler) routes() []route {
 		{method: "DELETE", path: "/plugins/{name}", handler: h.deletePlugin},
 		{method: "GET", path: "/audit", handler: h.listAudit, action: "audit.read"},
 		{method: "GET", path: "/audit/stream", handler: h.streamAudit, action: "audit.read"},
+		{method: "POST", path: "/session", handler: h.signIn, public: true},
+		{method: "GET", path: "/session", handler: h.getSession, public: true},
+		{method: "DELETE", path: "/session", handler: h.signOut, public: true},
+		{method: "GET", path: "/policy", handler: h.getPolicy, action: "policy.read"},
+		{method: "PUT", path: "/policy", handler: h.putPolicy, action: "policy.write"},
+		{method: "POST", path: "/policy/validate", handler: h.validatePolicy, action: "policy.read"},
+		{method: "POST", path: "/policy/eval", handler: h.evalPolicy, action: "policy.read"},
+		{method: "POST", path: "/policy/test", handler: h.testPolicy, action: "policy.read"},
+		{method: "DELETE", path: "/policy/overrides", handler: h.resetPolicy, action: "policy.write"},
 		{method: "", path: "/sandboxes/{id}/proxy/{port}", handler: h.serveProxyPath, own: true},
 		{method: "", path: "/sandboxes/{id}/proxy/{port}/{path...}", handler: h.serveProxyPath, own: true},
 	}
 }
 
-func (h *Handler) register(rt route, fallbacks map[string]bool) {
+func (h *Handler) register(rt route) {
 	action := rt.action
 	if action == "" {
 		action = actionFor(rt.method, rt.path)
@@ -115,12 +134,12 @@ func (h *Handler) register(rt route, fallbacks map[string]bool) {
 	wrapped := func(w http.ResponseWriter, r *http.Request) {
 		var caller gateway.Caller
 		if !rt.public && !rt.own {
-			c, err := h.svc.Authenticate(r.Context(), apiKeyFrom(r))
+			c, authed, err := h.authenticate(r)
 			if err != nil {
 				writeError(w, r, err)
 				return
 			}
-			caller = c
+			caller, r = c, authed
 			if !rt.selfAuthz {
 				if err := h.svc.Authorize(r.Context(), c, action, resourceFor(action, r, c), r.Method, r.URL.Path, nil); err != nil {
 					writeError(w, r, err)
@@ -134,15 +153,54 @@ func (h *Handler) register(rt route, fallbacks map[string]bool) {
 		pattern := prefix + rt.path
 		if rt.method != "" {
 			h.mux.HandleFunc(rt.method+" "+pattern, wrapped)
-			// Any other method on a known path is a 405 in our error shape, not the mux's text.
-			if !fallbacks[pattern] {
-				h.mux.HandleFunc(pattern, h.methodNotAllowed)
-				fallbacks[pattern] = true
-			}
 		} else {
 			h.mux.HandleFunc(pattern, wrapped)
 		}
 	}
+}
+
+// registerFallback answers any other method on a known path with a 405 in our error
+// shape, not the mux's text. A literal path beside a wildcard one (/sandboxes/watch
+// beside /sandboxes/{id}) cannot take an any-method pattern (the mux refuses the
+// overlap), so it gets one pattern per method instead.
+func (h *Handler) registerFallback(path string, methods []string, shadows bool) {
+	for _, prefix := range []string{"/v1", ""} {
+		pattern := prefix + path
+		if !shadows {
+			h.mux.HandleFunc(pattern, h.methodNotAllowed)
+			continue
+		}
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+			if !slices.Contains(methods, m) {
+				h.mux.HandleFunc(m+" "+pattern, h.methodNotAllowed)
+			}
+		}
+	}
+}
+
+// shadowsWildcard reports whether another route's pattern with a wildcard segment also
+// matches path.
+func shadowsWildcard(path string, routes []route) bool {
+	segs := strings.Split(path, "/")
+	for _, rt := range routes {
+		other := strings.Split(rt.path, "/")
+		if rt.path == path || len(other) != len(segs) {
+			continue
+		}
+		wild, same := false, true
+		for i := range segs {
+			switch {
+			case strings.HasPrefix(other[i], "{"):
+				wild = true
+			case other[i] != segs[i]:
+				same = false
+			}
+		}
+		if wild && same {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {

@@ -37,7 +37,7 @@ const (
 
 // credentialHeaders are ours; none of them reaches a sandbox except as set below.
 var credentialHeaders = []string{
-	"OPEN-SANDBOX-API-KEY", "X-API-Key", gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken,
+	"OPEN-SANDBOX-API-KEY", "X-API-Key", gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken, csrfHeader,
 }
 
 type upstreamKey struct{}
@@ -244,7 +244,31 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 			return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
 		}
 	}
+	if token := sessionToken(r); token != "" {
+		return h.sessionProxyAccess(r, token)
+	}
 	return gateway.ProxyAccess{Kind: gateway.CredAnonymous}, time.Time{}, nil
+}
+
+// sessionProxyAccess admits a console session to a sandbox port as its key (the access
+// policy decides on it as on the key). A change needs the session's CSRF token; a
+// WebSocket, which browsers open cross-site with cookies and without CORS, needs an
+// Origin of this very host.
+func (h *Handler) sessionProxyAccess(r *http.Request, token string) (gateway.ProxyAccess, time.Time, error) {
+	c, sess, err := h.svc.SessionCaller(r.Context(), token)
+	if err != nil {
+		return gateway.ProxyAccess{}, time.Time{}, err
+	}
+	if isWebSocket(r) && !sameOrigin(r) {
+		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeCSRFTokenInvalid,
+			"a WebSocket opened with the console session must come from a page of this host (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
+	}
+	if !safeMethod(r.Method) {
+		if err := gateway.CheckCSRF(sess, r.Header.Get(csrfHeader)); err != nil {
+			return gateway.ProxyAccess{}, time.Time{}, err
+		}
+	}
+	return gateway.ProxyAccess{Kind: gateway.CredSession, Caller: &c}, time.Time{}, nil
 }
 
 // exchangeLink trades a signed link for an HttpOnly cookie scoped to the preview (its
@@ -287,7 +311,7 @@ func stripCredentials(r, orig *http.Request, h *Handler) {
 	if cookies := r.Cookies(); len(cookies) > 0 {
 		r.Header.Del("Cookie")
 		for _, c := range cookies {
-			if c.Name != cookieName {
+			if c.Name != cookieName && c.Name != sessionCookie {
 				r.AddCookie(c)
 			}
 		}

@@ -26,30 +26,11 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, c gatewa
 
 func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q := r.URL.Query()
-	lq := gateway.ListQuery{Page: 1, PageSize: 20}
-	for _, st := range q["state"] {
-		for _, part := range strings.Split(st, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				lq.States = append(lq.States, part)
-			}
-		}
+	lq, err := listQuery(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
-	if md := q.Get("metadata"); md != "" {
-		parsed, err := url.ParseQuery(md)
-		if err != nil {
-			writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "metadata filter %q: %v (want URL-encoded k=v&k2=v2)", md, err))
-			return
-		}
-		lq.Metadata = map[string]string{}
-		for k, vs := range parsed {
-			if k == "" {
-				writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "metadata filter %q: empty key", md))
-				return
-			}
-			lq.Metadata[k] = vs[len(vs)-1]
-		}
-	}
-	var err error
 	if lq.Page, err = intParam(q, "page", 1, 1, 1<<30); err != nil {
 		writeError(w, r, err)
 		return
@@ -64,6 +45,34 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c gatewa
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// listQuery reads the filters of a list (and of the live list): state (repeated or
+// comma-separated) and metadata (URL-encoded k=v&k2=v2).
+func listQuery(r *http.Request) (gateway.ListQuery, error) {
+	q := r.URL.Query()
+	lq := gateway.ListQuery{Page: 1, PageSize: 20}
+	for _, st := range q["state"] {
+		for _, part := range strings.Split(st, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				lq.States = append(lq.States, part)
+			}
+		}
+	}
+	if md := q.Get("metadata"); md != "" {
+		parsed, err := url.ParseQuery(md)
+		if err != nil {
+			return lq, gateway.Errorf(400, gateway.CodeInvalidParameter, "metadata filter %q: %v (want URL-encoded k=v&k2=v2)", md, err)
+		}
+		lq.Metadata = map[string]string{}
+		for k, vs := range parsed {
+			if k == "" {
+				return lq, gateway.Errorf(400, gateway.CodeInvalidParameter, "metadata filter %q: empty key", md)
+			}
+			lq.Metadata[k] = vs[len(vs)-1]
+		}
+	}
+	return lq, nil
 }
 
 func intParam(q url.Values, name string, def, lo, hi int) (int, error) {

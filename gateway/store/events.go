@@ -72,23 +72,13 @@ func (s *Store) PublishChange(ctx context.Context, id string) error {
 // SubscribeChanges calls fn with each changed sandbox id until ctx ends or the
 // connection fails.
 func (s *Store) SubscribeChanges(ctx context.Context, fn func(id string)) error {
-	sub := s.rdb.Subscribe(ctx, s.changesChannel())
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		return wrap(err)
-	}
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case msg, ok := <-ch:
-			if !ok {
-				return ErrUnavailable
-			}
-			fn(msg.Payload)
-		}
-	}
+	return s.subscribe(ctx, s.changesChannel(), nil, fn)
+}
+
+// SubscribeChangesReady is SubscribeChanges that calls ready once the subscription
+// holds: a reader that lists after ready misses no change.
+func (s *Store) SubscribeChangesReady(ctx context.Context, ready func(), fn func(id string)) error {
+	return s.subscribe(ctx, s.changesChannel(), ready, fn)
 }
 
 // AppendEvents writes several events in one pipelined round trip.

@@ -126,9 +126,9 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev, maxC
 		return fmt.Errorf("tenant %s: %w", sb.Tenant, ErrQuota)
 	}
 	sb.Rev = rev
-	if expectedRev != "" {
-		_ = s.PublishChange(ctx, sb.ID) // cached routes of this sandbox are stale now
-	}
+	// Cached routes of this sandbox are stale now, and live lists (the watch API) show
+	// the change, a new record included.
+	_ = s.PublishChange(ctx, sb.ID)
 	return nil
 }
 

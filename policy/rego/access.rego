@@ -26,7 +26,9 @@ platform_only if {
 	verb != "get"
 }
 
-platform_only if input.action == "policy.write"
+# The policy itself (policy.read, policy.write): the Rego in force names every
+# tenant's rules and the platform's data, so only a platform admin reads it.
+platform_only if area == "policy"
 
 # What a viewer (and so every tenant role) may do: read, except credentials
 # (the key area) and platform-wide actions.

@@ -4,6 +4,8 @@ import data.sandgate.access
 
 key(role, tenant) := {"kind": "api_key", "id": "k1", "tenant": tenant, "role": role}
 
+session(role, tenant) := {"kind": "session", "id": "k1", "tenant": tenant, "role": role}
+
 req(principal, action, resource) := {
 	"principal": principal,
 	"tenant": object.get(principal, "tenant", ""),
@@ -28,18 +30,28 @@ test_admin_may_do_anything_in_any_tenant if {
 	allowed(req(key("admin", ""), "tenant.create", {"kind": "tenant", "id": "t2"}))
 	allowed(req(key("admin", "ops"), "sandbox.delete", sandbox("t2")))
 	allowed(req(key("admin", "ops"), "policy.write", {"kind": "policy"}))
+	allowed(req(key("admin", "ops"), "policy.read", {"kind": "policy"}))
+}
+
+# A console session carries its key's role: the same grants, the same limits.
+test_session_is_its_key if {
+	allowed(req(session("admin", ""), "policy.write", {"kind": "policy"}))
+	allowed(req(session("member", "t1"), "sandbox.proxy", sandbox("t1")))
+	code(req(session("member", "t1"), "policy.read", {"kind": "policy"})) == "POLICY::DENIED"
+	code(req(session("viewer", "t1"), "sandbox.delete", sandbox("t1"))) == "POLICY::DENIED"
+	code(req(session("member", "t1"), "sandbox.delete", sandbox("t2"))) == "POLICY::NOT_FOUND"
 }
 
 # --- tenant-admin ---
 
 test_tenant_admin_manages_its_tenant if {
-	every action in ["key.create", "key.delete", "plugin.create", "pool.delete", "sandbox.create", "audit.read", "policy.read", "tenant.get"] {
+	every action in ["key.create", "key.delete", "plugin.create", "pool.delete", "sandbox.create", "audit.read", "tenant.get"] {
 		allowed(req(key("tenant-admin", "t1"), action, {"kind": split(action, ".")[0], "tenant": "t1"}))
 	}
 }
 
 test_tenant_admin_no_platform_actions if {
-	every action in ["tenant.create", "tenant.update", "tenant.delete", "tenant.list", "policy.write"] {
+	every action in ["tenant.create", "tenant.update", "tenant.delete", "tenant.list", "policy.write", "policy.read"] {
 		code(req(key("tenant-admin", "t1"), action, {})) == "POLICY::DENIED"
 	}
 }
@@ -76,13 +88,13 @@ test_member_other_tenant_not_found if {
 # --- viewer ---
 
 test_viewer_reads if {
-	every action in ["sandbox.get", "sandbox.list", "pool.list", "batch.get", "audit.read", "policy.read", "tenant.get"] {
+	every action in ["sandbox.get", "sandbox.list", "pool.list", "batch.get", "audit.read", "tenant.get"] {
 		allowed(req(key("viewer", "t1"), action, {"kind": split(action, ".")[0], "tenant": "t1"}))
 	}
 }
 
 test_viewer_writes_nothing if {
-	every action in ["sandbox.create", "sandbox.delete", "sandbox.update", "sandbox.proxy", "pool.create", "key.list", "tenant.list"] {
+	every action in ["sandbox.create", "sandbox.delete", "sandbox.update", "sandbox.proxy", "pool.create", "key.list", "tenant.list", "policy.read", "policy.write"] {
 		code(req(key("viewer", "t1"), action, sandbox("t1"))) == "POLICY::DENIED"
 	}
 }

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// The policy API for policy authors (admins): see gateway/policyadmin.go.
+
+// policyChanges is the body of validate, PUT, eval and test: module name → source.
+type policyChanges struct {
+	Modules map[string]string `json:"modules"`
+}
+
+func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	st, err := h.svc.PolicyState(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (h *Handler) validatePolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var req policyChanges
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	errs, err := h.svc.ValidatePolicy(r.Context(), req.Modules)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if len(errs) > 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "errors": errs})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "errors": []gateway.PolicyError{}})
+}
+
+func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var req policyChanges
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	st, err := h.svc.PutPolicy(r.Context(), c, req.Modules)
+	if err != nil {
+		writePolicyError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// resetPolicy is DELETE /v1/policy/overrides[?module=name].
+func (h *Handler) resetPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	st, err := h.svc.ResetPolicy(r.Context(), c, r.URL.Query().Get("module"))
+	if err != nil {
+		writePolicyError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (h *Handler) evalPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var req struct {
+		Decision string            `json:"decision"`
+		Input    json.RawMessage   `json:"input"`
+		Modules  map[string]string `json:"modules"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.Decision == "" {
+		writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "decision is required: access, admission, egress or a query such as data.sandgate.admission.deny"))
+		return
+	}
+	res, err := h.svc.EvalPolicy(r.Context(), req.Decision, req.Input, req.Modules)
+	if err != nil {
+		writePolicyError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *Handler) testPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	var req policyChanges
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	rep, err := h.svc.TestPolicy(r.Context(), req.Modules)
+	if err != nil {
+		writePolicyError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// writePolicyError answers a policy that does not compile with its located errors beside
+// the usual {code, message}.
+func writePolicyError(w http.ResponseWriter, r *http.Request, err error) {
+	e, ok := gateway.AsError(err)
+	if ok && e.Code == gateway.CodePolicyInvalid {
+		errs, _ := gateway.PolicyErrors(e.Cause)
+		writeJSON(w, e.Status, map[string]any{"code": e.Code, "message": e.Message, "errors": errs})
+		return
+	}
+	writeError(w, r, err)
+}
