@@ -1,6 +1,6 @@
 // The console's shell: the session, the navigation and the view for the current route.
 import { useEffect, useState } from "preact/hooks";
-import { ApiError, session, setCsrfToken, setUnauthorizedHandler } from "./api";
+import { ApiError, session, setCsrfToken, setUnauthorizedHandler, type Session } from "./api";
 import { AuthContext, allowed, fromWhoAmI, type Auth } from "./auth";
 import { href, useRoute } from "./router";
 import { ErrorBox, Loading } from "./components/Status";
@@ -19,11 +19,11 @@ type Phase = { kind: "checking" } | { kind: "signed-out"; reason?: string } | { 
 export function App() {
   const [phase, setPhase] = useState<Phase>({ kind: "checking" });
 
-  const enter = async (s: { tenant: string; role: Auth["role"]; keyId: string; csrfToken: string }) => {
+  const enter = async (s: Session) => {
     setCsrfToken(s.csrfToken);
-    const base: Auth = { tenant: s.tenant, role: s.role, keyId: s.keyId };
-    // whoami may add the permission map; without it the role's defaults apply.
-    const who = await session.whoami().catch(() => undefined);
+    const base: Auth = { tenant: s.tenant, role: s.role, keyId: s.keyId, can: s.can };
+    // The session answer carries what the role may do; whoami may say it when it does not.
+    const who = s.can ? undefined : await session.whoami().catch(() => undefined);
     setPhase({ kind: "signed-in", auth: fromWhoAmI(base, who) });
   };
 

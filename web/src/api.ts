@@ -44,6 +44,7 @@ export interface Session {
   keyId: string;
   csrfToken: string;
   expiresAt?: string;
+  can?: Record<string, boolean>;
 }
 
 export type Role = "admin" | "tenant-admin" | "member" | "viewer";
@@ -500,7 +501,9 @@ export function describeError(e: unknown): string {
     switch (true) {
       case e.status === 0:
         return e.message;
-      case e.code === "MISSING_API_KEY" || e.code === "INVALID_API_KEY" || e.code.includes("SESSION") || e.status === 401:
+      case e.code === "INVALID_API_KEY":
+        return `The API key was refused: ${msg}.`;
+      case e.code === "MISSING_API_KEY" || e.code.includes("SESSION") || e.status === 401:
         return `You are not signed in, or your session has ended: ${msg}.`;
       case e.status === 403:
         return `Not allowed: ${msg}.`;

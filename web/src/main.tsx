@@ -2,4 +2,6 @@ import { render } from "preact";
 import "./styles.css";
 import { App } from "./App";
 
-render(<App />, document.getElementById("app")!);
+const root = document.getElementById("app")!;
+root.textContent = ""; // the "Loading…" line shown until this script runs
+render(<App />, root);

@@ -1,0 +1,411 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+)
+
+// The web console (issue 9) driven in headless Chromium against a real gateway: the
+// SPA embedded in bin/sandgate, its session sign-in, the live sandbox list, the agent
+// views and the policy editor. Every step saves a screenshot under
+// artifacts/console/<step>.png.
+
+const consoleArtifacts = "artifacts/console"
+
+// consoleBrowser is one Chromium tab on the gateway's console.
+type consoleBrowser struct {
+	ctx  context.Context
+	base string // http://addr
+}
+
+func newConsoleBrowser(t *testing.T, chromium, base string) *consoleBrowser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &consoleBrowser{ctx: ctx, base: base}
+}
+
+// open loads the console at a hash route ("#/sandboxes").
+func (b *consoleBrowser) open(t *testing.T, hash string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(b.base+"/console/"+hash)); err != nil {
+		t.Fatalf("open %s: %v", hash, err)
+	}
+}
+
+// route changes the hash route without reloading the page.
+func (b *consoleBrowser) route(t *testing.T, hash string) {
+	t.Helper()
+	b.eval(t, fmt.Sprintf(`location.hash = %q; ""`, hash))
+}
+
+func (b *consoleBrowser) eval(t *testing.T, js string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String((() => { return ` + js + ` })())`))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return out
+}
+
+// evalAsync evaluates an expression that yields a promise of a string.
+func (b *consoleBrowser) evalAsync(t *testing.T, js string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => String(await (`+js+`)))()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return out
+}
+
+// waitFor polls a JavaScript condition; on timeout it saves a screenshot and fails with
+// the page's text.
+func (b *consoleBrowser) waitFor(t *testing.T, d time.Duration, what, cond string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { try { return !!(`+cond+`) } catch (e) { return false } })()`))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.shot(t, "FAILED-"+t.Name())
+			t.Fatalf("timed out after %s waiting for %s (%s); the page says:\n%s", d, what, cond, b.eval(t, `document.body.innerText`))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// click clicks the first element matching a CSS selector, the way a user's click does
+// (a trusted event through the browser's input pipeline).
+func (b *consoleBrowser) click(t *testing.T, sel string) {
+	t.Helper()
+	b.waitFor(t, 10*time.Second, sel+" to be there", fmt.Sprintf(`document.querySelector(%q)`, sel))
+	b.eval(t, fmt.Sprintf(`document.querySelector(%q).scrollIntoView({block: "center"}), ""`, sel))
+	box := b.eval(t, fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect(); return (r.x + r.width / 2) + "," + (r.y + r.height / 2) })()`, sel))
+	var x, y float64
+	if _, err := fmt.Sscanf(box, "%g,%g", &x, &y); err != nil {
+		t.Fatalf("position of %s: %q", sel, box)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.MouseClickXY(x, y)); err != nil {
+		t.Fatalf("click %s: %v", sel, err)
+	}
+}
+
+// fill sets an input's or textarea's value the way typing does (an input event), so
+// that the view's state follows.
+func (b *consoleBrowser) fill(t *testing.T, sel, value string) {
+	t.Helper()
+	b.waitFor(t, 10*time.Second, sel+" to be there", fmt.Sprintf(`document.querySelector(%q)`, sel))
+	v, _ := json.Marshal(value)
+	b.eval(t, fmt.Sprintf(`(() => {
+		const el = document.querySelector(%q);
+		const proto = el instanceof HTMLTextAreaElement ? HTMLTextAreaElement.prototype : el instanceof HTMLSelectElement ? HTMLSelectElement.prototype : HTMLInputElement.prototype;
+		Object.getOwnPropertyDescriptor(proto, "value").set.call(el, %s);
+		el.dispatchEvent(new Event("input", {bubbles: true}));
+		el.dispatchEvent(new Event("change", {bubbles: true}));
+		return "";
+	})()`, sel, v))
+}
+
+func (b *consoleBrowser) text(t *testing.T, sel string) string {
+	t.Helper()
+	return b.eval(t, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel))
+}
+
+func (b *consoleBrowser) present(t *testing.T, sel string) bool {
+	t.Helper()
+	return b.eval(t, fmt.Sprintf(`!!document.querySelector(%q)`, sel)) == "true"
+}
+
+// shot saves a screenshot of the whole page as artifacts/console/<name>.png.
+func (b *consoleBrowser) shot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	name = strings.NewReplacer("/", "-", " ", "-").Replace(name)
+	if err := os.MkdirAll(consoleArtifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(consoleArtifacts, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: test/e2e/%s", path)
+}
+
+// signIn signs in with key through the form and waits for the console to show role.
+func (b *consoleBrowser) signIn(t *testing.T, key, role string) {
+	t.Helper()
+	b.open(t, "")
+	b.waitFor(t, 20*time.Second, "the sign-in form", `document.querySelector("#api-key")`)
+	b.fill(t, "#api-key", key)
+	b.click(t, "form button[type=submit]")
+	b.waitFor(t, 20*time.Second, "the console signed in as "+role, fmt.Sprintf(`(document.querySelector("[data-testid=role]") || {}).textContent === %q`, role))
+}
+
+func (b *consoleBrowser) signOut(t *testing.T) {
+	t.Helper()
+	b.click(t, "[data-testid=sign-out]")
+	b.waitFor(t, 20*time.Second, "the sign-in form after signing out", `document.querySelector("#api-key")`)
+}
+
+// requireConsoleAssets fails (not skips) when the binary was built without the SPA.
+func requireConsoleAssets(t *testing.T, g *gateway) {
+	t.Helper()
+	resp, err := http.Get("http://" + g.Addr + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Contains(string(body), "not built into this binary") || !strings.Contains(string(body), `id="app"`) {
+		t.Fatalf("the gateway does not serve the console (status %d): build it into bin/sandgate with `make build` (which runs `make web`)\n%s", resp.StatusCode, tail(string(body), 600))
+	}
+}
+
+func TestConsole(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (make deps installs it): %v", err)
+	}
+	e := newEnv(t, nil)
+	g := e.startGateway()
+	requireConsoleAssets(t, g)
+	b := newConsoleBrowser(t, chromium, "http://"+g.Addr)
+	var id string // the sandbox the console created
+
+	t.Run("sign in", func(t *testing.T) {
+		b.open(t, "")
+		b.waitFor(t, 20*time.Second, "the sign-in form", `document.querySelector("#api-key")`)
+		b.fill(t, "#api-key", "not-a-key")
+		b.click(t, "form button[type=submit]")
+		b.waitFor(t, 20*time.Second, "a readable refusal of a wrong key", `document.querySelector("[role=alert]")`)
+		if msg := b.text(t, "[role=alert]"); !strings.Contains(msg, "not signed in") && !strings.Contains(strings.ToLower(msg), "key") {
+			t.Fatalf("a wrong key's message: %q", msg)
+		}
+		b.signIn(t, g.APIKey, "admin")
+		if c := b.eval(t, `document.cookie`); strings.Contains(c, "sandgate_session") {
+			t.Fatalf("the session cookie is visible to scripts: %q", c)
+		}
+		// The session survives a reload: the cookie, not the page, holds it.
+		b.open(t, "#/sandboxes")
+		b.waitFor(t, 20*time.Second, "the console to stay signed in after a reload", `(document.querySelector("[data-testid=role]") || {}).textContent === "admin"`)
+		b.waitFor(t, 20*time.Second, "the live list", `(document.querySelector("[data-testid=live]") || {}).textContent === "live"`)
+		b.shot(t, "sign-in")
+	})
+
+	t.Run("create a sandbox and see it appear without reload", func(t *testing.T) {
+		b.route(t, "#/sandboxes")
+		b.waitFor(t, 20*time.Second, "the live list", `(document.querySelector("[data-testid=live]") || {}).textContent === "live"`)
+		// A marker on the page's window: a reload would lose it.
+		b.eval(t, `window.__sameDocument = "yes"`)
+		b.click(t, "[data-testid=new-sandbox]")
+		b.waitFor(t, 10*time.Second, "the create form", `document.querySelector("#create-image")`)
+		if img := b.eval(t, `document.querySelector("#create-image").value`); img != baseImage {
+			t.Fatalf("default image %q, want %q", img, baseImage)
+		}
+		b.fill(t, "#create-metadata", "made-by=console")
+		b.click(t, "[data-testid=create-submit]")
+		b.waitFor(t, 90*time.Second, "the new sandbox in the list", `document.querySelector("tr.sandbox-row")`)
+		id = b.eval(t, `document.querySelector("tr.sandbox-row").dataset.id`)
+		b.waitFor(t, 90*time.Second, "the sandbox to be Running in the list", fmt.Sprintf(`document.querySelector('tr[data-id=%q] .badge').textContent === "Running"`, id))
+		// One created by another client appears too, pushed by the gateway.
+		other := g.createSandbox(map[string]any{"metadata": map[string]string{"made-by": "api"}})
+		b.waitFor(t, 20*time.Second, "a sandbox created through the API", fmt.Sprintf(`document.querySelector('tr[data-id=%q]')`, other))
+		if b.eval(t, `window.__sameDocument`) != "yes" {
+			t.Fatal("the page reloaded")
+		}
+		r := g.do("GET", "/v1/sandboxes/"+id, nil)
+		if r.Status != 200 || r.JSON(t)["metadata"].(map[string]any)["made-by"] != "console" {
+			t.Fatalf("the console's sandbox: %d %s", r.Status, r.Body)
+		}
+		b.shot(t, "sandbox-list-live")
+	})
+	if id == "" {
+		t.Fatal("no sandbox to continue with")
+	}
+
+	t.Run("run echo and see the output", func(t *testing.T) {
+		b.route(t, "#/sandboxes/"+id+"/commands")
+		b.fill(t, "#cmd-input", "echo console-$((6*7)); echo to-stderr >&2")
+		b.click(t, "[data-testid=run-command]")
+		b.waitFor(t, 30*time.Second, "the command's output", `document.querySelector("[data-testid=command-output]").textContent.includes("console-42")`)
+		b.waitFor(t, 30*time.Second, "the command's exit status", `(document.querySelector("[data-testid=command-result]") || {}).textContent?.startsWith("Exit status 0")`)
+		if out := b.text(t, "[data-testid=command-output]"); !strings.Contains(out, "to-stderr") || strings.Contains(out, "$((") {
+			t.Fatalf("output: %q", out)
+		}
+		b.shot(t, "command-echo")
+	})
+
+	t.Run("type in the terminal and read the answer", func(t *testing.T) {
+		b.route(t, "#/sandboxes/"+id+"/terminal")
+		b.waitFor(t, 30*time.Second, "the terminal to connect", `(document.querySelector("[data-testid=terminal-status]") || {}).textContent === "Connected"`)
+		b.eval(t, `document.querySelector(".xterm-helper-textarea").focus(), ""`)
+		// The text goes in as typed text (input events, as an IME or a paste), Enter as a key.
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+		_, err := chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: "echo term-$((7*6))"})
+		if err == nil {
+			err = chromedp.Do(ctx, chromedp.KeyEvent("\r"))
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("type: %v", err)
+		}
+		b.waitFor(t, 20*time.Second, "the shell's answer in the terminal", `document.querySelector(".xterm-rows").textContent.includes("term-42")`)
+		// Reconnect: a reload attaches to the same shell and replays its screen.
+		b.open(t, "#/sandboxes/"+id+"/terminal")
+		b.waitFor(t, 30*time.Second, "the terminal to reconnect", `(document.querySelector("[data-testid=terminal-status]") || {}).textContent === "Connected"`)
+		b.waitFor(t, 20*time.Second, "the replayed answer after reconnecting", `document.querySelector(".xterm-rows").textContent.includes("term-42")`)
+		b.shot(t, "terminal")
+	})
+
+	t.Run("upload a file and download it back", func(t *testing.T) {
+		content := "uploaded through the console " + randomHex(8) + "\n"
+		local := filepath.Join(t.TempDir(), "console-upload.txt")
+		if err := os.WriteFile(local, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b.route(t, "#/sandboxes/"+id+"/files")
+		b.waitFor(t, 20*time.Second, "the file list of /tmp", `document.querySelector("[data-testid=file-table]") || document.querySelector(".empty")`)
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+		err := chromedp.Do(ctx, chromedp.SetUploadFiles("#upload-input", []string{local}))
+		cancel()
+		if err != nil {
+			t.Fatalf("choose the file: %v", err)
+		}
+		row := `tr[data-path="/tmp/console-upload.txt"]`
+		b.waitFor(t, 20*time.Second, "the uploaded file in the list", fmt.Sprintf(`document.querySelector(%q)`, row))
+		got := b.evalAsync(t, fmt.Sprintf(`fetch(document.querySelector(%q).href).then(r => r.ok ? r.text() : "HTTP " + r.status)`, row+" a[data-testid=download]"))
+		if got != content {
+			t.Fatalf("downloaded %q, want %q", got, content)
+		}
+		b.shot(t, "files-upload-download")
+	})
+
+	t.Run("open a signed preview link", func(t *testing.T) {
+		startPreviewServer(t, g, id)
+		b.route(t, "#/sandboxes/"+id+"/overview")
+		b.fill(t, "#ep-port", fmt.Sprint(previewPort))
+		b.click(t, "[data-testid=sign-link]")
+		b.waitFor(t, 20*time.Second, "the signed link", `document.querySelector("[data-testid=signed-link]")`)
+		b.shot(t, "signed-link-console")
+		link := b.eval(t, `document.querySelector("[data-testid=signed-link]").href`)
+		if !strings.Contains(link, "/sandboxes/"+id+"/proxy/") {
+			t.Fatalf("signed link %q", link)
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		err := chromedp.Do(ctx, chromedp.Navigate(link))
+		cancel()
+		if err != nil {
+			t.Fatalf("open the link: %v", err)
+		}
+		// The preview page's script opens a WebSocket through the link's cookie.
+		b.waitFor(t, 30*time.Second, "the preview page's WebSocket echo", `(document.querySelector("#out") || {}).textContent === "echo:ping"`)
+		b.shot(t, "signed-link-preview")
+	})
+
+	t.Run("a viewer key sees no delete button", func(t *testing.T) {
+		_, viewerKey := g.issueKey("default", "viewer")
+		b.open(t, "#/sandboxes")
+		b.waitFor(t, 20*time.Second, "the console", `document.querySelector("[data-testid=sign-out]")`)
+		b.signOut(t)
+		// Signing out revoked the session: the API refuses the browser now.
+		if st := b.evalAsync(t, `fetch("/v1/sandboxes").then(r => r.status)`); st != "401" {
+			t.Fatalf("after sign-out the API answered %s, want 401", st)
+		}
+		b.signIn(t, viewerKey, "viewer")
+		b.route(t, "#/sandboxes")
+		b.waitFor(t, 20*time.Second, "the viewer's list", fmt.Sprintf(`document.querySelector('tr[data-id=%q]')`, id))
+		for _, sel := range []string{"[data-testid=bulk-delete]", "[data-testid=new-sandbox]", "table input[type=checkbox]"} {
+			if b.present(t, sel) {
+				t.Fatalf("a viewer sees %s", sel)
+			}
+		}
+		b.shot(t, "viewer-list")
+		b.route(t, "#/sandboxes/"+id)
+		b.waitFor(t, 20*time.Second, "the viewer's sandbox page", `document.querySelector("h1.mono")`)
+		if b.present(t, "[data-testid=delete-sandbox]") {
+			t.Fatal("a viewer sees the sandbox's delete button")
+		}
+		b.shot(t, "viewer-detail")
+		b.signOut(t)
+	})
+
+	t.Run("a policy that forbids an image refuses the create with its message", func(t *testing.T) {
+		b.signIn(t, g.APIKey, "admin")
+		b.route(t, "#/policy")
+		b.waitFor(t, 20*time.Second, "the Rego in force", `document.querySelector("#rego-source")?.value.includes("package sandgate")`)
+		b.fill(t, "#new-module", "console_images")
+		b.click(t, "form.stack button[type=submit]")
+		b.waitFor(t, 10*time.Second, "the new module in the editor", `document.querySelector("#rego-source").value.includes("package sandgate.admission")`)
+		b.fill(t, "#rego-source", `package sandgate.admission
+
+deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
+	input.request.image == "sandgate/forbidden:1"
+	msg := sprintf("image %s is forbidden by the console test", [input.request.image])
+}
+`)
+		b.click(t, "[data-testid=policy-validate]")
+		b.waitFor(t, 20*time.Second, "validation", `document.body.innerText.includes("The changes compile.")`)
+		b.click(t, "[data-testid=policy-apply]")
+		b.waitFor(t, 20*time.Second, "the policy applied", `document.body.innerText.includes("The changes are in force")`)
+		b.shot(t, "policy-applied")
+		b.route(t, "#/sandboxes")
+		b.click(t, "[data-testid=new-sandbox]")
+		b.fill(t, "#create-image", "sandgate/forbidden:1")
+		b.click(t, "[data-testid=create-submit]")
+		b.waitFor(t, 30*time.Second, "the refusal in the form", `document.querySelector("[data-testid=create-error]").textContent.includes("forbidden by the console test")`)
+		b.shot(t, "policy-refuses-image")
+	})
+
+	t.Run("phone width", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.open(t, "#/sandboxes")
+		b.waitFor(t, 20*time.Second, "the list at phone width", fmt.Sprintf(`document.querySelector('tr[data-id=%q]')`, id))
+		if w := b.eval(t, `document.documentElement.scrollWidth`); w != "390" {
+			t.Fatalf("the page is %s px wide at a 390 px viewport (it scrolls sideways)", w)
+		}
+		b.shot(t, "phone-sandboxes")
+	})
+}
