@@ -112,6 +112,8 @@ func (h *Handler) routes() []route {
 		{method: "DELETE", path: "/plugins/{name}", handler: h.deletePlugin},
 		{method: "GET", path: "/audit", handler: h.listAudit, action: "audit.read"},
 		{method: "GET", path: "/audit/stream", handler: h.streamAudit, action: "audit.read"},
+		{method: "GET", path: "/events", handler: h.listEvents, action: "audit.read", selfAuthz: true},
+		{method: "GET", path: "/events/stream", handler: h.streamEvents, action: "audit.read", selfAuthz: true},
 		{method: "POST", path: "/session", handler: h.signIn, public: true},
 		{method: "GET", path: "/session", handler: h.getSession, public: true},
 		{method: "DELETE", path: "/session", handler: h.signOut, public: true},

@@ -51,15 +51,7 @@ func (s *Store) ReadEvents(ctx context.Context, tenant, after string, count int6
 	if err != nil {
 		return nil, wrap(err)
 	}
-	out := make([]Event, 0, len(msgs))
-	for _, m := range msgs {
-		var ev Event
-		if str, ok := m.Values["json"].(string); ok && json.Unmarshal([]byte(str), &ev) == nil {
-			ev.ID = m.ID
-			out = append(out, ev)
-		}
-	}
-	return out, nil
+	return decodeEvents(msgs), nil
 }
 
 func (s *Store) changesChannel() string { return s.Key("changes") }
@@ -141,4 +133,63 @@ return ARGV[1]
 func (s *Store) RotateLinkKey(ctx context.Context, kid, secretHex string) (string, error) {
 	res, err := rotateKeyScript.Run(ctx, s.rdb, []string{s.Key("linkkeys")}, kid, secretHex).Text()
 	return res, wrap(err)
+}
+
+// ReadEventsBefore returns up to count events of tenant before the stream id before
+// ("" = from the newest), newest first.
+func (s *Store) ReadEventsBefore(ctx context.Context, tenant, before string, count int64) ([]Event, error) {
+	end := "+"
+	if before != "" {
+		end = "(" + before
+	}
+	msgs, err := s.rdb.XRevRangeN(ctx, s.eventStream(tenant), end, "-", count).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return decodeEvents(msgs), nil
+}
+
+// WaitEvents blocks up to block for events of tenant after the stream id after ("$":
+// only those written from now on) and returns them, oldest first (none on a timeout).
+// It reads on a separate connection pool, so that idle live streams never hold the
+// connections requests need.
+func (s *Store) WaitEvents(ctx context.Context, tenant, after string, block time.Duration, count int64) ([]Event, error) {
+	streams, err := s.blockingClient().XRead(ctx, &redis.XReadArgs{
+		Streams: []string{s.eventStream(tenant), after}, Count: count, Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var out []Event
+	for _, st := range streams {
+		out = append(out, decodeEvents(st.Messages)...)
+	}
+	return out, nil
+}
+
+// LastEventID returns the id of the newest event of tenant ("0" when there is none).
+func (s *Store) LastEventID(ctx context.Context, tenant string) (string, error) {
+	msgs, err := s.rdb.XRevRangeN(ctx, s.eventStream(tenant), "+", "-", 1).Result()
+	if err != nil {
+		return "", wrap(err)
+	}
+	if len(msgs) == 0 {
+		return "0", nil
+	}
+	return msgs[0].ID, nil
+}
+
+func decodeEvents(msgs []redis.XMessage) []Event {
+	out := make([]Event, 0, len(msgs))
+	for _, m := range msgs {
+		var ev Event
+		if str, ok := m.Values["json"].(string); ok && json.Unmarshal([]byte(str), &ev) == nil {
+			ev.ID = m.ID
+			out = append(out, ev)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -28,6 +29,10 @@ type Store struct {
 	rdb      *redis.Client
 	embedded *miniredis.Miniredis
 	prefix   string
+
+	// blocking serves blocking reads (live event streams) on connections of its own.
+	blockingOnce sync.Once
+	blocking     *redis.Client
 }
 
 // Options configure Open.
@@ -90,8 +95,22 @@ func (s *Store) Embedded() bool { return s.embedded != nil }
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error { return wrap(s.rdb.Ping(ctx).Err()) }
 
-// Close closes the client and stops the embedded store.
+// blockingClient returns the client for blocking reads: the same server, its own pool.
+func (s *Store) blockingClient() *redis.Client {
+	s.blockingOnce.Do(func() {
+		o := *s.rdb.Options()
+		o.PoolSize, o.MinIdleConns = 256, 0
+		s.blocking = redis.NewClient(&o)
+	})
+	return s.blocking
+}
+
+// Close closes the clients and stops the embedded store.
 func (s *Store) Close() error {
+	s.blockingOnce.Do(func() {}) // no blocking client after Close
+	if s.blocking != nil {
+		_ = s.blocking.Close()
+	}
 	err := s.rdb.Close()
 	if s.embedded != nil {
 		s.embedded.Close()

@@ -578,3 +578,87 @@ deny contains {"code": "ADMISSION::IMAGE_FORBIDDEN", "message": msg} if {
 		expectError(t, create(g, "registry.local/forbidden:1"), 400, "SANDBOX::IMAGE_NOT_FOUND")
 	}
 }
+
+func TestConsoleAPIEvents(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g1, g2 := e.startGateway(), e.startGateway()
+	tenant := g1.createTenant("eventful", nil)
+	_, key := g1.issueKey(tenant, "member")
+	_, otherKey := g1.issueKey(g1.createTenant("nosy", nil), "member")
+	m1 := g1.asKey(key)
+
+	// Follow on g2 with a console session; act on g1.
+	sess, _ := signIn(t, g2, key)
+	live := openWatch(t, g2, "/v1/events/stream?type=sandbox.,command.started", "OPEN-SANDBOX-API-KEY", "", "Cookie", "sandgate_session="+sess.cookie)
+	id := m1.createSandbox(map[string]any{"timeout": 600})
+	m1.agent(id).run("echo audited")
+	if r := m1.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+		t.Fatalf("delete: %d %s", r.Status, r.Body)
+	}
+	var firstID string
+	for _, want := range []string{"sandbox.created", "command.started", "sandbox.deleted"} {
+		ev := nextEvent(t, live, want, func(ev sseEvent) bool {
+			if ev.Name != "event" {
+				t.Fatalf("unexpected SSE event %+v", ev)
+			}
+			m := sandboxEvent(t, ev)
+			if typ := m["type"].(string); !strings.HasPrefix(typ, "sandbox.") && typ != "command.started" {
+				t.Fatalf("the type filter let %s through", typ)
+			}
+			return m["type"] == want && m["sandboxId"] == id
+		})
+		m := sandboxEvent(t, ev)
+		if m["tenant"] != tenant || m["id"] == "" {
+			t.Fatalf("event %s", ev.Data)
+		}
+		if want == "command.started" && m["data"].(map[string]any)["command"] != "echo audited" {
+			t.Fatalf("command.started data: %s", ev.Data)
+		}
+		if firstID == "" {
+			firstID = m["id"].(string)
+		}
+	}
+
+	// The page API: newest first, filtered, paged.
+	r := m1.do("GET", "/v1/events?sandbox="+id+"&order=newest&exclude=policy.,preview.", nil)
+	var page struct {
+		Items []struct {
+			ID, Type, SandboxID string
+		} `json:"items"`
+		NextCursor string `json:"nextCursor"`
+	}
+	if r.Status != 200 || json.Unmarshal(r.Body, &page) != nil || len(page.Items) < 3 {
+		t.Fatalf("events page: %d %s", r.Status, r.Body)
+	}
+	if page.Items[0].Type != "sandbox.deleted" || page.Items[len(page.Items)-1].Type != "sandbox.created" {
+		t.Fatalf("not newest first: %s", r.Body)
+	}
+	for _, it := range page.Items {
+		if it.SandboxID != id || strings.HasPrefix(it.Type, "policy.") || strings.HasPrefix(it.Type, "preview.") {
+			t.Fatalf("filter let %+v through", it)
+		}
+	}
+	r = m1.do("GET", "/v1/events?sandbox="+id+"&order=newest&exclude=policy.,preview.&limit=1", nil)
+	if r.Status != 200 || json.Unmarshal(r.Body, &page) != nil || len(page.Items) != 1 || page.NextCursor == "" {
+		t.Fatalf("limit=1: %d %s", r.Status, r.Body)
+	}
+	r = m1.do("GET", "/v1/events?sandbox="+id+"&order=newest&exclude=policy.,preview.&limit=1&cursor="+page.NextCursor, nil)
+	if r.Status != 200 || json.Unmarshal(r.Body, &page) != nil || len(page.Items) != 1 || page.Items[0].Type == "sandbox.deleted" {
+		t.Fatalf("second page: %d %s", r.Status, r.Body)
+	}
+
+	// Resuming after an event id replays what followed it.
+	resumed := openWatch(t, g1, "/v1/events/stream?sandbox="+id+"&type=sandbox.deleted", "OPEN-SANDBOX-API-KEY", key, "Last-Event-ID", firstID)
+	nextEvent(t, resumed, "the replayed sandbox.deleted", func(ev sseEvent) bool { return sandboxEvent(t, ev)["type"] == "sandbox.deleted" })
+
+	// Tenants: another tenant's events look absent; the platform admin may name a tenant.
+	expectError(t, g1.asKey(otherKey).do("GET", "/v1/events?tenant="+tenant, nil), 404, "POLICY::NOT_FOUND")
+	if r := g1.do("GET", "/v1/events?tenant="+tenant+"&type=sandbox.created", nil); r.Status != 200 || !strings.Contains(string(r.Body), id) {
+		t.Fatalf("admin reads the tenant's events: %d %.300s", r.Status, r.Body)
+	}
+	if r := g1.asKey(otherKey).do("GET", "/v1/events?type=sandbox.", nil); r.Status != 200 || strings.Contains(string(r.Body), id) {
+		t.Fatalf("another tenant sees the sandbox's events: %d %.300s", r.Status, r.Body)
+	}
+	expectError(t, m1.do("GET", "/v1/events?cursor=bogus", nil), 400, "SANDBOX::INVALID_PARAMETER")
+	expectError(t, m1.do("GET", "/v1/events?order=sideways", nil), 400, "SANDBOX::INVALID_PARAMETER")
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// The event API: a tenant's event stream (sandbox lifecycle, agent calls, preview
+// accesses, policy decisions) read page by page with filters, or followed live. It is
+// what a console shows as a sandbox's recent activity and as the audit log.
+
+// eventScanMax bounds how many stream entries one page request reads while filtering;
+// past it the page ends early with a cursor to continue from.
+const eventScanMax = 20000
+
+// EventQuery selects events of one tenant.
+type EventQuery struct {
+	Tenant  string
+	Sandbox string
+	// Types and Exclude are type prefixes ("sandbox." matches sandbox.created); an event
+	// must match one of Types (when any) and none of Exclude.
+	Types   []string
+	Exclude []string
+	Cursor  string
+	Limit   int
+	Newest  bool
+}
+
+// Matches reports whether ev passes the query's filters.
+func (q EventQuery) Matches(ev store.Event) bool {
+	if q.Sandbox != "" && ev.SandboxID != q.Sandbox {
+		return false
+	}
+	for _, p := range q.Exclude {
+		if strings.HasPrefix(ev.Type, p) {
+			return false
+		}
+	}
+	if len(q.Types) == 0 {
+		return true
+	}
+	for _, p := range q.Types {
+		if strings.HasPrefix(ev.Type, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// EventPage is one page of events.
+type EventPage struct {
+	Items []store.Event `json:"items"`
+	// NextCursor continues in the same order; absent at the end of the stream.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// ReadEvents returns a page of a tenant's events after the exclusive cursor, oldest
+// first (newest first with Newest), filtered.
+func (s *Service) ReadEvents(ctx context.Context, q EventQuery) (*EventPage, error) {
+	if q.Limit <= 0 || q.Limit > 1000 {
+		q.Limit = 100
+	}
+	page := &EventPage{Items: []store.Event{}}
+	cursor, scanned := q.Cursor, 0
+	const chunk = 500
+	for scanned < eventScanMax {
+		var evs []store.Event
+		var err error
+		if q.Newest {
+			evs, err = s.store.ReadEventsBefore(ctx, q.Tenant, cursor, chunk)
+		} else {
+			evs, err = s.store.ReadEvents(ctx, q.Tenant, cursor, chunk)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range evs {
+			scanned++
+			cursor = ev.ID
+			if q.Matches(ev) {
+				page.Items = append(page.Items, ev)
+				if len(page.Items) == q.Limit {
+					page.NextCursor = cursor
+					return page, nil
+				}
+			}
+		}
+		if len(evs) < chunk {
+			return page, nil // end of the stream
+		}
+	}
+	page.NextCursor = cursor
+	return page, nil
+}
+
+// eventWait is how long one blocking read of a live event stream waits.
+const eventWait = 5 * time.Second
+
+// FollowEvents calls send with every event of the query written after the exclusive
+// cursor ("" = from now on), as they are written on any gateway, until ctx ends or send
+// fails. idle is called when nothing came for a while (keep-alives).
+func (s *Service) FollowEvents(ctx context.Context, q EventQuery, idle func() error, send func(store.Event) error) error {
+	cursor := q.Cursor
+	if cursor == "" {
+		last, err := s.store.LastEventID(ctx, q.Tenant)
+		if err != nil {
+			return err
+		}
+		cursor = last
+	}
+	quiet := time.Now()
+	for ctx.Err() == nil {
+		evs, err := s.store.WaitEvents(ctx, q.Tenant, cursor, eventWait, 200)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("event stream read", "tenant", q.Tenant, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+		for _, ev := range evs {
+			cursor = ev.ID
+			if q.Matches(ev) {
+				if err := send(ev); err != nil {
+					return err
+				}
+				quiet = time.Now()
+			}
+		}
+		if time.Since(quiet) >= 15*time.Second {
+			if err := idle(); err != nil {
+				return err
+			}
+			quiet = time.Now()
+		}
+	}
+	return nil
+}
