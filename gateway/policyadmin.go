@@ -152,9 +152,11 @@ func (s *Service) PutPolicy(ctx context.Context, caller Caller, changes map[stri
 	if err := checkPolicyChanges(changes); err != nil {
 		return nil, err
 	}
-	merged := s.policy.Overrides()
-	if merged == nil {
-		merged = map[string]string{}
+	// Lay the changes over what Redis holds, not over this replica's copy, which may not
+	// have seen another replica's change yet.
+	merged, err := s.store.PolicyOverrides(ctx)
+	if err != nil {
+		return nil, err
 	}
 	for name, src := range changes {
 		merged[name] = src
@@ -165,7 +167,10 @@ func (s *Service) PutPolicy(ctx context.Context, caller Caller, changes map[stri
 // ResetPolicy removes the stored override module (every one when module is empty), which
 // brings back the policy of the files.
 func (s *Service) ResetPolicy(ctx context.Context, caller Caller, module string) (*PolicyState, error) {
-	merged := s.policy.Overrides()
+	merged, err := s.store.PolicyOverrides(ctx)
+	if err != nil {
+		return nil, err
+	}
 	removed := sortedKeys(merged)
 	if module != "" {
 		if _, ok := merged[module]; !ok {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -87,6 +88,12 @@ func isWebSocket(r *http.Request) bool {
 
 // signIn is POST /v1/session: {"apiKey": "..."} → a session and its cookie.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
+	// A JSON content type cannot come from a plain HTML form of another site, so no page
+	// elsewhere can sign a visitor in under a key of its choosing.
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, r, gateway.Errorf(http.StatusUnsupportedMediaType, gateway.CodeInvalidParameter, "sign in with a JSON body {\"apiKey\": \"...\"} and Content-Type: application/json"))
+		return
+	}
 	var req struct {
 		APIKey string `json:"apiKey"`
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -77,6 +78,8 @@ func TestConsoleAPISession(t *testing.T) {
 			t.Errorf("a refused sign-in set a cookie: %s", r.Header.Get("Set-Cookie"))
 		}
 		expectError(t, g1.do("POST", "/v1/session", map[string]string{}, "OPEN-SANDBOX-API-KEY", ""), 401, "MISSING_API_KEY")
+		// A form of another site cannot sign anyone in: JSON only.
+		expectError(t, g1.do("POST", "/v1/session", `{"apiKey":"`+e.APIKey+`"}`, "OPEN-SANDBOX-API-KEY", "", "Content-Type", "text/plain"), 415, "SANDBOX::INVALID_PARAMETER")
 		expectError(t, g1.do("GET", "/v1/session", nil, "OPEN-SANDBOX-API-KEY", ""), 401, "SESSION::INVALID")
 		expectError(t, g1.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", "", "Cookie", "sandgate_session=forged"), 401, "SESSION::INVALID")
 	})
@@ -134,7 +137,7 @@ func TestConsoleAPISession(t *testing.T) {
 		if r := member.do("GET", agentPath+"/ping", nil, false); r.Status != 200 {
 			t.Fatalf("ping by cookie: %d %s", r.Status, r.Body)
 		}
-		cmd := map[string]any{"command": "echo console-$((6*7)); printenv HTTP_COOKIE || true"}
+		cmd := map[string]any{"command": "echo console-$((6*7))"}
 		expectError(t, member.do("POST", agentPath+"/command", cmd, false), 403, "CSRF_TOKEN_INVALID")
 		r := member.do("POST", agentPath+"/command", cmd, true)
 		if r.Status != 200 {
@@ -194,6 +197,29 @@ func TestConsoleAPISession(t *testing.T) {
 					}
 				}
 			}
+		}
+	})
+
+	t.Run("the sandbox never sees the session", func(t *testing.T) {
+		startPreviewServer(t, g1.asKey(memberKey), id)
+		r := member.do("GET", fmt.Sprintf("/v1/sandboxes/%s/proxy/%d/headers", id, previewPort), nil, true,
+			"Cookie", "sandgate_session="+member.cookie+"; app=kept")
+		if r.Status != 200 {
+			t.Fatalf("preview by cookie: %d %s", r.Status, r.Body)
+		}
+		var got struct {
+			Headers map[string]string `json:"headers"`
+		}
+		if err := json.Unmarshal(r.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range got.Headers {
+			if strings.Contains(v, member.cookie) || strings.Contains(v, member.csrf) || strings.EqualFold(k, "X-CSRF-Token") {
+				t.Fatalf("the sandbox saw the session in %s: %s", k, v)
+			}
+		}
+		if got.Headers["Cookie"] != "app=kept" {
+			t.Fatalf("the sandbox's own cookie did not pass: %v", got.Headers)
 		}
 	})
 
