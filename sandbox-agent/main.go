@@ -1,7 +1,9 @@
 // Command sandbox-agent is the daemon inside every sandgate sandbox. As PID 1
 // (`sandbox-agent init -- <entrypoint...>`) it serves the agent API, runs the sandbox's
 // entrypoint, forwards signals to it, reaps orphans and exits with the entrypoint's exit
-// code. `serve` runs only the API, `egress` the egress enforcer.
+// code. `serve` runs only the API, `egress` the egress enforcer, and `install DEST`
+// copies this binary to DEST (how a Kubernetes init container, whose image has no shell
+// or cp, puts the agent into the volume the workload runs it from).
 //
 // Configuration comes from the environment: SANDGATE_AGENT_ADDR (default
 // 0.0.0.0:44772) and SANDGATE_AGENT_TOKEN (required in X-EXECD-ACCESS-TOKEN when set).
@@ -36,6 +38,7 @@ func usage() {
   sandbox-agent init [-- entrypoint [args...]]   run as PID 1: API + entrypoint
   sandbox-agent serve                            run the API only
   sandbox-agent egress [args...]                 run the egress enforcer
+  sandbox-agent install DEST                     copy this binary to DEST
   sandbox-agent version
 `)
 }
@@ -59,6 +62,15 @@ func main() {
 			log.Print(err)
 			os.Exit(1)
 		}
+	case "install":
+		if len(os.Args) != 3 {
+			usage()
+			os.Exit(2)
+		}
+		if err := install(os.Args[2]); err != nil {
+			log.Print(err)
+			os.Exit(1)
+		}
 	case "version", "--version", "-v":
 		fmt.Println("sandbox-agent " + version)
 	case "help", "-h", "--help":
@@ -67,6 +79,30 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
+}
+
+// install copies the running executable to dest (mode 0755), through a temporary file
+// renamed into place so that a reader never sees half a binary.
+func install(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("install: find own executable: %w", err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return fmt.Errorf("install: read %s: %w", self, err)
+	}
+	tmp := dest + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil { // the umask must not narrow it
+		return fmt.Errorf("install: %w", err)
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	return nil
 }
 
 func listenAddr() string {

@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/docker"
+	"github.com/sandgate/sandgate/runtimes/kubernetes"
 )
 
 func init() {
@@ -35,12 +36,25 @@ type App struct {
 	RedisURL string `json:"redis_url,omitempty"`
 	// RedisPrefix namespaces sandgate's keys (default "sg:").
 	RedisPrefix string `json:"redis_prefix,omitempty"`
-	// Runtime selects the engine: "docker" (default).
+	// Runtime selects the engine: "docker" (default) or "kubernetes".
 	Runtime string `json:"runtime,omitempty"`
 	// DockerHost overrides DOCKER_HOST.
 	DockerHost string `json:"docker_host,omitempty"`
 	// DockerNetwork is the bridge network sandboxes join (default "sandgate").
 	DockerNetwork string `json:"docker_network,omitempty"`
+	// Kubeconfig is the kubeconfig of the Kubernetes runtime; empty uses the in-cluster
+	// config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Namespace holds the Kubernetes runtime's sandbox pods (default "sandgate-sandboxes").
+	Namespace string `json:"namespace,omitempty"`
+	// K8sAgentImage is the image the Kubernetes runtime copies the agent from (default
+	// sandgate/agent:<version>).
+	K8sAgentImage string `json:"k8s_agent_image,omitempty"`
+	// K8sGVisorRuntimeClass is the RuntimeClass of gVisor sandboxes (default "gvisor").
+	K8sGVisorRuntimeClass string `json:"k8s_gvisor_runtime_class,omitempty"`
+	// K8sQPS and K8sBurst bound the Kubernetes runtime's API requests (default 50, 100).
+	K8sQPS   int `json:"k8s_qps,omitempty"`
+	K8sBurst int `json:"k8s_burst,omitempty"`
 	// AgentBinary is the static sandbox-agent injected into sandboxes (default: next to
 	// the sandgate executable).
 	AgentBinary string `json:"agent_binary,omitempty"`
@@ -167,8 +181,20 @@ func (a *App) Provision(ctx caddy.Context) error {
 					}
 				}
 			}
+		case "kubernetes":
+			agentImage := a.K8sAgentImage
+			if agentImage == "" {
+				agentImage = "sandgate/agent:" + gateway.Version
+			}
+			var k *kubernetes.Runtime
+			k, err = kubernetes.New(bg, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
+				GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
+				NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", UserAgent: "sandgate/" + gateway.Version, Logger: slogger})
+			if err == nil {
+				rt = k
+			}
 		default:
-			err = fmt.Errorf("unknown runtime %q (known: docker)", a.Runtime)
+			err = fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
 		}
 		if err != nil {
 			st.Close()
@@ -225,8 +251,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 // coreKey identifies the settings a core is built from; a reload that keeps them keeps the core.
 func (a *App) coreKey() string {
-	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
-		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses)
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
+		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
+		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst)
 }
 
 // platformData is what the configuration contributes to data.sandgate.platform; keys

@@ -30,9 +30,15 @@ func init() {
 //		api_key          <key>
 //		redis_url        <redis://…>      # empty: embedded store
 //		redis_prefix     <prefix>
-//		runtime          docker
+//		runtime          docker|kubernetes
 //		docker_host      <unix:///…>
 //		docker_network   <name>
+//		kubeconfig       <path>           # empty: in-cluster config
+//		namespace        <name>           # the Kubernetes runtime's sandbox namespace
+//		k8s_agent_image  <image>
+//		k8s_gvisor_runtime_class <name>
+//		k8s_qps          <n>
+//		k8s_burst        <n>
 //		agent_binary     <path>
 //		min_timeout      <duration>
 //		max_timeout      <duration>
@@ -78,6 +84,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"oci_runtime": &app.OCIRuntime, "read_only_rootfs": &app.ReadOnlyRootfs,
 			"egress": &app.Egress, "egress_default_action": &app.EgressDefaultAction,
 			"plugin_cache_dir": &app.PluginCacheDir,
+			"kubeconfig":       &app.Kubeconfig, "namespace": &app.Namespace, "k8s_agent_image": &app.K8sAgentImage,
+			"k8s_gvisor_runtime_class": &app.K8sGVisorRuntimeClass,
 		}
 		lists := map[string]*[]string{
 			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,
@@ -97,15 +105,16 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval, "pool_wait": &app.PoolWait,
 			"renew_cooldown": &app.RenewCooldown, "plugin_timeout": &app.PluginTimeout,
 		}
-		if name == "pool_concurrency" {
+		ints := map[string]*int{"pool_concurrency": &app.PoolConcurrency, "k8s_qps": &app.K8sQPS, "k8s_burst": &app.K8sBurst}
+		if p, ok := ints[name]; ok {
 			if val == "" {
 				continue
 			}
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 1 {
-				return nil, d.Errf("pool_concurrency: want a positive integer, got %q", val)
+				return nil, d.Errf("%s: want a positive integer, got %q", name, val)
 			}
-			app.PoolConcurrency = n
+			*p = n
 			continue
 		}
 		if p, ok := strings[name]; ok {
