@@ -61,4 +61,13 @@
 // points, is refused and logged, and the previous version keeps serving.
 // [Engine.Validate], [Engine.SetModule] and [Engine.RemoveModule] serve a
 // policy editor; [RunTests] and [EvalOnce] serve the CLI and playground.
+//
+// # Overrides
+//
+// [Engine.SetOverrides] lays modules kept outside the directory (the gateway
+// stores them in Redis for its policy API) over the directory, by the same
+// override rule; they win over a directory file of the same name and survive
+// reloads. [Engine.Check], [Engine.ExplainWith] and [Engine.TestWith] compile,
+// evaluate and test the policy in force with unsaved sources laid over it,
+// without changing it.
 package policy
