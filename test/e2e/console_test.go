@@ -26,8 +26,9 @@ const consoleArtifacts = "artifacts/console"
 
 // consoleBrowser is one Chromium tab on the gateway's console.
 type consoleBrowser struct {
-	ctx  context.Context
-	base string // http://addr
+	ctx   context.Context
+	base  string // http://addr
+	loads int    // page loads so far, to make each open a new document
 }
 
 func newConsoleBrowser(t *testing.T, chromium, base string) *consoleBrowser {
@@ -45,12 +46,14 @@ func newConsoleBrowser(t *testing.T, chromium, base string) *consoleBrowser {
 	return &consoleBrowser{ctx: ctx, base: base}
 }
 
-// open loads the console at a hash route ("#/sandboxes").
+// open loads the console afresh (a new document, not a hash change) at a hash route
+// ("#/sandboxes").
 func (b *consoleBrowser) open(t *testing.T, hash string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(b.base+"/console/"+hash)); err != nil {
+	b.loads++
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/console/?load=%d%s", b.base, b.loads, hash))); err != nil {
 		t.Fatalf("open %s: %v", hash, err)
 	}
 }
@@ -65,7 +68,7 @@ func (b *consoleBrowser) eval(t *testing.T, js string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String((() => { return ` + js + ` })())`))
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String((() => { return `+js+` })())`))
 	if err != nil {
 		t.Fatalf("evaluate %s: %v", js, err)
 	}
@@ -340,6 +343,41 @@ func TestConsole(t *testing.T) {
 		b.shot(t, "signed-link-preview")
 	})
 
+	t.Run("upload a plugin and follow its audit records live", func(t *testing.T) {
+		wasm := filepath.Join(repoRoot, "plugins", "examples", "audit-jsonl", "audit-jsonl.wasm")
+		if _, err := os.Stat(wasm); err != nil {
+			t.Fatalf("the example plugin is missing (make plugins builds it): %v", err)
+		}
+		b.open(t, "#/plugins") // a new document: the last step left the console for a preview
+		b.waitFor(t, 20*time.Second, "the plugins page", `document.querySelector("#plugin-file")`)
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+		err := chromedp.Do(ctx, chromedp.SetUploadFiles("#plugin-file", []string{wasm}))
+		cancel()
+		if err != nil {
+			t.Fatalf("choose the module: %v", err)
+		}
+		b.fill(t, "#plugin-name", "audit")
+		b.click(t, "[data-testid=plugin-upload]")
+		b.waitFor(t, 30*time.Second, "the plugin in the list, loaded", `document.querySelector('tr[data-plugin="audit"] [data-testid=loaded]')?.textContent === "yes"`)
+		b.shot(t, "plugins")
+
+		b.route(t, "#/audit")
+		b.waitFor(t, 20*time.Second, "the audit page", `document.querySelector("[data-testid=live-tail]")`)
+		b.click(t, "[data-testid=live-tail]")
+		b.waitFor(t, 20*time.Second, "the live tail", `(document.querySelector("[data-testid=live]") || {}).textContent === "live"`)
+		// Activity in the sandbox becomes an event, which the plugin turns into a record.
+		marker := "audit-" + randomHex(4)
+		if out := stdoutOf(g.agent(id).run("echo " + marker)); out != marker {
+			t.Fatalf("command output %q", out)
+		}
+		b.waitFor(t, 30*time.Second, "the plugin's record in the live tail", fmt.Sprintf(`document.querySelector("[data-testid=audit-records]")?.textContent.includes(%q)`, marker))
+		b.shot(t, "audit-live-tail")
+
+		b.route(t, "#/sandboxes/"+id+"/activity")
+		b.waitFor(t, 20*time.Second, "the sandbox's activity", fmt.Sprintf(`document.querySelector("main").textContent.includes(%q)`, marker))
+		b.shot(t, "sandbox-activity")
+	})
+
 	t.Run("a viewer key sees no delete button", func(t *testing.T) {
 		_, viewerKey := g.issueKey("default", "viewer")
 		b.open(t, "#/sandboxes")
@@ -392,6 +430,60 @@ deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
 		b.click(t, "[data-testid=create-submit]")
 		b.waitFor(t, 30*time.Second, "the refusal in the form", `document.querySelector("[data-testid=create-error]").textContent.includes("forbidden by the console test")`)
 		b.shot(t, "policy-refuses-image")
+	})
+
+	t.Run("the policy playground and the Rego tests", func(t *testing.T) {
+		b.route(t, "#/policy")
+		b.waitFor(t, 20*time.Second, "the playground", `document.querySelector("#pg-input")`)
+		b.fill(t, "#pg-decision", "admission")
+		b.fill(t, "#pg-input", `{"tenant": {"id": "default", "quotas": {}}, "usage": {"sandboxes": 0}, "request": {"image": "sandgate/forbidden:1", "count": 1}}`)
+		b.click(t, "[data-testid=pg-evaluate]")
+		b.waitFor(t, 30*time.Second, "the decision", `document.querySelector("[data-testid=pg-result]")?.textContent.includes("forbidden by the console test")`)
+		if expl := b.text(t, "[data-testid=pg-explanation]"); !strings.Contains(expl, "console_images.rego") {
+			t.Fatalf("the explanation does not point at the module that decided: %q", tail(expl, 600))
+		}
+		b.click(t, "[data-testid=run-tests]")
+		b.waitFor(t, 120*time.Second, "the test report", `/\d+ passed, \d+ failed/.test(document.querySelector("[data-testid=test-summary]")?.textContent || "")`)
+		b.shot(t, "policy-playground-tests")
+	})
+
+	t.Run("pools fill and batches come up live", func(t *testing.T) {
+		b.route(t, "#/pools")
+		b.click(t, "[data-testid=new-pool]")
+		b.fill(t, "#pool-name", "console-pool")
+		b.fill(t, "#new-bufferMin", "1")
+		b.fill(t, "#new-bufferMax", "1")
+		b.fill(t, "#new-poolMin", "0")
+		b.fill(t, "#new-poolMax", "2")
+		b.click(t, "[data-testid=create-pool]")
+		b.waitFor(t, 90*time.Second, "the pool to hold a warm sandbox", `document.querySelector('[data-pool="console-pool"] [data-testid=available]')?.textContent === "1"`)
+		b.shot(t, "pools")
+
+		b.route(t, "#/batches")
+		b.fill(t, "#batch-count", "2")
+		b.waitFor(t, 20*time.Second, "the pools to choose from", `document.querySelector('#batch-source option[value="pool"]:not([disabled])')`)
+		b.fill(t, "#batch-source", "pool")
+		b.waitFor(t, 20*time.Second, "the pool among the choices", `document.querySelector('#batch-pool option[value="console-pool"]')`)
+		b.fill(t, "#batch-pool", "console-pool")
+		b.click(t, "[data-testid=create-batch]")
+		b.waitFor(t, 120*time.Second, "both members running", `document.querySelector("[data-testid=batch-summary]")?.textContent.includes("2 running")`)
+		b.shot(t, "batch")
+	})
+
+	t.Run("an admin creates a tenant and issues a key", func(t *testing.T) {
+		b.route(t, "#/tenants")
+		b.fill(t, "#tenant-name", "console-team")
+		b.click(t, "[data-testid=create-tenant]")
+		b.waitFor(t, 20*time.Second, "the new tenant", `[...document.querySelectorAll(".tenants h2")].some(h => h.textContent === "console-team")`)
+		b.click(t, `[data-tenant-name="console-team"] [data-testid=show-keys]`)
+		b.fill(t, `[data-tenant-name="console-team"] select`, "member")
+		b.click(t, `[data-tenant-name="console-team"] [data-testid=issue-key]`)
+		b.waitFor(t, 20*time.Second, "the new key, shown once", `document.querySelector("[data-testid=new-key]")`)
+		key := b.text(t, "[data-testid=new-key]")
+		if r := g.asKey(key).do("GET", "/v1/whoami", nil); r.Status != 200 || r.JSON(t)["role"] != "member" {
+			t.Fatalf("the issued key: %d %s", r.Status, r.Body)
+		}
+		b.shot(t, "tenants-keys")
 	})
 
 	t.Run("phone width", func(t *testing.T) {

@@ -216,6 +216,7 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    readonly requestId?: string,
   ) {
     super(message);
   }
@@ -276,7 +277,7 @@ async function errorFrom(res: Response): Promise<ApiError> {
   } catch {
     /* the body is gone; keep the status line */
   }
-  return new ApiError(res.status, code, message);
+  return new ApiError(res.status, code, message, res.headers.get("X-Request-ID") || undefined);
 }
 
 /** request sends one API call. Bodies: FormData and Blob as they are, anything else as JSON. */
@@ -356,6 +357,11 @@ export const pools = {
     request<Pool>("PUT", `/v1/pools/${enc(name)}`, p),
   remove: (name: string) => request<void>("DELETE", `/v1/pools/${enc(name)}`),
 };
+
+/** BATCH_LABEL is the metadata key the gateway puts on every member of a batch. */
+export const BATCH_LABEL = "sandgate.io/batch";
+/** RESERVED_PREFIX marks metadata keys the gateway owns; they cannot be edited. */
+export const RESERVED_PREFIX = "sandgate.io/";
 
 export const batches = {
   create: (b: BatchRequest) => request<Batch>("POST", "/v1/batches", b),
@@ -501,6 +507,8 @@ export function describeError(e: unknown): string {
     switch (true) {
       case e.status === 0:
         return e.message;
+      case e.code === "CSRF_TOKEN_INVALID":
+        return "The page's security token is out of date (you signed in again elsewhere?). Reload the page and try again.";
       case e.code === "INVALID_API_KEY":
         return `The API key was refused: ${msg}.`;
       case e.code === "MISSING_API_KEY" || e.code.includes("SESSION") || e.status === 401:
@@ -523,7 +531,24 @@ export function describeError(e: unknown): string {
   return String(e);
 }
 
-/** errorCode is the stable code of an error, shown small beside its sentence. */
+/** errorCode is the stable code of an error (and the request id of a server failure), shown small beside its sentence. */
 export function errorCode(e: unknown): string | undefined {
-  return e instanceof ApiError && e.status !== 0 ? e.code : undefined;
+  if (!(e instanceof ApiError) || e.status === 0) return undefined;
+  return e.status >= 500 && e.requestId ? `${e.code} · request ${e.requestId}` : e.code;
 }
+
+// ---- the sandbox event stream (when the gateway offers it) ---------------------------------
+
+export interface SandboxEvent {
+  id?: string;
+  type: string;
+  time: string;
+  sandboxId?: string;
+  data?: Record<string, unknown>;
+}
+
+export const events = {
+  list: (sandbox: string, limit = 50) =>
+    request<{ items: SandboxEvent[]; nextCursor?: string }>("GET", "/v1/events", undefined, { query: { sandbox, limit, order: "newest" } }),
+  streamURL: (sandbox: string) => withQuery("/v1/events/stream", { sandbox }),
+};

@@ -1,7 +1,7 @@
-// Batches: create N sandboxes at once and watch them come up. The console labels the
-// members with a metadata tag of its own so that the live list can follow just them.
+// Batches: create N sandboxes at once and watch them come up. The gateway labels every
+// member with sandgate.io/batch=<id>, so the live list can follow just them.
 import { useMemo, useState } from "preact/hooks";
-import { batches, pools, type Batch } from "../api";
+import { BATCH_LABEL, batches, pools, type Batch } from "../api";
 import { useCan } from "../auth";
 import { StateBadge } from "../components/Badge";
 import { ConfirmButton } from "../components/ConfirmButton";
@@ -14,12 +14,10 @@ import { useSandboxWatch } from "../watch";
 import { LiveIndicator } from "./SandboxList";
 import { buildRequest, emptyTemplate, TemplateEditor, type TemplateFields } from "./CreateSandboxForm";
 
-const TAG = "console-batch";
 const RECENT = "sandgate.batches";
 
 interface Recent {
   id: string;
-  tag: string;
   count: number;
   at: string;
 }
@@ -44,6 +42,19 @@ function BatchHome() {
     <section>
       <h1>Batches</h1>
       {can("batch.create") && <CreateBatch />}
+      <form
+        class="inline-form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          const v = (e.currentTarget.elements.namedItem("batch-id") as HTMLInputElement).value.trim();
+          if (v) navigate(href("batches", v));
+        }}
+      >
+        <Field label="Open a batch by id" id="batch-id">
+          <input id="batch-id" name="batch-id" class="mono" />
+        </Field>
+        <button type="submit">Open</button>
+      </form>
       <h2>Recent batches from this browser</h2>
       {list.length === 0 ? (
         <Empty>
@@ -74,17 +85,16 @@ function CreateBatch() {
   const create = useAction(async () => {
     const n = Number(count);
     if (!Number.isInteger(n) || n < 1) throw new Error("The count is a whole number, 1 or more.");
-    const tag = crypto.randomUUID().slice(0, 13);
     let b: Batch;
     if (source === "pool") {
       if (!poolRef) throw new Error("Choose a pool.");
-      b = await batches.create({ count: n, poolRef, metadata: { [TAG]: tag } });
+      b = await batches.create({ count: n, poolRef });
     } else {
       const { req, problem } = buildRequest(tpl);
       if (!req) throw new Error(problem);
-      b = await batches.create({ count: n, template: req, metadata: { [TAG]: tag } });
+      b = await batches.create({ count: n, template: req });
     }
-    localStorage.setItem(RECENT, JSON.stringify([{ id: b.id, tag, count: n, at: new Date().toISOString() }, ...recent()].slice(0, 20)));
+    localStorage.setItem(RECENT, JSON.stringify([{ id: b.id, count: n, at: new Date().toISOString() }, ...recent()].slice(0, 20)));
     navigate(href("batches", b.id));
   });
   const poolNames = poolList.data?.items.map((p) => p.name) || [];
@@ -125,7 +135,7 @@ function CreateBatch() {
         <TemplateEditor f={tpl} set={setTpl} idPrefix="batch" />
       )}
       <ErrorBox error={create.error} />
-      <button type="submit" class="primary" disabled={create.busy}>
+      <button type="submit" class="primary" disabled={create.busy} data-testid="create-batch">
         {create.busy ? "Creating…" : "Create batch"}
       </button>
     </form>
@@ -135,8 +145,7 @@ function CreateBatch() {
 function BatchView({ id }: { id: string }) {
   const can = useCan();
   const batch = useAsync(() => batches.get(id), [id]);
-  const tag = recent().find((b) => b.id === id)?.tag;
-  const watch = useSandboxWatch([], tag ? `${TAG}=${tag}` : `${TAG}=-none-`);
+  const watch = useSandboxWatch([], `${BATCH_LABEL}=${id}`);
   const del = useAction(async () => {
     await batches.remove(id);
     navigate(href("batches"));
@@ -167,7 +176,7 @@ function BatchView({ id }: { id: string }) {
       </p>
       <div class="title-row">
         <h1 class="mono break">Batch {shortId(id)}</h1>
-        {tag && <LiveIndicator phase={watch.phase} />}
+        <LiveIndicator phase={watch.phase} />
         {can("batch.delete") && <ConfirmButton onConfirm={() => del.run()}>Delete batch and members</ConfirmButton>}
       </div>
       <ErrorBox error={del.error} />
@@ -177,14 +186,7 @@ function BatchView({ id }: { id: string }) {
           .map(([s, n]) => `${n} ${s.toLowerCase()}`)
           .join(", ")}
       </p>
-      {!tag && (
-        <p class="hint">
-          This batch was not created from this browser, so its members are not followed live.{" "}
-          <button type="button" class="small" onClick={batch.reload}>
-            Refresh
-          </button>
-        </p>
-      )}
+      {watch.phase === "failed" && <ErrorBox error={watch.error} onRetry={watch.retry} />}
       <progress max={batch.data.count} value={counts.Running || 0} aria-label="Members running" />
       <div class="table-wrap">
         <table class="list">

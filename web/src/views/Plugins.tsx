@@ -78,7 +78,7 @@ function PluginRow({ p, canDelete, onDelete }: { p: Plugin; canDelete: boolean; 
   const errs = (s.errors || 0) + (s.timeouts || 0);
   return (
     <>
-      <tr>
+      <tr data-plugin={p.name}>
         <td>
           <strong>{p.name}</strong>
           <div class="hint mono" title={p.hash}>
@@ -86,7 +86,7 @@ function PluginRow({ p, canDelete, onDelete }: { p: Plugin; canDelete: boolean; 
           </div>
         </td>
         <td>{p.hooks.join(", ")}</td>
-        <td>{p.loaded ? "yes" : <span class="warn">no</span>}</td>
+        <td data-testid="loaded">{p.loaded ? "yes" : <span class="warn">no</span>}</td>
         <td>{s.invocations ?? 0}</td>
         <td>
           {errs}
@@ -201,7 +201,7 @@ function Upload({ onDone }: { onDone: (p: Plugin) => void }) {
         <textarea id="plugin-settings" class="mono" rows={3} value={settings} onInput={(e) => setSettings(e.currentTarget.value)} />
       </Field>
       <ErrorBox error={up.error} />
-      <button type="submit" class="primary" disabled={up.busy}>
+      <button type="submit" class="primary" disabled={up.busy} data-testid="plugin-upload">
         {up.busy ? "Uploading…" : "Upload"}
       </button>
     </form>

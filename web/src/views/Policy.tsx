@@ -208,7 +208,7 @@ function Playground({ changes }: { changes?: Record<string, string> }) {
             <Field label="Input (JSON)" id="pg-input">
               <textarea id="pg-input" class="mono" rows={12} spellcheck={false} value={input} onInput={(e) => setInput(e.currentTarget.value)} />
             </Field>
-            <button type="submit" class="primary" disabled={evaluate.busy}>
+            <button type="submit" class="primary" disabled={evaluate.busy} data-testid="pg-evaluate">
               {evaluate.busy ? "Evaluating…" : "Evaluate"}
             </button>
           </div>
@@ -223,7 +223,9 @@ function Playground({ changes }: { changes?: Record<string, string> }) {
                 </pre>
                 <details open>
                   <summary>Explanation</summary>
-                  <pre class="mono output small">{(answer.explanation || []).join("\n") || "(none)"}</pre>
+                  <pre class="mono output small" data-testid="pg-explanation">
+                    {(answer.explanation || []).join("\n") || "(none)"}
+                  </pre>
                 </details>
               </>
             ) : (
@@ -245,7 +247,7 @@ function Tests({ changes }: { changes?: Record<string, string> }) {
     <div class="card">
       <div class="title-row">
         <h2>Rego tests</h2>
-        <button type="button" onClick={() => run.run()} disabled={run.busy}>
+        <button type="button" onClick={() => run.run()} disabled={run.busy} data-testid="run-tests">
           {run.busy ? "Running…" : `Run tests${changes ? " with changes" : ""}`}
         </button>
         {report && (

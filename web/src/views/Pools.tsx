@@ -36,7 +36,7 @@ export function Pools() {
           <input type="checkbox" checked={auto} onChange={() => setAuto(!auto)} /> Refresh every 3 s
         </label>
         {can("pool.create") && (
-          <button type="button" class="primary" aria-expanded={showCreate} onClick={() => setShowCreate(!showCreate)}>
+          <button type="button" class="primary" aria-expanded={showCreate} onClick={() => setShowCreate(!showCreate)} data-testid="new-pool">
             {showCreate ? "Close the form" : "New pool"}
           </button>
         )}
@@ -95,8 +95,8 @@ function PoolCard({ pool, onChange }: { pool: Pool; onChange: () => void }) {
     <article class="card" data-pool={pool.name}>
       <h2>{pool.name}</h2>
       <p class="mono hint">{pool.template?.image?.uri}</p>
-      <Gauge label="Idle (warm)" value={st.available ?? 0} min={c.bufferMin ?? 0} max={c.bufferMax ?? 0} />
-      <Gauge label="Total" value={st.total ?? 0} min={c.poolMin ?? 0} max={c.poolMax ?? 0} />
+      <Gauge label="Idle (warm)" value={st.available ?? 0} min={c.bufferMin ?? 0} max={c.bufferMax ?? 0} testid="available" />
+      <Gauge label="Total" value={st.total ?? 0} min={c.poolMin ?? 0} max={c.poolMax ?? 0} testid="total" />
       <p class="hint">
         {st.allocated ?? 0} claimed · {st.starting ?? 0} starting
       </p>
@@ -150,7 +150,7 @@ function PoolCard({ pool, onChange }: { pool: Pool; onChange: () => void }) {
 }
 
 /** Gauge draws value against its [min, max] bounds. */
-function Gauge({ label, value, min, max }: { label: string; value: number; min: number; max: number }) {
+function Gauge({ label, value, min, max, testid }: { label: string; value: number; min: number; max: number; testid?: string }) {
   const top = Math.max(max, value, 1);
   const pct = (n: number) => `${Math.min(100, (n / top) * 100)}%`;
   const state = value < min ? "below" : value > max ? "above" : "within";
@@ -159,7 +159,7 @@ function Gauge({ label, value, min, max }: { label: string; value: number; min: 
       <div class="gauge-label">
         <span>{label}</span>
         <span class="mono">
-          {value} <span class="hint">in [{min}, {max}]</span>
+          <span data-testid={testid}>{value}</span> <span class="hint">in [{min}, {max}]</span>
         </span>
       </div>
       <div class="gauge-track">
@@ -207,7 +207,7 @@ function CreatePool({ onCreated }: { onCreated: (p: Pool) => void }) {
         ))}
       </div>
       <ErrorBox error={create.error} />
-      <button type="submit" class="primary" disabled={create.busy}>
+      <button type="submit" class="primary" disabled={create.busy} data-testid="create-pool">
         Create pool
       </button>
     </form>

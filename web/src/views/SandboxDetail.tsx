@@ -2,7 +2,23 @@
 // egress policy and activity. Each tab talks to the sandbox's agent through the gateway.
 import { lazy, Suspense } from "preact/compat";
 import { useEffect, useState } from "preact/hooks";
-import { agent, audit, sandboxes, type AuditRecord, type Endpoint, type Metrics, type Sandbox, AGENT_PORT, EGRESS_PORT, proxyPath, readEventStream } from "../api";
+import {
+  agent,
+  ApiError,
+  audit,
+  events,
+  sandboxes,
+  type AuditRecord,
+  type Endpoint,
+  type Metrics,
+  type Sandbox,
+  type SandboxEvent,
+  AGENT_PORT,
+  EGRESS_PORT,
+  RESERVED_PREFIX,
+  proxyPath,
+  readEventStream,
+} from "../api";
 import { useCan } from "../auth";
 import { StateBadge } from "../components/Badge";
 import { ConfirmButton } from "../components/ConfirmButton";
@@ -122,7 +138,7 @@ function Overview({ sb, onChange, setData }: { sb: Sandbox; onChange: () => void
       </div>
       <Expiry sb={sb} now={now} setData={setData} />
       <MetadataEditor sb={sb} setData={setData} />
-      {running && <MetricsCard id={sb.id} />}
+      {running && can("sandbox.proxy") && <MetricsCard id={sb.id} />}
       {can("sandbox.proxy") && <Endpoints id={sb.id} />}
     </div>
   );
@@ -193,13 +209,17 @@ function Expiry({ sb, now, setData }: { sb: Sandbox; now: number; setData: (s: S
 function MetadataEditor({ sb, setData }: { sb: Sandbox; setData: (s: Sandbox) => void }) {
   const can = useCan();
   const [editing, setEditing] = useState(false);
-  const [text, setText] = useState(formatPairs(sb.metadata));
+  // Keys under sandgate.io/ belong to the gateway (a batch label, say): shown, not edited.
+  const editable = () => Object.fromEntries(Object.entries(sb.metadata || {}).filter(([k]) => !k.startsWith(RESERVED_PREFIX)));
+  const [text, setText] = useState(formatPairs(editable()));
   const save = useAction(async () => {
     const { pairs, bad } = parsePairs(text);
     if (bad.length) throw new Error(`Each line needs key=value: ${bad.join(", ")}`);
+    const reserved = Object.keys(pairs).filter((k) => k.startsWith(RESERVED_PREFIX));
+    if (reserved.length) throw new Error(`Keys under ${RESERVED_PREFIX} belong to the gateway: ${reserved.join(", ")}`);
     // A JSON merge patch: keys that are gone are sent as null.
     const patch: Record<string, string | null> = { ...pairs };
-    for (const k of Object.keys(sb.metadata || {})) if (!(k in pairs)) patch[k] = null;
+    for (const k of Object.keys(editable())) if (!(k in pairs)) patch[k] = null;
     const updated = await sandboxes.patchMetadata(sb.id, patch);
     setData(updated);
     setEditing(false);
@@ -246,7 +266,7 @@ function MetadataEditor({ sb, setData }: { sb: Sandbox; setData: (s: Sandbox) =>
         <button
           type="button"
           onClick={() => {
-            setText(formatPairs(sb.metadata));
+            setText(formatPairs(editable()));
             setEditing(true);
           }}
         >
@@ -282,7 +302,7 @@ function MetricsCard({ id }: { id: string }) {
       <h2>Usage</h2>
       {error ? <ErrorBox error={error} /> : !m ? <Loading what="metrics" /> : (
         <div data-testid="metrics">
-          <Meter label={`CPU (${m.cpu_count} cores)`} value={m.cpu_used_pct} max={100} text={`${m.cpu_used_pct.toFixed(1)} %`} />
+          <Meter label={`CPU (${m.cpu_count} ${m.cpu_count === 1 ? "core" : "cores"})`} value={m.cpu_used_pct} max={100} text={`${m.cpu_used_pct.toFixed(1)} %`} />
           <Meter label="Memory" value={m.mem_used_mib} max={m.mem_total_mib || 1} text={`${m.mem_used_mib.toFixed(0)} of ${m.mem_total_mib.toFixed(0)} MiB`} />
         </div>
       )}
@@ -294,8 +314,8 @@ export function Meter({ label, value, max, text }: { label: string; value: numbe
   return (
     <div class="meter">
       <span>{label}</span>
-      <meter min={0} max={max} value={value} aria-label={label} />
       <span class="mono">{text}</span>
+      <meter min={0} max={max} value={value} aria-label={label} />
     </div>
   );
 }
@@ -391,8 +411,61 @@ function Endpoints({ id }: { id: string }) {
   );
 }
 
-/** Activity shows the tenant's audit records that mention this sandbox, newest first. */
+/** Activity shows the sandbox's events (live) where the gateway offers its event API,
+ * and otherwise the tenant's audit records that mention the sandbox. */
 function Activity({ id }: { id: string }) {
+  const [mode, setMode] = useState<"events" | "audit">("events");
+  return mode === "events" ? <EventLog id={id} onMissing={() => setMode("audit")} /> : <AuditMentions id={id} />;
+}
+
+function EventLog({ id, onMissing }: { id: string; onMissing: () => void }) {
+  const list = useAsync(() => events.list(id), [id]);
+  const [live, setLive] = useState<SandboxEvent[]>([]);
+  const missing = list.error instanceof ApiError && list.error.status === 404 && !list.error.code.startsWith("SANDBOX");
+  useEffect(() => {
+    if (missing) onMissing();
+  }, [missing]);
+  useEffect(() => {
+    if (!list.data) return;
+    const es = new EventSource(events.streamURL(id));
+    const add = (e: MessageEvent) => {
+      try {
+        const ev = JSON.parse(e.data) as SandboxEvent;
+        setLive((prev) => (ev.id && prev.some((p) => p.id === ev.id) ? prev : [ev, ...prev].slice(0, 200)));
+      } catch {
+        /* a keep-alive or a shape we do not know */
+      }
+    };
+    es.addEventListener("message", add);
+    es.addEventListener("event", add as EventListener);
+    return () => es.close();
+  }, [id, !!list.data]);
+  if (list.loading && !list.data) return <Loading what="events" />;
+  if (list.error) return missing ? <Loading what="audit records" /> : <ErrorBox error={list.error} onRetry={list.reload} />;
+  const seen = new Set(live.map((e) => e.id));
+  const all = [...live, ...(list.data?.items || []).filter((e) => !e.id || !seen.has(e.id))];
+  return (
+    <div class="card">
+      <h2>Recent events</h2>
+      {all.length === 0 ? (
+        <Empty>
+          <p>No events for this sandbox yet.</p>
+        </Empty>
+      ) : (
+        <ul class="records" data-testid="events">
+          {all.map((ev, i) => (
+            <li key={ev.id || i}>
+              <time dateTime={ev.time}>{localTime(ev.time)}</time> <span class="tag">{ev.type}</span>
+              {ev.data && Object.keys(ev.data).length > 0 && <pre class="mono">{JSON.stringify(ev.data)}</pre>}
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
+function AuditMentions({ id }: { id: string }) {
   const rec = useAsync(() => audit.list({ order: "newest", limit: 500 }), [id]);
   if (rec.loading && !rec.data) return <Loading what="audit records" />;
   if (rec.error) return <ErrorBox error={rec.error} onRetry={rec.reload} />;

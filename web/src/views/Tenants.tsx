@@ -33,11 +33,11 @@ export function Tenants() {
       ) : (
         <ul class="plain tenants">
           {(list.data || []).map((t) => (
-            <li key={t.id} class="card">
+            <li key={t.id} class="card" data-tenant-name={t.name || t.id}>
               <div class="title-row">
                 <h2>{t.name || t.id}</h2>
                 <span class="hint mono">{t.id}</span>
-                <button type="button" class="small" aria-expanded={open === t.id} onClick={() => setOpen(open === t.id ? "" : t.id)}>
+                <button type="button" class="small" aria-expanded={open === t.id} onClick={() => setOpen(open === t.id ? "" : t.id)} data-testid="show-keys">
                   {open === t.id ? "Hide keys" : "Keys"}
                 </button>
               </div>
@@ -97,7 +97,7 @@ function CreateTenant({ onCreated }: { onCreated: () => void }) {
         <input id="tenant-images" value={images} onInput={(e) => setImages(e.currentTarget.value)} />
       </Field>
       <ErrorBox error={create.error} />
-      <button type="submit" class="primary" disabled={create.busy}>
+      <button type="submit" class="primary" disabled={create.busy} data-testid="create-tenant">
         Create tenant
       </button>
     </form>
@@ -138,7 +138,7 @@ function Keys({ tenant }: { tenant: string }) {
               ))}
             </select>
           </Field>
-          <button type="submit" disabled={create.busy}>
+          <button type="submit" disabled={create.busy} data-testid="issue-key">
             Issue key
           </button>
         </form>
@@ -146,7 +146,7 @@ function Keys({ tenant }: { tenant: string }) {
       <ErrorBox error={create.error || revoke.error} />
       {issued?.key && (
         <Notice>
-          New {issued.role} key — copy it now, it is not shown again: <code class="break">{issued.key}</code> <CopyButton text={issued.key} />
+          New {issued.role} key — copy it now, it is not shown again: <code class="break" data-testid="new-key">{issued.key}</code> <CopyButton text={issued.key} />
         </Notice>
       )}
       {keys.loading && !keys.data ? (
