@@ -1,0 +1,92 @@
+package kubernetes
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+func testRuntime() *Runtime {
+	opts := Options{AgentImage: "sandgate/agent:test"}
+	opts.defaults()
+	return &Runtime{opts: opts}
+}
+
+// TestPodRoundTrip: what podFor writes, instanceOf reads back (what adoption relies on).
+func TestPodRoundTrip(t *testing.T) {
+	r := testRuntime()
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	spec := runtimes.Spec{
+		ID: "0f8e2b9c-1111-4222-8333-444455556666", Tenant: "acme corp.", Pool: "warm", Image: "python:3.12",
+		Entrypoint: []string{"sh", "-c", "echo $(date) $$HOME"}, Env: map[string]string{"B": "2$", "A": "$(B)"},
+		Labels:     map[string]string{"sandgate.io/metadata": `{"team":"a"}`},
+		AgentToken: "agent-tok", EgressToken: "egress-tok", ExpiresAt: &exp, CreatedAt: exp.Add(-time.Hour),
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`), PlatformDeny: []string{"169.254.0.0/16"}},
+	}
+	pod := r.podFor(spec, true, "")
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", ContainerStatuses: []corev1.ContainerStatus{
+		{Name: WorkloadContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+	}}
+	inst := instanceOf(pod)
+	want := runtimes.Instance{
+		ID: spec.ID, Tenant: spec.Tenant, Pool: "warm", Image: "python:3.12", Entrypoint: spec.Entrypoint,
+		State: runtimes.StateRunning, Address: "10.0.0.7", AgentToken: "agent-tok", EgressToken: "egress-tok",
+		ExpiresAt: &exp, CreatedAt: spec.CreatedAt,
+	}
+	inst.Labels = nil
+	if diff := cmp.Diff(want, inst); diff != "" {
+		t.Fatalf("instance (-want +got):\n%s", diff)
+	}
+	if got := instanceOf(pod).Labels["sandgate.io/metadata"]; got != `{"team":"a"}` {
+		t.Errorf("metadata annotation = %q", got)
+	}
+	// Values reach the process verbatim once the kubelet has expanded them.
+	w := pod.Spec.Containers[0]
+	if got := Unescape(w.Command[len(w.Command)-1]); got != "echo $(date) $$HOME" {
+		t.Errorf("entrypoint after expansion = %q", got)
+	}
+	if w.Env[0].Name != "A" || Unescape(w.Env[0].Value) != "$(B)" || Unescape(w.Env[1].Value) != "2$" {
+		t.Errorf("env = %+v", w.Env)
+	}
+	if pod.Labels[runtimes.LabelTenant] == spec.Tenant || !strings.HasPrefix(pod.Labels[runtimes.LabelTenant], "h-") {
+		t.Errorf("tenant label %q: a name that is no label value must be digested", pod.Labels[runtimes.LabelTenant])
+	}
+	for _, e := range w.Env {
+		if e.Name == EnvEgressToken {
+			t.Error("the workload holds the enforcer's token")
+		}
+	}
+}
+
+func TestInstanceStates(t *testing.T) {
+	now := metav1.Now()
+	running := corev1.ContainerStatus{Name: WorkloadContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	for _, tt := range []struct {
+		name    string
+		pod     corev1.Pod
+		state   runtimes.State
+		message string
+	}{
+		{"pending", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, runtimes.StateCreated, ""},
+		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateRunning, ""},
+		{"running without an IP yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateCreated, ""},
+		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateExited, "being deleted"},
+		{"evicted", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}}, runtimes.StateExited, "failed: Evicted: The node was low"},
+		{"node lost", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "NodeLost"}}, runtimes.StateExited, "NodeLost"},
+		{"out of memory", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: WorkloadContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}}, runtimes.StateExited, "code 137 (killed: out of memory)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			inst := instanceOf(&tt.pod)
+			if inst.State != tt.state || !strings.Contains(inst.Message, tt.message) {
+				t.Fatalf("state %s message %q, want %s containing %q", inst.State, inst.Message, tt.state, tt.message)
+			}
+		})
+	}
+}
