@@ -188,6 +188,15 @@ func (b *consoleBrowser) signOut(t *testing.T) {
 	b.waitFor(t, 20*time.Second, "the sign-in form after signing out", `document.querySelector("#api-key")`)
 }
 
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
+
 // requireConsoleAssets fails (not skips) when the binary was built without the SPA.
 func requireConsoleAssets(t *testing.T, g *gateway) {
 	t.Helper()
@@ -318,7 +327,66 @@ func TestConsole(t *testing.T) {
 		if got != content {
 			t.Fatalf("downloaded %q, want %q", got, content)
 		}
+		// Drag and drop: the same upload, from a drop on the drop zone.
+		b.eval(t, `(() => {
+			const dt = new DataTransfer();
+			dt.items.add(new File(["dropped on the console\n"], "console-dropped.txt", {type: "text/plain"}));
+			document.querySelector("[data-testid=dropzone]").dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+			return "";
+		})()`)
+		b.waitFor(t, 20*time.Second, "the dropped file in the list", `document.querySelector('tr[data-path="/tmp/console-dropped.txt"]')`)
+		// Edit a small text file in the page and read it back through the API.
+		b.click(t, `tr[data-path="/tmp/console-dropped.txt"] [data-testid=edit]`)
+		b.waitFor(t, 20*time.Second, "the editor with the file's text", `document.querySelector("#file-content")?.value === "dropped on the console\n"`)
+		b.fill(t, "#file-content", "edited in the console\n")
+		b.click(t, "[data-testid=save-file]")
+		b.waitFor(t, 20*time.Second, "the save", `document.body.innerText.includes("Saved /tmp/console-dropped.txt")`)
+		if got := b.evalAsync(t, `fetch("/v1/sandboxes/`+id+`/proxy/44772/files/download?path=/tmp/console-dropped.txt").then(r => r.text())`); got != "edited in the console\n" {
+			t.Fatalf("after the edit the file holds %q", got)
+		}
 		b.shot(t, "files-upload-download")
+	})
+
+	t.Run("edit metadata, renew, and read usage", func(t *testing.T) {
+		b.route(t, "#/sandboxes/"+id+"/overview")
+		b.waitFor(t, 20*time.Second, "the usage meters", `document.querySelector("[data-testid=metrics] meter")`)
+		b.click(t, "[data-testid=edit-metadata]")
+		b.fill(t, "#meta-edit", "made-by=console\nstage=test")
+		b.click(t, "[data-testid=save-metadata]")
+		b.waitFor(t, 20*time.Second, "the new metadata", `document.querySelector("[data-testid=metadata]")?.textContent.includes("stage")`)
+		before := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)
+		if before["metadata"].(map[string]any)["stage"] != "test" {
+			t.Fatalf("metadata after the edit: %v", before["metadata"])
+		}
+		b.fill(t, "#renew-minutes", "240")
+		b.click(t, "[data-testid=renew]")
+		b.waitFor(t, 20*time.Second, "the new expiry", `document.querySelector("[data-testid=expires]")?.textContent.includes("in 4h")`)
+		exp, _ := time.Parse(time.RFC3339Nano, g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["expiresAt"].(string))
+		if d := time.Until(exp); d < 230*time.Minute || d > 241*time.Minute {
+			t.Fatalf("expiry in %s after renewing to 240 minutes", d)
+		}
+		b.shot(t, "sandbox-overview")
+	})
+
+	t.Run("view and edit the egress policy", func(t *testing.T) {
+		b.route(t, "#/sandboxes/"+id+"/egress")
+		b.waitFor(t, 20*time.Second, "the egress policy", `document.querySelector("[data-testid=egress-mode]")`)
+		b.click(t, "[data-testid=egress-edit]")
+		b.click(t, "[data-testid=egress-add]")
+		n := b.eval(t, `document.querySelectorAll("ol.rules li").length`)
+		b.fill(t, "#rule-target-"+fmt.Sprint(atoi(t, n)-1), "blocked.example.com")
+		b.fill(t, "#rule-action-"+fmt.Sprint(atoi(t, n)-1), "deny")
+		b.click(t, "[data-testid=egress-apply]")
+		b.waitFor(t, 30*time.Second, "the policy in force", `document.body.innerText.includes("The egress policy is in force.")`)
+		b.waitFor(t, 20*time.Second, "the new rule, read back", `[...document.querySelectorAll("ol.rules input")].some(i => i.value === "blocked.example.com")`)
+		// The platform's own rules are shown apart, not sent back (nor doubled) with the sandbox's.
+		if n := b.eval(t, `[...document.querySelectorAll("ol.rules input")].filter(i => i.value === "169.254.0.0/16").length`); n != "0" {
+			t.Fatalf("the platform's rule is among the sandbox's rules %s times", n)
+		}
+		if !strings.Contains(b.text(t, "[data-testid=platform-deny]"), "169.254.0.0/16") {
+			t.Fatal("the platform's rules are not shown")
+		}
+		b.shot(t, "egress")
 	})
 
 	t.Run("open a signed preview link", func(t *testing.T) {
@@ -361,17 +429,27 @@ func TestConsole(t *testing.T) {
 		b.waitFor(t, 30*time.Second, "the plugin in the list, loaded", `document.querySelector('tr[data-plugin="audit"] [data-testid=loaded]')?.textContent === "yes"`)
 		b.shot(t, "plugins")
 
+		// Activity in the sandbox is an event; the gateway's event log shows it live.
 		b.route(t, "#/audit")
-		b.waitFor(t, 20*time.Second, "the audit page", `document.querySelector("[data-testid=live-tail]")`)
-		b.click(t, "[data-testid=live-tail]")
-		b.waitFor(t, 20*time.Second, "the live tail", `(document.querySelector("[data-testid=live]") || {}).textContent === "live"`)
-		// Activity in the sandbox becomes an event, which the plugin turns into a record.
+		b.click(t, "[data-testid=events-live-tail]")
+		b.waitFor(t, 20*time.Second, "the live tail of events", `(document.querySelector("[data-testid=live]") || {}).textContent === "live"`)
 		marker := "audit-" + randomHex(4)
 		if out := stdoutOf(g.agent(id).run("echo " + marker)); out != marker {
 			t.Fatalf("command output %q", out)
 		}
+		b.waitFor(t, 30*time.Second, "the command's event in the live tail", fmt.Sprintf(`document.querySelector("[data-testid=events]")?.textContent.includes(%q)`, marker))
+		b.shot(t, "audit-events-live")
+
+		// The plugin turns each event into a record of its own.
+		b.fill(t, "#audit-kind", "plugin")
+		b.click(t, "[data-testid=live-tail]")
+		b.waitFor(t, 20*time.Second, "the live tail of plugin records", `(document.querySelector("[data-testid=live]") || {}).textContent === "live"`)
+		marker = "plugin-" + randomHex(4)
+		if out := stdoutOf(g.agent(id).run("echo " + marker)); out != marker {
+			t.Fatalf("command output %q", out)
+		}
 		b.waitFor(t, 30*time.Second, "the plugin's record in the live tail", fmt.Sprintf(`document.querySelector("[data-testid=audit-records]")?.textContent.includes(%q)`, marker))
-		b.shot(t, "audit-live-tail")
+		b.shot(t, "audit-plugin-records-live")
 
 		b.route(t, "#/sandboxes/"+id+"/activity")
 		b.waitFor(t, 20*time.Second, "the sandbox's activity", fmt.Sprintf(`document.querySelector("main").textContent.includes(%q)`, marker))

@@ -143,7 +143,7 @@ function View({ section, rest, query }: { section: string; rest: string[]; query
     case "plugins":
       return <Plugins />;
     case "audit":
-      return <Audit query={query} />;
+      return <Audit key={query.toString()} query={query} />;
     case "tenants":
       return <Tenants />;
     default:

@@ -491,7 +491,7 @@ export async function readEventStream(res: Response, onEvent: (ev: AgentEvent) =
 }
 
 export const egress = (id: string) => ({
-  get: () => request<{ status?: string; mode?: string; enforcementMode?: string; policy?: EgressPolicy }>(
+  get: () => request<{ status?: string; mode?: string; enforcementMode?: string; policy?: EgressPolicy; platformDeny?: string[] }>(
     "GET",
     proxyPath(id, EGRESS_PORT, "/policy"),
   ),
@@ -547,8 +547,16 @@ export interface SandboxEvent {
   data?: Record<string, unknown>;
 }
 
+export interface EventQuery {
+  sandbox?: string;
+  type?: string; // type prefixes, comma-separated
+  exclude?: string;
+  cursor?: string;
+  limit?: number;
+  order?: "oldest" | "newest";
+}
+
 export const events = {
-  list: (sandbox: string, limit = 50) =>
-    request<{ items: SandboxEvent[]; nextCursor?: string }>("GET", "/v1/events", undefined, { query: { sandbox, limit, order: "newest" } }),
-  streamURL: (sandbox: string) => withQuery("/v1/events/stream", { sandbox }),
+  list: (q: EventQuery) => request<{ items: SandboxEvent[]; nextCursor?: string }>("GET", "/v1/events", undefined, { query: { ...q } }),
+  streamURL: (q: EventQuery) => withQuery("/v1/events/stream", { sandbox: q.sandbox, type: q.type, exclude: q.exclude }),
 };

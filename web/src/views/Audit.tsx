@@ -1,13 +1,67 @@
-// The audit log: pages newest first, filters, and a live tail over server-sent events.
+// The audit log: the gateway's events (who did what to which sandbox, policy decisions)
+// and the records plugins emit, each with filters and a live tail over server-sent events.
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { audit, type AuditRecord } from "../api";
 import { Field } from "../components/Field";
 import { Empty, ErrorBox, Loading } from "../components/Status";
 import { localTime } from "../format";
 import { useAction } from "../hooks";
+import { EventList } from "./EventList";
 import { LiveIndicator } from "./SandboxList";
 
 export function Audit({ query }: { query: URLSearchParams }) {
+  const [kind, setKind] = useState<"events" | "plugin">(query.get("kind") === "plugin" ? "plugin" : "events");
+  return (
+    <section>
+      <div class="title-row">
+        <h1>Audit log</h1>
+        <Field label="Show" id="audit-kind">
+          <select id="audit-kind" value={kind} onChange={(e) => setKind(e.currentTarget.value as "events" | "plugin")}>
+            <option value="events">gateway events</option>
+            <option value="plugin">records from plugins</option>
+          </select>
+        </Field>
+      </div>
+      {kind === "events" ? <GatewayEvents query={query} /> : <PluginRecords query={query} />}
+    </section>
+  );
+}
+
+function GatewayEvents({ query }: { query: URLSearchParams }) {
+  const [form, setForm] = useState({ sandbox: query.get("sandbox") || "", type: query.get("type") || "", exclude: query.get("exclude") ?? "policy.decision" });
+  const [applied, setApplied] = useState(form);
+  const [tail, setTail] = useState(false);
+  const bind = (k: keyof typeof form) => ({ value: form[k], onInput: (e: Event) => setForm({ ...form, [k]: (e.currentTarget as HTMLInputElement).value }) });
+  return (
+    <>
+      <form
+        class="filters"
+        aria-label="Filter events"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setApplied({ ...form });
+        }}
+      >
+        <Field label="Types" id="ev-type" hint="prefixes, comma-separated: sandbox., command.">
+          <input id="ev-type" {...bind("type")} />
+        </Field>
+        <Field label="Leave out" id="ev-exclude" hint="prefixes, comma-separated">
+          <input id="ev-exclude" {...bind("exclude")} />
+        </Field>
+        <Field label="Sandbox id" id="ev-sandbox">
+          <input id="ev-sandbox" class="mono" {...bind("sandbox")} />
+        </Field>
+        <button type="submit">Apply filters</button>
+        <label class="chip">
+          <input type="checkbox" checked={tail} onChange={() => setTail(!tail)} data-testid="events-live-tail" /> Live tail
+        </label>
+      </form>
+      <EventList query={{ sandbox: applied.sandbox.trim() || undefined, type: applied.type.trim() || undefined, exclude: applied.exclude.trim() || undefined }} live={tail} showSandbox />
+    </>
+  );
+}
+
+function PluginRecords({ query }: { query: URLSearchParams }) {
   const [items, setItems] = useState<AuditRecord[]>([]);
   const [cursor, setCursor] = useState<string | undefined>();
   const [loaded, setLoaded] = useState(false);
@@ -39,9 +93,8 @@ export function Audit({ query }: { query: URLSearchParams }) {
   const sources = useMemo(() => [...new Set(items.map((r) => r.source))], [items]);
   const shown = items.filter((r) => (!source || r.source === source) && (!text || JSON.stringify(r.record).toLowerCase().includes(text.toLowerCase())));
   return (
-    <section>
+    <>
       <div class="title-row">
-        <h1>Audit log</h1>
         <label class="chip">
           <input type="checkbox" checked={tail} onChange={() => setTail(!tail)} data-testid="live-tail" /> Live tail
         </label>
@@ -86,6 +139,6 @@ export function Audit({ query }: { query: URLSearchParams }) {
           {load.busy ? "Loading…" : "Load older records"}
         </button>
       )}
-    </section>
+    </>
   );
 }

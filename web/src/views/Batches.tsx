@@ -164,6 +164,7 @@ function BatchView({ id }: { id: string }) {
         <ErrorBox error={batch.error} onRetry={batch.reload} />
       </section>
     );
+  const hasSource = members.some((m) => m.source);
   const counts: Record<string, number> = {};
   for (const m of members) {
     const s = m.live?.status.state || m.initial?.state || "Pending";
@@ -193,7 +194,7 @@ function BatchView({ id }: { id: string }) {
           <thead>
             <tr>
               <th scope="col">Sandbox</th>
-              <th scope="col">Source</th>
+              {hasSource && <th scope="col">Source</th>}
               <th scope="col">State</th>
             </tr>
           </thead>
@@ -205,7 +206,7 @@ function BatchView({ id }: { id: string }) {
                     {shortId(m.id)}
                   </a>
                 </td>
-                <td>{m.source}</td>
+                {hasSource && <td>{m.source}</td>}
                 <td>
                   <StateBadge status={m.live?.status || m.initial} />
                 </td>

@@ -21,7 +21,14 @@ export function EgressEditor({ id }: { id: string }) {
   });
   if (current.loading && !current.data) return <Loading what="the egress policy" />;
   if (current.error) return <ErrorBox error={current.error} onRetry={current.reload} />;
-  const policy = current.data?.policy || { defaultAction: "allow", egress: [] };
+  // The platform's own deny rules come first in what the enforcer reports; they are
+  // always applied, so they are shown apart and never sent back.
+  const platform = current.data?.platformDeny || [];
+  const reported = current.data?.policy || { defaultAction: "deny", egress: [] };
+  const policy: EgressPolicy = {
+    ...reported,
+    egress: (reported.egress || []).filter((r) => !(r.action === "deny" && platform.includes(r.target))),
+  };
   const editing = draft !== null;
   const p = draft || policy;
   const rules = p.egress || [];
@@ -29,7 +36,7 @@ export function EgressEditor({ id }: { id: string }) {
   return (
     <div class="card">
       <h2>Egress policy</h2>
-      <p>
+      <p data-testid="egress-mode">
         Mode: <strong>{current.data?.mode || "unknown"}</strong>
         {current.data?.enforcementMode && <> · enforcement {current.data.enforcementMode}</>}
       </p>
@@ -52,7 +59,12 @@ export function EgressEditor({ id }: { id: string }) {
           </select>
         </Field>
         <p class="hint">Rules apply in order; the first that matches wins. Targets: a name (example.com), a wildcard (*.example.com), an IP or a CIDR.</p>
-        {rules.length === 0 && <p class="hint">No rules.</p>}
+        {platform.length > 0 && (
+          <p class="hint" data-testid="platform-deny">
+            Always denied by the platform: <span class="mono">{platform.join(", ")}</span>
+          </p>
+        )}
+        {rules.length === 0 && <p class="hint">No rules of this sandbox.</p>}
         <ol class="rules">
           {rules.map((r, i) => (
             <li key={i}>
@@ -79,16 +91,16 @@ export function EgressEditor({ id }: { id: string }) {
         {can("sandbox.proxy") && (
           <div class="actions">
             {!editing && (
-              <button type="button" onClick={() => setDraft(structuredClone(policy))}>
+              <button type="button" onClick={() => setDraft(structuredClone(policy))} data-testid="egress-edit">
                 Edit
               </button>
             )}
             {editing && (
               <>
-                <button type="button" onClick={() => setDraft({ ...p, egress: [...rules, { action: "allow", target: "" }] })}>
+                <button type="button" onClick={() => setDraft({ ...p, egress: [...rules, { action: "allow", target: "" }] })} data-testid="egress-add">
                   Add rule
                 </button>
-                <button type="submit" class="primary" disabled={save.busy}>
+                <button type="submit" class="primary" disabled={save.busy} data-testid="egress-apply">
                   {save.busy ? "Applying…" : "Apply"}
                 </button>
                 <button type="button" onClick={() => setDraft(null)}>

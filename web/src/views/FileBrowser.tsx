@@ -120,6 +120,7 @@ export function FileBrowser({ id }: { id: string }) {
             type="file"
             multiple
             class="sr-only"
+            tabIndex={-1}
             data-testid="upload-input"
             onChange={(e) => {
               const files = [...(e.currentTarget.files || [])];
@@ -187,7 +188,7 @@ export function FileBrowser({ id }: { id: string }) {
                       </a>
                     )}
                     {f.type === "file" && writable && f.size <= EDIT_LIMIT && (
-                      <button type="button" class="small" onClick={() => setEditing(f)}>
+                      <button type="button" class="small" onClick={() => setEditing(f)} data-testid="edit">
                         Edit
                       </button>
                     )}
@@ -240,7 +241,7 @@ function Editor({ id, file, onDone }: { id: string; file: FileInfo; onDone: (sav
       )}
       <ErrorBox error={save.error} />
       <div class="actions">
-        <button type="submit" class="primary" disabled={save.busy || !!content.error || content.loading}>
+        <button type="submit" class="primary" disabled={save.busy || !!content.error || content.loading} data-testid="save-file">
           {save.busy ? "Saving…" : "Save"}
         </button>
         <button type="button" onClick={() => onDone()}>

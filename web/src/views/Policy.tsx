@@ -240,7 +240,7 @@ function Playground({ changes }: { changes?: Record<string, string> }) {
 
 function Tests({ changes }: { changes?: Record<string, string> }) {
   const [report, setReport] = useState<{ results: PolicyTestResult[]; pass: number; fail: number } | null>(null);
-  const [failedOnly, setFailedOnly] = useState(false);
+  const [failedOnly, setFailedOnly] = useState(true);
   const run = useAction(async () => setReport(await policy.test(changes)));
   const rows = (report?.results || []).filter((r) => !failedOnly || !r.pass);
   return (
@@ -252,7 +252,7 @@ function Tests({ changes }: { changes?: Record<string, string> }) {
         </button>
         {report && (
           <label class="chip">
-            <input type="checkbox" checked={failedOnly} onChange={() => setFailedOnly(!failedOnly)} /> Failures only
+            <input type="checkbox" checked={failedOnly} onChange={() => setFailedOnly(!failedOnly)} /> Failures only ({report.fail})
           </label>
         )}
       </div>
@@ -262,6 +262,7 @@ function Tests({ changes }: { changes?: Record<string, string> }) {
           <p class={report.fail ? "warn" : "ok"} data-testid="test-summary">
             {report.pass} passed, {report.fail} failed.
           </p>
+          {rows.length > 0 && (
           <div class="table-wrap">
             <table class="list">
               <thead>
@@ -285,6 +286,7 @@ function Tests({ changes }: { changes?: Record<string, string> }) {
               </tbody>
             </table>
           </div>
+          )}
         </>
       )}
     </div>

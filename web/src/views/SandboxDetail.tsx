@@ -4,15 +4,10 @@ import { lazy, Suspense } from "preact/compat";
 import { useEffect, useState } from "preact/hooks";
 import {
   agent,
-  ApiError,
-  audit,
-  events,
   sandboxes,
-  type AuditRecord,
   type Endpoint,
   type Metrics,
   type Sandbox,
-  type SandboxEvent,
   AGENT_PORT,
   EGRESS_PORT,
   RESERVED_PREFIX,
@@ -24,12 +19,13 @@ import { StateBadge } from "../components/Badge";
 import { ConfirmButton } from "../components/ConfirmButton";
 import { CopyButton } from "../components/CopyButton";
 import { Field } from "../components/Field";
-import { Empty, ErrorBox, Loading, Notice } from "../components/Status";
+import { ErrorBox, Loading, Notice } from "../components/Status";
 import { formatPairs, localTime, parsePairs, relativeTime } from "../format";
 import { useAction, useAsync, useNow } from "../hooks";
 import { href, navigate } from "../router";
 import { CommandRunner } from "./CommandRunner";
 import { EgressEditor } from "./EgressEditor";
+import { EventList } from "./EventList";
 import { FileBrowser } from "./FileBrowser";
 
 // xterm.js is large: it loads only when the terminal tab opens.
@@ -196,7 +192,7 @@ function Expiry({ sb, now, setData }: { sb: Sandbox; now: number; setData: (s: S
           <Field label="Renew to (minutes from now)" id="renew-minutes">
             <input id="renew-minutes" inputMode="numeric" value={minutes} onInput={(e) => setMinutes(e.currentTarget.value)} />
           </Field>
-          <button type="submit" disabled={renew.busy}>
+          <button type="submit" disabled={renew.busy} data-testid="renew">
             {renew.busy ? "Renewing…" : "Renew"}
           </button>
         </form>
@@ -230,7 +226,7 @@ function MetadataEditor({ sb, setData }: { sb: Sandbox; setData: (s: Sandbox) =>
       <h2>Metadata</h2>
       {!editing &&
         (entries.length ? (
-          <dl class="kv">
+          <dl class="kv" data-testid="metadata">
             {entries.map(([k, v]) => (
               <>
                 <dt class="mono">{k}</dt>
@@ -252,7 +248,7 @@ function MetadataEditor({ sb, setData }: { sb: Sandbox; setData: (s: Sandbox) =>
             <textarea id="meta-edit" rows={5} class="mono" value={text} onInput={(e) => setText(e.currentTarget.value)} />
           </Field>
           <div class="actions">
-            <button type="submit" class="primary" disabled={save.busy}>
+            <button type="submit" class="primary" disabled={save.busy} data-testid="save-metadata">
               Save
             </button>
             <button type="button" onClick={() => setEditing(false)}>
@@ -265,6 +261,7 @@ function MetadataEditor({ sb, setData }: { sb: Sandbox; setData: (s: Sandbox) =>
       {!editing && can("sandbox.update") && (
         <button
           type="button"
+          data-testid="edit-metadata"
           onClick={() => {
             setText(formatPairs(editable()));
             setEditing(true);
@@ -411,88 +408,19 @@ function Endpoints({ id }: { id: string }) {
   );
 }
 
-/** Activity shows the sandbox's events (live) where the gateway offers its event API,
- * and otherwise the tenant's audit records that mention the sandbox. */
+/** Activity shows the sandbox's events, live. */
 function Activity({ id }: { id: string }) {
-  const [mode, setMode] = useState<"events" | "audit">("events");
-  return mode === "events" ? <EventLog id={id} onMissing={() => setMode("audit")} /> : <AuditMentions id={id} />;
-}
-
-function EventLog({ id, onMissing }: { id: string; onMissing: () => void }) {
-  const list = useAsync(() => events.list(id), [id]);
-  const [live, setLive] = useState<SandboxEvent[]>([]);
-  const missing = list.error instanceof ApiError && list.error.status === 404 && !list.error.code.startsWith("SANDBOX");
-  useEffect(() => {
-    if (missing) onMissing();
-  }, [missing]);
-  useEffect(() => {
-    if (!list.data) return;
-    const es = new EventSource(events.streamURL(id));
-    const add = (e: MessageEvent) => {
-      try {
-        const ev = JSON.parse(e.data) as SandboxEvent;
-        setLive((prev) => (ev.id && prev.some((p) => p.id === ev.id) ? prev : [ev, ...prev].slice(0, 200)));
-      } catch {
-        /* a keep-alive or a shape we do not know */
-      }
-    };
-    es.addEventListener("message", add);
-    es.addEventListener("event", add as EventListener);
-    return () => es.close();
-  }, [id, !!list.data]);
-  if (list.loading && !list.data) return <Loading what="events" />;
-  if (list.error) return missing ? <Loading what="audit records" /> : <ErrorBox error={list.error} onRetry={list.reload} />;
-  const seen = new Set(live.map((e) => e.id));
-  const all = [...live, ...(list.data?.items || []).filter((e) => !e.id || !seen.has(e.id))];
-  return (
-    <div class="card">
-      <h2>Recent events</h2>
-      {all.length === 0 ? (
-        <Empty>
-          <p>No events for this sandbox yet.</p>
-        </Empty>
-      ) : (
-        <ul class="records" data-testid="events">
-          {all.map((ev, i) => (
-            <li key={ev.id || i}>
-              <time dateTime={ev.time}>{localTime(ev.time)}</time> <span class="tag">{ev.type}</span>
-              {ev.data && Object.keys(ev.data).length > 0 && <pre class="mono">{JSON.stringify(ev.data)}</pre>}
-            </li>
-          ))}
-        </ul>
-      )}
-    </div>
-  );
-}
-
-function AuditMentions({ id }: { id: string }) {
-  const rec = useAsync(() => audit.list({ order: "newest", limit: 500 }), [id]);
-  if (rec.loading && !rec.data) return <Loading what="audit records" />;
-  if (rec.error) return <ErrorBox error={rec.error} onRetry={rec.reload} />;
-  const mine = (rec.data?.items || []).filter((r: AuditRecord) => JSON.stringify(r.record).includes(id)).slice(0, 50);
+  const [noisy, setNoisy] = useState(false);
   return (
     <div class="card">
       <div class="title-row">
-        <h2>Recent audit records</h2>
-        <button type="button" class="small" onClick={rec.reload}>
-          Refresh
-        </button>
-        <a href={href("audit") + `?q=${encodeURIComponent(id)}`}>Open in the audit log</a>
+        <h2>Recent activity</h2>
+        <label class="chip">
+          <input type="checkbox" checked={noisy} onChange={() => setNoisy(!noisy)} /> Include previews and policy decisions
+        </label>
+        <a href={href("audit") + `?sandbox=${encodeURIComponent(id)}`}>Open in the audit log</a>
       </div>
-      {mine.length === 0 ? (
-        <Empty>
-          <p>No audit record mentions this sandbox among the latest 500.</p>
-        </Empty>
-      ) : (
-        <ul class="records">
-          {mine.map((r) => (
-            <li key={r.id}>
-              <time dateTime={r.time}>{localTime(r.time)}</time> <span class="tag">{r.source}</span>
-              <pre class="mono">{JSON.stringify(r.record, null, 1)}</pre>
-            </li>
-          ))}
-        </ul>
-      )}
+      <EventList query={{ sandbox: id, exclude: noisy ? undefined : "policy.,preview.accessed" }} live={true} />
     </div>
   );
 }
