@@ -259,6 +259,9 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 	switch method {
 	case http.MethodPost, http.MethodPut:
 		proposed, err = replacedPolicy(body)
+		// GET shows the platform rules too; a client that sends back what it read (the
+		// console's editor) must not get them twice.
+		proposed.Egress = withoutRules(proposed.Egress, platform)
 	case http.MethodPatch:
 		proposed, err = patchedPolicy(own, body)
 	case http.MethodDelete:

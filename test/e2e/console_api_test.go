@@ -223,6 +223,37 @@ func TestConsoleAPISession(t *testing.T) {
 		}
 	})
 
+	t.Run("egress policy edited through the proxy", func(t *testing.T) {
+		path := "/v1/sandboxes/" + id + "/proxy/18080/policy"
+		type rule struct{ Action, Target string }
+		read := func() (string, []rule) {
+			t.Helper()
+			r := member.do("GET", path, nil, false)
+			var body struct {
+				Policy struct {
+					DefaultAction string `json:"defaultAction"`
+					Egress        []rule `json:"egress"`
+				} `json:"policy"`
+			}
+			if r.Status != 200 || json.Unmarshal(r.Body, &body) != nil {
+				t.Fatalf("egress policy by cookie: %d %s", r.Status, r.Body)
+			}
+			return body.Policy.DefaultAction, body.Policy.Egress
+		}
+		def, rules := read()
+		edited := map[string]any{"defaultAction": def, "egress": append(append([]rule{}, rules...), rule{"deny", "blocked.example.com"})}
+		expectError(t, member.do("PUT", path, edited, false), 403, "CSRF_TOKEN_INVALID")
+		for range 2 { // sending back what was read, twice, changes nothing more
+			if r := member.do("PUT", path, edited, true); r.Status != 200 {
+				t.Fatalf("PUT egress by cookie: %d %s", r.Status, r.Body)
+			}
+			_, now := read()
+			if len(now) != len(rules)+1 || now[len(now)-1] != (rule{"deny", "blocked.example.com"}) {
+				t.Fatalf("egress rules after the edit = %v, before %v", now, rules)
+			}
+		}
+	})
+
 	t.Run("revoking the key ends its sessions", func(t *testing.T) {
 		revokedID, revokedKey := g1.issueKey(tenant, "member")
 		s, _ := signIn(t, g1, revokedKey)
