@@ -176,7 +176,10 @@ func (b *consoleBrowser) shot(t *testing.T, name string) {
 func (b *consoleBrowser) signIn(t *testing.T, key, role string) {
 	t.Helper()
 	b.open(t, "")
-	b.waitFor(t, 20*time.Second, "the sign-in form", `document.querySelector("#api-key")`)
+	b.waitFor(t, 20*time.Second, "the sign-in form or a session", `document.querySelector("#api-key") || document.querySelector("[data-testid=sign-out]")`)
+	if b.present(t, "[data-testid=sign-out]") {
+		b.signOut(t)
+	}
 	b.fill(t, "#api-key", key)
 	b.click(t, "form button[type=submit]")
 	b.waitFor(t, 20*time.Second, "the console signed in as "+role, fmt.Sprintf(`(document.querySelector("[data-testid=role]") || {}).textContent === %q`, role))
@@ -188,7 +191,7 @@ func (b *consoleBrowser) signOut(t *testing.T) {
 	b.waitFor(t, 20*time.Second, "the sign-in form after signing out", `document.querySelector("#api-key")`)
 }
 
-func atoi(t *testing.T, s string) int {
+func consoleAtoi(t *testing.T, s string) int {
 	t.Helper()
 	var n int
 	if _, err := fmt.Sscan(s, &n); err != nil {
@@ -300,6 +303,18 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("type: %v", err)
 		}
 		b.waitFor(t, 20*time.Second, "the shell's answer in the terminal", `document.querySelector(".xterm-rows").textContent.includes("term-42")`)
+		// The PTY has the size the page fitted the terminal to (the resize message).
+		rows := b.eval(t, `document.querySelectorAll(".xterm-rows > div").length`)
+		ctx, cancel = context.WithTimeout(b.ctx, 20*time.Second)
+		_, err = chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: "stty size"})
+		if err == nil {
+			err = chromedp.Do(ctx, chromedp.KeyEvent("\r"))
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("type: %v", err)
+		}
+		b.waitFor(t, 20*time.Second, "stty to report "+rows+" rows", fmt.Sprintf(`[...document.querySelectorAll(".xterm-rows > div")].some(d => /^%s \d+$/.test(d.textContent.trim()))`, rows))
 		// Reconnect: a reload attaches to the same shell and replays its screen.
 		b.open(t, "#/sandboxes/"+id+"/terminal")
 		b.waitFor(t, 30*time.Second, "the terminal to reconnect", `(document.querySelector("[data-testid=terminal-status]") || {}).textContent === "Connected"`)
@@ -374,8 +389,8 @@ func TestConsole(t *testing.T) {
 		b.click(t, "[data-testid=egress-edit]")
 		b.click(t, "[data-testid=egress-add]")
 		n := b.eval(t, `document.querySelectorAll("ol.rules li").length`)
-		b.fill(t, "#rule-target-"+fmt.Sprint(atoi(t, n)-1), "blocked.example.com")
-		b.fill(t, "#rule-action-"+fmt.Sprint(atoi(t, n)-1), "deny")
+		b.fill(t, "#rule-target-"+fmt.Sprint(consoleAtoi(t, n)-1), "blocked.example.com")
+		b.fill(t, "#rule-action-"+fmt.Sprint(consoleAtoi(t, n)-1), "deny")
 		b.click(t, "[data-testid=egress-apply]")
 		b.waitFor(t, 30*time.Second, "the policy in force", `document.body.innerText.includes("The egress policy is in force.")`)
 		b.waitFor(t, 20*time.Second, "the new rule, read back", `[...document.querySelectorAll("ol.rules input")].some(i => i.value === "blocked.example.com")`)
@@ -577,5 +592,18 @@ deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
 			t.Fatalf("the page is %s px wide at a 390 px viewport (it scrolls sideways)", w)
 		}
 		b.shot(t, "phone-sandboxes")
+		b.route(t, "#/sandboxes/"+id+"/overview")
+		b.waitFor(t, 20*time.Second, "the sandbox page at phone width", `document.querySelector("[data-testid=metadata]")`)
+		if w := b.eval(t, `document.documentElement.scrollWidth`); w != "390" {
+			t.Fatalf("the sandbox page is %s px wide at a 390 px viewport", w)
+		}
+		b.shot(t, "phone-sandbox-detail")
+		// The navigation folds into a menu button.
+		if b.eval(t, `getComputedStyle(document.querySelector("nav#nav")).display`) != "none" {
+			t.Fatal("the navigation is not folded at phone width")
+		}
+		b.click(t, ".menu-toggle")
+		b.waitFor(t, 5*time.Second, "the menu to open", `getComputedStyle(document.querySelector("nav#nav")).display !== "none"`)
+		b.shot(t, "phone-menu")
 	})
 }
