@@ -82,7 +82,12 @@ func stripDefaultPort(u *url.URL) string {
 	return u.Host
 }
 
+// isWebSocket reports a WebSocket opening: an HTTP/1.1 upgrade, or an HTTP/2 stream
+// opened by extended CONNECT (RFC 8441), which browsers use when the server offers it.
 func isWebSocket(r *http.Request) bool {
+	if r.Method == http.MethodConnect && r.ProtoMajor >= 2 {
+		return strings.EqualFold(r.Header.Get(":protocol"), "websocket")
+	}
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 

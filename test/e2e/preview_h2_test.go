@@ -34,7 +34,7 @@ func TestPreviewWebSocketOverHTTP2(t *testing.T) {
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	url := fmt.Sprintf("http://%s/v1/sandboxes/%s/proxy/%d/ws", g.Addr, id, previewPort)
 
-	connect := func(key string) (*http.Response, *io.PipeWriter) {
+	connect := func(headers map[string]string) (*http.Response, *io.PipeWriter) {
 		t.Helper()
 		pr, pw := io.Pipe()
 		req, err := http.NewRequest(http.MethodConnect, url, pr)
@@ -43,8 +43,8 @@ func TestPreviewWebSocketOverHTTP2(t *testing.T) {
 		}
 		req.Header.Set(":protocol", "websocket")
 		req.Header.Set("Sec-WebSocket-Version", "13")
-		if key != "" {
-			req.Header.Set("OPEN-SANDBOX-API-KEY", key)
+		for k, v := range headers {
+			req.Header.Set(k, v)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -57,14 +57,40 @@ func TestPreviewWebSocketOverHTTP2(t *testing.T) {
 	}
 
 	// Without a credential the stream is refused like any other request.
-	resp, pw := connect("")
+	resp, pw := connect(nil)
 	pw.Close()
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("without a key: status %d, want 401", resp.StatusCode)
 	}
 
-	resp, pw = connect(g.APIKey)
+	// A console session opens it from a page of the gateway's own origin (browsers
+	// cannot add the CSRF header to a WebSocket); from another origin it is refused.
+	r := g.do("POST", "/v1/session", map[string]any{"apiKey": g.APIKey})
+	var session string
+	for _, c := range (&http.Response{Header: r.Header}).Cookies() {
+		if c.Name == "sandgate_session" {
+			session = c.Value
+		}
+	}
+	if r.Status != 200 || session == "" {
+		t.Fatalf("sign-in: %d %s", r.Status, r.Body)
+	}
+	cookie := "sandgate_session=" + session
+	resp, pw = connect(map[string]string{"Cookie": cookie, "Origin": "http://evil.example"})
+	pw.Close()
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("session from another origin: status %d, want 403", resp.StatusCode)
+	}
+	resp, pw = connect(map[string]string{"Cookie": cookie, "Origin": "http://" + g.Addr})
+	pw.Close()
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("session from the gateway's origin: status %d, want 200", resp.StatusCode)
+	}
+
+	resp, pw = connect(map[string]string{"OPEN-SANDBOX-API-KEY": g.APIKey})
 	defer resp.Body.Close()
 	defer pw.Close()
 	if resp.StatusCode != http.StatusOK {
