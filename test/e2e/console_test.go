@@ -223,7 +223,8 @@ func TestConsole(t *testing.T) {
 	g := e.startGateway()
 	requireConsoleAssets(t, g)
 	b := newConsoleBrowser(t, chromium, "http://"+g.Addr)
-	var id string // the sandbox the console created
+	var id string    // the sandbox the console created
+	var other string // one created through the API
 
 	t.Run("sign in", func(t *testing.T) {
 		b.open(t, "")
@@ -261,7 +262,7 @@ func TestConsole(t *testing.T) {
 		id = b.eval(t, `document.querySelector("tr.sandbox-row").dataset.id`)
 		b.waitFor(t, 90*time.Second, "the sandbox to be Running in the list", fmt.Sprintf(`document.querySelector('tr[data-id=%q] .badge').textContent === "Running"`, id))
 		// One created by another client appears too, pushed by the gateway.
-		other := g.createSandbox(map[string]any{"metadata": map[string]string{"made-by": "api"}})
+		other = g.createSandbox(map[string]any{"metadata": map[string]string{"made-by": "api"}})
 		b.waitFor(t, 20*time.Second, "a sandbox created through the API", fmt.Sprintf(`document.querySelector('tr[data-id=%q]')`, other))
 		if b.eval(t, `window.__sameDocument`) != "yes" {
 			t.Fatal("the page reloaded")
@@ -577,6 +578,33 @@ deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
 			t.Fatalf("the issued key: %d %s", r.Status, r.Body)
 		}
 		b.shot(t, "tenants-keys")
+	})
+
+	t.Run("select sandboxes and delete them at once", func(t *testing.T) {
+		b.route(t, "#/sandboxes")
+		b.waitFor(t, 20*time.Second, "the list", fmt.Sprintf(`document.querySelector('tr[data-id=%q]')`, other))
+		// Everything but the console's own sandbox: the API's one and the batch's members.
+		victims := b.eval(t, fmt.Sprintf(`[...document.querySelectorAll("tr.sandbox-row")].map(r => r.dataset.id).filter(x => x !== %q).join(",")`, id))
+		ids := strings.Split(victims, ",")
+		if len(ids) < 2 {
+			t.Fatalf("want at least two sandboxes to delete, have %q", victims)
+		}
+		for _, v := range ids {
+			b.click(t, fmt.Sprintf(`tr[data-id=%q] input[type=checkbox]`, v))
+		}
+		b.waitFor(t, 5*time.Second, "the selection count", fmt.Sprintf(`document.querySelector(".bulk").textContent.includes("%d selected")`, len(ids)))
+		b.click(t, "[data-testid=bulk-delete]")
+		b.click(t, "[data-testid=bulk-delete-confirm]")
+		for _, v := range ids {
+			b.waitFor(t, 60*time.Second, "deleted sandbox "+v+" to leave the list", fmt.Sprintf(`!document.querySelector('tr[data-id=%q]')`, v))
+			if r := g.do("GET", "/v1/sandboxes/"+v, nil); r.Status != 404 {
+				t.Fatalf("sandbox %s after the bulk delete: %d %s", v, r.Status, r.Body)
+			}
+		}
+		if !b.present(t, fmt.Sprintf(`tr[data-id=%q]`, id)) {
+			t.Fatal("the unselected sandbox left the list too")
+		}
+		b.shot(t, "bulk-delete")
 	})
 
 	t.Run("phone width", func(t *testing.T) {

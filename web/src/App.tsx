@@ -90,7 +90,7 @@ function Shell({ auth, signOut }: { auth: Auth; signOut: () => void }) {
   const [menuOpen, setMenuOpen] = useState(false);
   const section = route.path[0] || "sandboxes";
   useEffect(() => setMenuOpen(false), [route.path.join("/")]);
-  const nav = NAV.filter((n) => n.path !== "tenants" || allowed(auth, "key.list") || allowed(auth, "tenant.list"));
+  const nav = NAV.filter((n) => allowed(auth, n.action) || (n.path === "tenants" && allowed(auth, "tenant.list")));
   return (
     <div class="shell">
       <a class="skip" href="#main" onClick={(e) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>

@@ -15,8 +15,17 @@ export function useAsync<T>(load: () => Promise<T>, deps: unknown[]): Async<T> {
   const [loading, setLoading] = useState(true);
   const [tick, setTick] = useState(0);
   const seq = useRef(0);
+  const lastDeps = useRef("");
   useEffect(() => {
     const mine = ++seq.current;
+    // New arguments (another sandbox, say) must not show the previous answer meanwhile;
+    // a reload of the same ones keeps it on screen until the new one arrives.
+    const key = JSON.stringify(deps);
+    if (key !== lastDeps.current) {
+      lastDeps.current = key;
+      setData(undefined);
+      setError(undefined);
+    }
     setLoading(true);
     load().then(
       (d) => {
