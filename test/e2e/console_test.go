@@ -267,6 +267,15 @@ func TestConsole(t *testing.T) {
 		if b.eval(t, `window.__sameDocument`) != "yes" {
 			t.Fatal("the page reloaded")
 		}
+		// Filters: by metadata, then by a state nothing is in.
+		b.fill(t, "#meta-filter", "made-by=console")
+		b.click(t, "form.filters button[type=submit]")
+		b.waitFor(t, 20*time.Second, "the metadata filter to leave one sandbox", fmt.Sprintf(`document.querySelectorAll("tr.sandbox-row").length === 1 && document.querySelector('tr[data-id=%q]')`, id))
+		b.click(t, `form.filters input[data-state=Paused]`)
+		b.waitFor(t, 20*time.Second, "the empty state of a filter nothing matches", `document.querySelector(".empty")?.textContent.includes("No sandbox matches")`)
+		b.shot(t, "sandbox-list-filtered")
+		b.click(t, "[data-testid=clear-filters]")
+		b.waitFor(t, 20*time.Second, "both sandboxes without filters", `document.querySelectorAll("tr.sandbox-row").length === 2`)
 		r := g.do("GET", "/v1/sandboxes/"+id, nil)
 		if r.Status != 200 || r.JSON(t)["metadata"].(map[string]any)["made-by"] != "console" {
 			t.Fatalf("the console's sandbox: %d %s", r.Status, r.Body)
@@ -360,6 +369,9 @@ func TestConsole(t *testing.T) {
 		if got := b.evalAsync(t, `fetch("/v1/sandboxes/`+id+`/proxy/44772/files/download?path=/tmp/console-dropped.txt").then(r => r.text())`); got != "edited in the console\n" {
 			t.Fatalf("after the edit the file holds %q", got)
 		}
+		b.click(t, `tr[data-path="/tmp/console-upload.txt"] [data-testid=delete-file]`)
+		b.click(t, `tr[data-path="/tmp/console-upload.txt"] [data-testid=delete-file-confirm]`)
+		b.waitFor(t, 20*time.Second, "the deleted file to leave the list", `!document.querySelector('tr[data-path="/tmp/console-upload.txt"]')`)
 		b.shot(t, "files-upload-download")
 	})
 
@@ -551,6 +563,13 @@ deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
 		b.fill(t, "#new-poolMax", "2")
 		b.click(t, "[data-testid=create-pool]")
 		b.waitFor(t, 90*time.Second, "the pool to hold a warm sandbox", `document.querySelector('[data-pool="console-pool"] [data-testid=available]')?.textContent === "1"`)
+		b.click(t, `[data-pool="console-pool"] [data-testid=edit-capacity]`)
+		b.fill(t, "#console-pool-bufferMax", "2")
+		b.click(t, `[data-pool="console-pool"] [data-testid=save-capacity]`)
+		b.waitFor(t, 20*time.Second, "the new bounds", `document.querySelector('[data-pool="console-pool"]').textContent.includes("in [1, 2]")`)
+		if r := g.do("GET", "/v1/pools/console-pool", nil); r.Status != 200 || r.JSON(t)["capacitySpec"].(map[string]any)["bufferMax"] != float64(2) {
+			t.Fatalf("pool after the capacity edit: %d %s", r.Status, r.Body)
+		}
 		b.shot(t, "pools")
 
 		b.route(t, "#/batches")

@@ -193,7 +193,7 @@ export function FileBrowser({ id }: { id: string }) {
                       </button>
                     )}
                     {writable && (
-                      <ConfirmButton class="small" onConfirm={() => remove.run(f)}>
+                      <ConfirmButton class="small" onConfirm={() => remove.run(f)} testid="delete-file">
                         Delete
                       </ConfirmButton>
                     )}

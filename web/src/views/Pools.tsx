@@ -120,7 +120,7 @@ function PoolCard({ pool, onChange }: { pool: Pool; onChange: () => void }) {
             ))}
           </div>
           <div class="actions">
-            <button type="submit" class="primary" disabled={save.busy}>
+            <button type="submit" class="primary" disabled={save.busy} data-testid="save-capacity">
               Save capacity
             </button>
             <button type="button" onClick={() => setEditing(false)}>
@@ -133,6 +133,7 @@ function PoolCard({ pool, onChange }: { pool: Pool; onChange: () => void }) {
           <div class="actions">
             <button
               type="button"
+              data-testid="edit-capacity"
               onClick={() => {
                 setCap(Object.fromEntries(CAP_FIELDS.map((f) => [f.key, String(c[f.key] ?? 0)])));
                 setEditing(true);

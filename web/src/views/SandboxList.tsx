@@ -81,6 +81,7 @@ export function SandboxList({ query }: { query: URLSearchParams }) {
               <label key={s} class="chip">
                 <input
                   type="checkbox"
+                  data-state={s}
                   checked={states.includes(s)}
                   onChange={() => setStates(states.includes(s) ? states.filter((x) => x !== s) : [...states, s])}
                 />
@@ -96,6 +97,7 @@ export function SandboxList({ query }: { query: URLSearchParams }) {
           {(metadata || states.length > 0) && (
             <button
               type="button"
+              data-testid="clear-filters"
               onClick={() => {
                 setStates([]);
                 setMetaText("");
