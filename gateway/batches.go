@@ -195,6 +195,13 @@ func (s *Service) batchView(ctx context.Context, b *store.Batch, errs map[string
 		switch rec, ok := byID[id]; {
 		case ok:
 			m.Status = View(rec).Status
+			if m.Source == "" {
+				// Read back later: a claimed member carries its pool in its metadata.
+				m.Source = "cold"
+				if rec.Metadata[MetadataPool] != "" {
+					m.Source = "pool"
+				}
+			}
 		case errs[id].Code != "":
 			e := errs[id]
 			m.Status = Status{State: StateFailed, Reason: e.Code, Message: e.Message}

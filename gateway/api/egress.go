@@ -15,7 +15,7 @@ import (
 // its policy: they pass through the Rego egress policy before the enforcer sees them
 // (gateway.Service.ChangeEgress). Reads (GET /policy, /healthz) are proxied as they
 // are. It reports whether it answered the request.
-func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int) bool {
+func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, access gateway.ProxyAccess) bool {
 	if port != runtimes.EgressPort {
 		return false
 	}
@@ -32,7 +32,13 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "EGRESS::INVALID_POLICY", "request body exceeds %d bytes", maxBodyBytes))
 		return true
 	}
-	change, err := h.svc.ChangeEgress(r.Context(), gateway.Caller{Tenant: sb.Tenant}, sb, r.Method, r.URL.Query(), body)
+	// The change is the sandbox's tenant's; its event names the key (or the console
+	// session's key) that made it, when a key did.
+	who := gateway.Caller{Tenant: sb.Tenant}
+	if access.Caller != nil {
+		who.KeyID = access.Caller.KeyID
+	}
+	change, err := h.svc.ChangeEgress(r.Context(), who, sb, r.Method, r.URL.Query(), body)
 	if err != nil {
 		writeError(w, r, err)
 		return true

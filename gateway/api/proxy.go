@@ -146,7 +146,7 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
 	}
-	if h.interceptEgress(w, r, sb, port) {
+	if h.interceptEgress(w, r, sb, port, access) {
 		return
 	}
 	out := r.Clone(r.Context())

@@ -252,6 +252,11 @@ func TestConsoleAPISession(t *testing.T) {
 				t.Fatalf("egress rules after the edit = %v, before %v", now, rules)
 			}
 		}
+		// The audit trail names the session's key.
+		r := g1.asKey(memberKey).do("GET", "/v1/events?sandbox="+id+"&type=sandbox.egress.updated", nil)
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"key":"`+memberID+`"`) {
+			t.Fatalf("egress events do not name the session's key %s: %d %s", memberID, r.Status, r.Body)
+		}
 	})
 
 	t.Run("revoking the key ends its sessions", func(t *testing.T) {
@@ -460,6 +465,33 @@ func TestConsoleAPIWatch(t *testing.T) {
 	nextEvent(t, events, "deleted", func(ev sseEvent) bool {
 		return ev.Name == "deleted" && ev.Data == `{"id":"`+created+`"}`
 	})
+
+	// A batch's members name their source when read back, not only in the create answer.
+	m1.createPool("console", 1, 1, 0, 2, nil)
+	m1.waitAvailable("console", 1, 60*time.Second)
+	for _, tc := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"count": 1, "poolRef": "console"}, "pool"},
+		{map[string]any{"count": 1, "template": map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}, "timeout": 600}}, "cold"},
+	} {
+		r := m1.do("POST", "/v1/batches", tc.body)
+		if r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Body)
+		}
+		bid := r.JSON(t)["id"].(string)
+		var b struct {
+			Members []struct{ ID, Source string } `json:"members"`
+		}
+		waitFor(t, 60*time.Second, func() bool {
+			r = m2.do("GET", "/v1/batches/"+bid, nil)
+			return json.Unmarshal(r.Body, &b) == nil && len(b.Members) == 1 && b.Members[0].Source != "" && strings.Contains(string(r.Body), `"running":1`)
+		}, "the batch member running")
+		if b.Members[0].Source != tc.want {
+			t.Fatalf("GET batch: source %q, want %q: %s", b.Members[0].Source, tc.want, r.Body)
+		}
+	}
 
 	// Filters are checked like the list's; the route is the list's action.
 	expectError(t, m1.do("GET", "/v1/sandboxes/watch?metadata=%3Dx", nil), 400, "SANDBOX::INVALID_PARAMETER")
