@@ -25,11 +25,12 @@ type Handler struct {
 	proxy *reverseproxy.Handler
 }
 
-// reverseProxyConfig streams in both directions (SSE and command output are flushed at
-// once) and keeps many idle connections to sandboxes.
+// reverseProxyConfig keeps many idle connections to sandboxes. Flushing is Caddy's
+// default: at once for SSE, bodies of unknown length (chunked command output, streams)
+// and upgraded connections; a response of known length goes out in full writes, headers
+// and body together, rather than one write per upstream read.
 const reverseProxyConfig = `{
 	"dynamic_upstreams": {"source": "sandgate"},
-	"flush_interval": -1,
 	"transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": 64}, "dial_timeout": "5s"}
 }`
 
