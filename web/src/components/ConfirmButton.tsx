@@ -1,5 +1,5 @@
 import type { ComponentChildren } from "preact";
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 
 /** ConfirmButton asks twice before a destructive action, without a blocking dialog. */
 export function ConfirmButton(props: {
@@ -11,6 +11,11 @@ export function ConfirmButton(props: {
   testid?: string;
 }) {
   const [armed, setArmed] = useState(false);
+  const confirm = useRef<HTMLButtonElement>(null);
+  // Focus moves to the question once, when it is asked (not on every re-render of a live list).
+  useEffect(() => {
+    if (armed) confirm.current?.focus();
+  }, [armed]);
   if (!armed)
     return (
       <button type="button" class={`danger ${props.class || ""}`} disabled={props.disabled} data-testid={props.testid} onClick={() => setArmed(true)}>
@@ -27,7 +32,7 @@ export function ConfirmButton(props: {
           setArmed(false);
           props.onConfirm();
         }}
-        ref={(el) => el?.focus()}
+        ref={confirm}
       >
         {props.confirmLabel || "Yes, delete"}
       </button>

@@ -43,6 +43,7 @@ const TABS: { id: string; label: string; action: string }[] = [
 export function SandboxDetail({ id, tab }: { id: string; tab: string }) {
   const can = useCan();
   const sb = useAsync(() => sandboxes.get(id), [id]);
+
   const del = useAction(async () => {
     await sandboxes.remove(id);
     navigate(href("sandboxes"));
