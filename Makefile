@@ -4,7 +4,7 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: gvisor all deps build agent sandgate web images plugins run test test-unit test-e2e bench clean
+.PHONY: gvisor all deps build agent sandgate web images plugins k8s k8s-up k8s-down run test test-unit test-e2e bench clean
 
 all: build
 
@@ -37,16 +37,30 @@ images: deps
 plugins:
 	@plugins/examples/build.sh
 
+## k8s: the local test control plane's binaries (kube-apiserver, -scheduler,
+## -controller-manager, etcd, kwok), built from the Go module proxy and cached outside the
+## repo (slow: ~20 min cold, then instant)
+k8s: deps
+	@scripts/k8s.sh build >/dev/null
+
+## k8s-up: start that control plane on loopback (3 kwok nodes); prints the kubeconfig path last
+k8s-up: deps
+	@scripts/k8s.sh up
+
+## k8s-down: stop what k8s-up started and remove its state
+k8s-down:
+	@scripts/k8s.sh down
+
 ## run: gateway on local Docker with the embedded store
 run: deps build images
 	@scripts/run.sh
 
 ## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis
-test: deps build images plugins
+test: deps build images plugins k8s
 	@scripts/test.sh
 
 ## bench: hot-path figures, each beside its raw baseline
-bench: deps build images plugins
+bench: deps build images plugins k8s
 	@scripts/bench.sh
 
 clean:
