@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export SANDGATE_E2E_BIN=$PWD/bin
 FAST=${BENCHTIME:-200x}
 filter() { grep -E '^(Benchmark|ok|FAIL|---|pkg:)|panic' || true; }
-unit_pkgs=$(go list ./... | grep -v /test/e2e | while read -r p; do
+unit_pkgs=$(go list ./... | grep -v -e /test/e2e -e /test/k8s | while read -r p; do
 	d=${p#github.com/sandgate/sandgate}
 	d=.${d}
 	grep -qs '^func Benchmark' "$d"/*_test.go && echo "$p"
@@ -20,3 +20,5 @@ echo "== gateway end to end: creates and claims (10x)"
 go test -count=1 -run '^$' -bench 'ColdCreate|PoolClaim' -benchtime 10x -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: batches of 100 (1x)"
 go test -count=1 -run '^$' -bench 'Batch100' -benchtime 1x -timeout 30m ./test/e2e/ 2>&1 | filter
+echo "== Kubernetes runtime on the local control plane: batches of 100 and 1000, warm and cold (1x)"
+go test -count=1 -run '^$' -bench 'K8sBatch' -benchtime 1x -timeout 45m ./test/k8s/ 2>&1 | filter

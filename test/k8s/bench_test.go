@@ -1,0 +1,174 @@
+package k8s_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkK8sBatch: batches of 100 and 1000 on the Kubernetes runtime, from warm pools
+// beside cold (pods created on demand). Reported per batch:
+//
+//   - bound-ms: until the API returned with every member bound (warm: the response;
+//     cold: until GET /v1/batches shows every member Running);
+//   - ping-ms: until every member answered /ping through the gateway;
+//   - api-writes/claim: writes the API server counted during the claim call (warm);
+//   - api-writes/refilled-pod: every write (all clients: gateway, scheduler, kwok) while
+//     the claimed members were deleted and the pool refilled, per member;
+//   - gateway-writes/refilled-pod: of those, the gateway's own (pod create and delete).
+func BenchmarkK8sBatch(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("warm-%d", size), func(b *testing.B) { benchWarm(b, size) })
+		b.Run(fmt.Sprintf("cold-%d", size), func(b *testing.B) { benchCold(b, size) })
+	}
+}
+
+func benchWarm(b *testing.B, size int) {
+	ns := newNamespace(b)
+	g := startGateway(b, ns)
+	g.createPool("bench", size, nil)
+	var bound, pinged time.Duration
+	var claimW, refillW, gatewayW float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		g.waitAvailable("bench", size, 15*time.Minute)
+		settle(b)
+		b.StartTimer()
+		before := apiWrites(b)
+		t0 := time.Now()
+		r := g.do("POST", "/v1/batches", map[string]any{"count": size, "poolRef": "bench"})
+		took := time.Since(t0)
+		after := apiWrites(b)
+		if r.Status != 202 {
+			b.Fatalf("batch: %d %s", r.Status, r.Body)
+		}
+		var bt batch
+		if err := json.Unmarshal(r.Body, &bt); err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range bt.Members {
+			if m.Source != "pool" || m.Status.State != "Running" {
+				b.Fatalf("member %+v is not a bound pool member", m)
+			}
+		}
+		pingAll(b, g, memberIDs(bt))
+		pingTook := time.Since(t0)
+		b.StopTimer()
+		writes, _ := writesBetween(before, after)
+		bound += took
+		pinged += pingTook
+		claimW += sum(writes)
+
+		// The refill: delete the claimed members, let the pool fill back, count writes.
+		before = apiWrites(b)
+		if r := g.do("DELETE", "/v1/batches/"+bt.ID, nil); r.Status != 204 {
+			b.Fatalf("delete batch: %d %s", r.Status, r.Body)
+		}
+		g.waitAvailable("bench", size, 15*time.Minute)
+		settle(b)
+		writes, _ = writesBetween(before, apiWrites(b))
+		b.Logf("warm-%d: refill writes %v", size, writes)
+		refillW += sum(writes)
+		gatewayW += writes["POST pods"] + writes["DELETE pods"]
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(bound.Microseconds())/1000/n, "bound-ms")
+	b.ReportMetric(float64(pinged.Microseconds())/1000/n, "ping-ms")
+	b.ReportMetric(claimW/n, "api-writes/claim")
+	b.ReportMetric(refillW/n/float64(size), "api-writes/refilled-pod")
+	b.ReportMetric(gatewayW/n/float64(size), "gateway-writes/refilled-pod")
+}
+
+func benchCold(b *testing.B, size int) {
+	ns := newNamespace(b)
+	g := startGateway(b, ns)
+	tmpl := map[string]any{"image": map[string]any{"uri": image}, "entrypoint": []string{"sleep", "infinity"},
+		"resourceLimits": map[string]string{"cpu": "50m", "memory": "64Mi"}}
+	var bound, pinged time.Duration
+	var writesPerPod float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		settle(b)
+		b.StartTimer()
+		before := apiWrites(b)
+		t0 := time.Now()
+		r := g.do("POST", "/v1/batches", map[string]any{"count": size, "template": tmpl})
+		if r.Status != 202 {
+			b.Fatalf("batch: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(b)["id"].(string)
+		var bt batch
+		waitFor(b, 30*time.Minute, func() bool {
+			resp := g.do("GET", "/v1/batches/"+id, nil)
+			m := resp.JSON(b)
+			if s := m["summary"].(map[string]any); s["failed"].(float64) > 0 {
+				b.Fatalf("cold members failed: %s", resp.Body)
+			} else if s["running"].(float64) != float64(size) {
+				return false
+			}
+			return json.Unmarshal(resp.Body, &bt) == nil
+		}, fmt.Sprintf("%d cold members running", size))
+		took := time.Since(t0)
+		pingAll(b, g, memberIDs(bt))
+		pingTook := time.Since(t0)
+		b.StopTimer()
+		writes, _ := writesBetween(before, apiWrites(b))
+		bound += took
+		pinged += pingTook
+		writesPerPod += sum(writes) / float64(size)
+		if r := g.do("DELETE", "/v1/batches/"+id, nil); r.Status != 204 {
+			b.Fatalf("delete batch: %d %s", r.Status, r.Body)
+		}
+		waitFor(b, 5*time.Minute, func() bool { return agents.runningIn(ns) == 0 }, "the batch's agents to stop")
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(bound.Microseconds())/1000/n, "bound-ms")
+	b.ReportMetric(float64(pinged.Microseconds())/1000/n, "ping-ms")
+	b.ReportMetric(writesPerPod/n, "api-writes/pod")
+}
+
+func memberIDs(bt batch) []string {
+	ids := make([]string, len(bt.Members))
+	for i, m := range bt.Members {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// pingAll gets every member's agent endpoint and calls /ping through the gateway, 64 at
+// a time, as a client fanning out over a batch would.
+func pingAll(b *testing.B, g *gateway, ids []string) {
+	b.Helper()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	var mu sync.Mutex
+	var failures []string
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			base, headers, err := g.endpoint(id)
+			if err == nil {
+				err = g.ping(id, base, headers)
+			}
+			if err != nil {
+				mu.Lock()
+				failures = append(failures, err.Error())
+				mu.Unlock()
+			}
+		}(id)
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		b.Fatalf("%d members did not answer /ping: %s", len(failures), strings.Join(failures[:min(len(failures), 5)], "; "))
+	}
+}
