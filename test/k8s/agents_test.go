@@ -136,7 +136,10 @@ func (a *agentRunner) startAgent(pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(a.binary, args[1:]...)
+	// Each agent is PID 1 of its own PID namespace with its own /proc, as in a pod: the
+	// agent's orphan reaper scans /proc, and a thousand agents each scanning the host's
+	// thousands of processes would measure the harness, not sandgate.
+	cmd := exec.Command("unshare", append([]string{"--pid", "--fork", "--mount-proc", "--kill-child", a.binary}, args[1:]...)...)
 	cmd.Dir = home
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log

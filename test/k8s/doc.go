@@ -10,7 +10,8 @@
 //
 // Only the container runtime is simulated. kwok marks a scheduled pod Running and gives
 // it a loopback IP; the tests' stand-in for the kubelet's container runtime (agents_test.go)
-// then starts a real bin/sandbox-agent bound to that IP on port 44772, with the command
+// then starts a real bin/sandbox-agent, PID 1 of its own PID namespace (unshare), bound
+// to that IP on port 44772, with the command
 // and environment written in the pod's workload container (the agent token, the user's
 // env, `sandbox-agent init -- <entrypoint>`), and stops it when the pod goes. So create →
 // agent → command is real end to end; what is not exercised here is what only a real
