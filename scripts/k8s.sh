@@ -13,7 +13,7 @@
 # What runs: etcd, kube-apiserver, kube-controller-manager and kube-scheduler (real ones,
 # built from k8s.io/kubernetes), and kwok, which plays the kubelet for three fake nodes
 # kwok-node-0..2. kwok marks each scheduled pod Running and gives it an IP from its
-# node's spec.podCIDR; those CIDRs are 127.64.N.0/24, so every pod IP is a loopback
+# node's spec.podCIDR; those CIDRs are 127.64.(16N).0/20, so every pod IP is a loopback
 # address that a test can bind a real process to (the e2e harness starts a real
 # sandbox-agent on each Running pod's IP). Nothing ever listens on or routes to a
 # private range. No container runtime exists: only the kubelet's job is simulated.
@@ -33,8 +33,10 @@ ETCD_VERSION=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print 
 KWOK_VERSION=$(awk '$1 == "require" && $2 == "sigs.k8s.io/kwok" {print $3}' "$MODDIR/kwok/go.mod")
 CACHE=${SANDGATE_K8S_CACHE:-/var/cache/sandgate/k8s/$K8S_VERSION}
 NODES=3
-# Pod IPs: node N gets 127.64.N.0/24. kwok's fallback CIDR (used only for a pod whose node
-# has no podCIDR) is inside the same loopback block.
+# Pod IPs: node N gets 127.64.(16N).0/20, 4094 addresses: a /24 holds fewer pods than a
+# thousand-pod benchmark puts on three nodes, and kwok then hands out an address twice.
+# kwok's fallback CIDR (used only for a pod whose node has no podCIDR) is inside the same
+# loopback block.
 POD_CIDR_PREFIX=127.64
 KWOK_FALLBACK_CIDR=127.64.255.0/24
 # Service ClusterIPs are only allocated, never routed (there is no kube-proxy); the range
@@ -392,7 +394,7 @@ EOF
 	wait_for "default ServiceAccount" 120 default_sa
 	trap - EXIT
 
-	log "up in $((($(date +%s%N) - t0) / 1000000)) ms: apiserver https://127.0.0.1:$APISERVER_PORT ($K8S_VERSION), etcd $ETCD_VERSION, kwok $KWOK_VERSION, nodes kwok-node-0..$((NODES - 1)) (pod CIDRs $POD_CIDR_PREFIX.N.0/24)"
+	log "up in $((($(date +%s%N) - t0) / 1000000)) ms: apiserver https://127.0.0.1:$APISERVER_PORT ($K8S_VERSION), etcd $ETCD_VERSION, kwok $KWOK_VERSION, nodes kwok-node-0..$((NODES - 1)) (pod CIDRs $POD_CIDR_PREFIX.16N.0/20)"
 	log "state: $STATE (logs/, pids/, env); stop with: scripts/k8s.sh down $STATE"
 	echo "$STATE/kubeconfig"
 }
@@ -405,7 +407,7 @@ node_json() {
 {"apiVersion":"v1","kind":"Node","metadata":{"name":"kwok-node-$n",
  "annotations":{"kwok.x-k8s.io/node":"fake","node.alpha.kubernetes.io/ttl":"0"},
  "labels":{"type":"kwok","kubernetes.io/hostname":"kwok-node-$n","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64"}},
- "spec":{"podCIDR":"$POD_CIDR_PREFIX.$n.0/24","podCIDRs":["$POD_CIDR_PREFIX.$n.0/24"]},
+ "spec":{"podCIDR":"$POD_CIDR_PREFIX.$((n * 16)).0/20","podCIDRs":["$POD_CIDR_PREFIX.$((n * 16)).0/20"]},
  "status":{"capacity":{"cpu":"64","memory":"256Gi","pods":"1000"},
   "allocatable":{"cpu":"64","memory":"256Gi","pods":"1000"},
   "addresses":[{"type":"InternalIP","address":"127.63.0.$((n + 1))"},{"type":"Hostname","address":"kwok-node-$n"}]}}

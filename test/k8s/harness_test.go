@@ -336,8 +336,8 @@ func startGateway(t testing.TB, namespace string, extra ...string) *gateway {
 		"SANDGATE_FAILED_RETENTION=1h",
 		"SANDGATE_POOL_CONCURRENCY=64",
 	}, extra...)
+	t.Cleanup(g.Stop) // first: a start that fails must not leave the process behind
 	g.start()
-	t.Cleanup(g.Stop)
 	return g
 }
 
@@ -389,6 +389,9 @@ func (g *gateway) Kill() {
 
 // Stop ends the gateway gracefully (SIGTERM), killing it if it hangs.
 func (g *gateway) Stop() {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return
+	}
 	select {
 	case <-g.done:
 		return
