@@ -666,6 +666,10 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 		return Errorf(http.StatusConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
 	}
 	if err := act(ctx, id); err != nil {
+		if errors.Is(err, errors.ErrUnsupported) {
+			// Not every engine can freeze a sandbox (Kubernetes cannot): the caller's to know.
+			return &Error{Status: http.StatusNotImplemented, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
+		}
 		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}
 	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {

@@ -87,7 +87,7 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("pause is refused with a reason", func(t *testing.T) {
 		r := g.do("POST", "/v1/sandboxes/"+id+"/pause", nil)
-		if r.Status < 400 || !strings.Contains(string(r.Body), "message") {
+		if r.Status != 501 || !strings.Contains(string(r.Body), "SANDBOX::UNSUPPORTED") {
 			t.Fatalf("pause: %d %s", r.Status, r.Body)
 		}
 		if st := g.state(id); st != "Running" {
