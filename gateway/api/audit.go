@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -38,21 +39,29 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func auditQuery(r *http.Request) (gateway.AuditQuery, error) {
 	v := r.URL.Query()
 	q := gateway.AuditQuery{Cursor: v.Get("cursor")}
+	var err error
+	q.Limit, q.Newest, err = pageParams(v)
+	return q, err
+}
+
+// pageParams reads the paging parameters the audit and event routes share: limit
+// (1–1000, 0 when absent) and order (oldest, the default, or newest).
+func pageParams(v url.Values) (limit int, newest bool, err error) {
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "limit must be an integer between 1 and 1000, got %q", s)
+			return 0, false, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "limit must be an integer between 1 and 1000, got %q", s)
 		}
-		q.Limit = n
+		limit = n
 	}
 	switch v.Get("order") {
 	case "", "oldest":
 	case "newest":
-		q.Newest = true
+		newest = true
 	default:
-		return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "order must be oldest or newest, got %q", v.Get("order"))
+		return 0, false, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "order must be oldest or newest, got %q", v.Get("order"))
 	}
-	return q, nil
+	return limit, newest, nil
 }
 
 // streamAudit is the live audit stream (text/event-stream): one "audit" event per record,

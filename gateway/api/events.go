@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
@@ -25,19 +24,9 @@ func (h *Handler) eventQuery(r *http.Request, c gateway.Caller) (gateway.EventQu
 	if q.Cursor != "" && !gateway.ValidAuditCursor(q.Cursor) {
 		return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", q.Cursor)
 	}
-	if s := v.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "limit must be an integer between 1 and 1000, got %q", s)
-		}
-		q.Limit = n
-	}
-	switch v.Get("order") {
-	case "", "oldest":
-	case "newest":
-		q.Newest = true
-	default:
-		return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "order must be oldest or newest, got %q", v.Get("order"))
+	var err error
+	if q.Limit, q.Newest, err = pageParams(v); err != nil {
+		return q, err
 	}
 	res := gateway.Resource{Kind: "audit", Tenant: q.Tenant}
 	if err := h.svc.Authorize(r.Context(), c, "audit.read", res, r.Method, r.URL.Path, nil); err != nil {
