@@ -51,6 +51,11 @@ func main() {
 		os.Exit(2)
 	}
 	switch os.Args[1] {
+	case "init", "serve", "egress":
+		// Threads made now survive a workload that uses up the sandbox's pids.
+		initproc.ReserveThreads(initproc.ReservedThreads)
+	}
+	switch os.Args[1] {
 	case "init":
 		os.Exit(runInit(os.Args[2:]))
 	case "serve":

@@ -91,6 +91,29 @@ print("reaped", flush=True)
 		// While the bomb holds every pid it could get, the others keep serving.
 		waitFor(t, time.Minute, func() bool { return readCgroupInt(t, "pids", id, "pids.current") >= limit-2 }, "the bomb to reach the pids limit")
 		stillServing(t)
+		// The bombed sandbox's own agent keeps serving too (it is how a user would stop a
+		// runaway command): concurrent file reads are blocking syscalls, each of which
+		// needs an OS thread of the agent while no new one can be made.
+		var calls sync.WaitGroup
+		callErrs := make(chan error, 16)
+		for i := 0; i < 16; i++ {
+			calls.Add(1)
+			go func(i int) {
+				defer calls.Done()
+				path := "/files/download?path=/usr/bin/python3"
+				if i%2 == 1 {
+					path = "/files/info?path=/etc/passwd"
+				}
+				if err := agentGet(a, path); err != nil {
+					callErrs <- err
+				}
+			}(i)
+		}
+		calls.Wait()
+		close(callErrs)
+		for err := range callErrs {
+			t.Errorf("bombed sandbox's agent during the bomb: %v", err)
+		}
 		wg.Wait()
 		if runErr != nil {
 			t.Fatalf("fork bomb command: %v", runErr)
@@ -319,6 +342,29 @@ func stderrOf(evs []event) string {
 
 // runNoFatal runs a command through an agent from a goroutine other than the test's,
 // returning its stdout, or an error unless it completed.
+// agentGet calls path on a's agent and reads the whole answer, which must be a 200.
+func agentGet(a *agent, path string) error {
+	req, err := http.NewRequest("GET", a.base+path, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range a.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return fmt.Errorf("GET %s: reading: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
+	}
+	return nil
+}
+
 func runNoFatal(a *agent, command string, timeout time.Duration) (string, error) {
 	body, _ := json.Marshal(map[string]any{"command": command})
 	req, err := http.NewRequest("POST", a.base+"/command", strings.NewReader(string(body)))
