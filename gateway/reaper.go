@@ -103,6 +103,13 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 		s.adoptOrRemove(ctx, inst, now, startup)
 	}
+	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok {
+		if n, err := sw.SweepHelpers(ctx); err != nil {
+			s.log.Debug("sweep helper containers", "err", err)
+		} else if n > 0 {
+			s.log.Info("removed helper containers whose sandbox is gone", "count", n)
+		}
+	}
 	return nil
 }
 

@@ -120,3 +120,10 @@ type Runtime interface {
 	// Close releases the runtime's clients.
 	Close() error
 }
+
+// HelperSweeper is implemented by a runtime that runs helper containers beside a sandbox
+// (Docker's egress enforcer). SweepHelpers removes the helpers whose sandbox no longer
+// exists and returns how many it removed; the reconciler calls it on every pass.
+type HelperSweeper interface {
+	SweepHelpers(ctx context.Context) (int, error)
+}

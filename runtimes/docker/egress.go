@@ -250,6 +250,42 @@ func (r *Runtime) egressToken(ctx context.Context, id string) string {
 	return ""
 }
 
+// SweepHelpers removes enforcer sidecars whose sandbox container no longer exists. A
+// create that fails half-way while the engine is timing out can leave a sidecar behind in
+// state Created (AutoRemove only acts on one that ran), and nothing else would remove it.
+// Sidecars are listed before workloads and a sidecar is made after its workload, so a
+// create in flight is never taken for an orphan.
+func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
+	sidecars, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", labelRole+"="+roleEgress),
+	})
+	if err != nil || len(sidecars.Items) == 0 {
+		return 0, err
+	}
+	workloads, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", runtimes.LabelID),
+	})
+	if err != nil {
+		return 0, err
+	}
+	live := make(map[string]bool, len(workloads.Items))
+	for _, c := range workloads.Items {
+		if c.Labels[labelRole] == "" {
+			live[c.Labels[runtimes.LabelID]] = true
+		}
+	}
+	removed := 0
+	for _, c := range sidecars.Items {
+		if id := c.Labels[runtimes.LabelID]; id == "" || live[id] {
+			continue
+		}
+		if _, err := r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err == nil {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
 // removeEgress removes a sandbox's enforcer sidecar, if any.
 func (r *Runtime) removeEgress(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -498,6 +498,30 @@ func TestEgress(t *testing.T) {
 			return len(strings.Fields(string(out))) == 0
 		}, "the sandbox's containers to be gone")
 	})
+
+	t.Run("an enforcer left behind by a failed create is swept", func(t *testing.T) {
+		// What a create that failed while Docker timed out leaves: a sidecar in state
+		// Created whose workload is gone.
+		gone := "e2e0" + randomHex(2) + "-0000-4000-8000-" + randomHex(6)
+		name := "sandgate-" + gone + "-egress"
+		if out, err := exec.Command("docker", "create", "--name", name, "--label", "sandgate.io/role=egress",
+			"--label", "sandgate.io/id="+gone, "--network", "none", baseImage, "true").CombinedOutput(); err != nil {
+			t.Fatalf("docker create: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+		waitFor(t, 30*time.Second, func() bool {
+			out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^"+name+"$").Output()
+			return len(strings.Fields(string(out))) == 0
+		}, "the reconciler to remove the leftover enforcer")
+		// A live sandbox keeps its enforcer, and its policy still holds.
+		if out, _ := exec.Command("docker", "ps", "-q", "--filter", "name=^sandgate-"+s.id+"-egress$").Output(); len(strings.Fields(string(out))) != 1 {
+			t.Fatalf("the enforcer of live sandbox %s was removed", s.id)
+		}
+		wantPrefix(t, "query denied.test after the sweep", s.query("127.0.0.11", "denied.test", "udp"), "rcode=3")
+		if got := s.httpStatus("allowed.test"); got != "200" {
+			t.Fatalf("GET allowed.test = %s after the sweep, want 200", got)
+		}
+	})
 }
 
 // TestEgressPoolClaim checks that warm members start behind an enforcer with the

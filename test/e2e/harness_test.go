@@ -157,10 +157,21 @@ func newEnv(t testing.TB, redis *redisServer, extra ...string) *env {
 	return e
 }
 
-// removeDockerObjects deletes every container on the test's network, then the network.
+// removeDockerObjects deletes every container on the test's network and the egress
+// enforcers that share their network namespace, then the network.
 func (e *env) removeDockerObjects() {
-	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "network="+e.Network).Output()
-	ids := strings.Fields(string(out))
+	out, _ := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 {
+			ids = append(ids, f[0])
+		}
+		if len(f) > 1 {
+			sidecars, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+f[1]+"-egress$").Output()
+			ids = append(ids, strings.Fields(string(sidecars))...)
+		}
+	}
 	if len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
 	}
