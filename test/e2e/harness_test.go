@@ -162,14 +162,19 @@ func newEnv(t testing.TB, redis *redisServer, extra ...string) *env {
 func (e *env) removeDockerObjects() {
 	out, _ := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
 	var ids []string
+	ours := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 {
+		if f := strings.Fields(line); len(f) > 0 {
 			ids = append(ids, f[0])
+			if len(f) > 1 {
+				ours[f[1]] = true
+			}
 		}
-		if len(f) > 1 {
-			sidecars, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+f[1]+"-egress$").Output()
-			ids = append(ids, strings.Fields(string(sidecars))...)
+	}
+	out, _ = exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/role=egress", "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && ours[f[1]] {
+			ids = append(ids, f[0])
 		}
 	}
 	if len(ids) > 0 {
