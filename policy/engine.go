@@ -76,6 +76,8 @@ type version struct {
 	admission rego.PreparedEvalQuery
 	egress    rego.PreparedEvalQuery
 	maxRules  int
+	// accessCache remembers access decisions; nil when the policy is non-deterministic.
+	accessCache *accessCache
 }
 
 // New loads and compiles the default policy plus the operator's directory.
@@ -192,7 +194,8 @@ func build(ctx context.Context, set sourceSet, data map[string]any) (*version, e
 		return nil, err
 	}
 	store := inmem.NewFromObject(data)
-	v := &version{modules: set.modules, set: set, data: data, compiler: compiler, store: store, maxRules: maxRulesOf(data)}
+	v := &version{modules: set.modules, set: set, data: data, compiler: compiler, store: store, maxRules: maxRulesOf(data),
+		accessCache: newAccessCache(compiler)}
 	for _, q := range []struct {
 		query string
 		into  *rego.PreparedEvalQuery

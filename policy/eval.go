@@ -20,9 +20,25 @@ import (
 // errUndefined is the cause when a policy produced no result.
 var errUndefined = errors.New("policy result is undefined")
 
-// Access decides whether in.Principal may perform in.Action on in.Resource.
+// Access decides whether in.Principal may perform in.Action on in.Resource. A decision
+// the policy version in force has made before for the same input comes from its cache.
 func (e *Engine) Access(ctx context.Context, in AccessInput) Decision {
 	v := e.current.Load()
+	key, cacheable := keyOf(in)
+	if cacheable {
+		if r, ok := v.accessCache.get(key); ok {
+			return Decision{DecisionID: uuid.NewString(), PolicyVersion: v.id, InputHash: r.hash, Allow: r.allow, Code: r.code, Message: r.message}
+		}
+	}
+	d := e.evalAccess(ctx, v, in)
+	if cacheable && d.Cause == nil {
+		v.accessCache.put(key, accessResult{allow: d.Allow, code: d.Code, message: d.Message, hash: d.InputHash})
+	}
+	return d
+}
+
+// evalAccess evaluates the access query of v on in.
+func (e *Engine) evalAccess(ctx context.Context, v *version, in AccessInput) Decision {
 	d, value := e.eval(ctx, v, v.access, AccessQuery, in, in.astValue)
 	if d.Cause != nil {
 		return d
