@@ -113,7 +113,8 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 	if len(cold) > 0 {
 		s.startColdMembers(caller, b, tmpl, claimReq, cold)
 	}
-	view, err := s.batchView(ctx, b, nil, sources)
+	// The claimed records are in hand; cold members have none yet.
+	view, err := s.batchView(ctx, b, nil, sources, warm)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +170,7 @@ func (s *Service) GetBatch(ctx context.Context, caller Caller, id string) (*Batc
 	if err != nil {
 		return nil, err
 	}
-	return s.batchView(ctx, b, errs, nil)
+	return s.batchView(ctx, b, errs, nil, nil)
 }
 
 func (s *Service) lookupBatch(ctx context.Context, caller Caller, id string) (*store.Batch, map[string]store.MemberError, error) {
@@ -180,10 +181,13 @@ func (s *Service) lookupBatch(ctx context.Context, caller Caller, id string) (*s
 	return b, errs, err
 }
 
-func (s *Service) batchView(ctx context.Context, b *store.Batch, errs map[string]store.MemberError, sources map[string]string) (*BatchView, error) {
-	recs, err := s.store.GetSandboxes(ctx, b.Members)
-	if err != nil {
-		return nil, err
+func (s *Service) batchView(ctx context.Context, b *store.Batch, errs map[string]store.MemberError, sources map[string]string, known []*store.Sandbox) (*BatchView, error) {
+	recs := known
+	if recs == nil {
+		var err error
+		if recs, err = s.store.GetSandboxes(ctx, b.Members); err != nil {
+			return nil, err
+		}
 	}
 	byID := make(map[string]*store.Sandbox, len(recs))
 	for _, r := range recs {

@@ -633,9 +633,12 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 		}(sb)
 	}
 	wg.Wait()
+	created := make([]store.Event, 0, len(alive))
 	for _, sb := range alive {
-		s.emit(ctx, sb, "sandbox.created", map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name})
+		created = append(created, store.Event{Type: "sandbox.created", Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(),
+			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}})
 	}
+	s.emitAll(ctx, created)
 	if missing := len(got) - len(alive); missing > 0 {
 		more, err := s.claim(ctx, caller, p, tmpl, req, missing, batch)
 		if err != nil {

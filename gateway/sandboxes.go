@@ -771,3 +771,14 @@ func (s *Service) emit(ctx context.Context, sb *store.Sandbox, typ string, data 
 	}
 	s.publishEvent(ev)
 }
+
+// emitAll writes several events in one round trip (a batch claim's sandbox.created).
+func (s *Service) emitAll(ctx context.Context, evs []store.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	if err := s.store.AppendEvents(context.WithoutCancel(ctx), evs); err != nil {
+		s.log.Warn("append events", "count", len(evs), "type", evs[0].Type, "err", err)
+	}
+	s.publishEvents(evs)
+}

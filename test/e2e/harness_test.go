@@ -243,6 +243,9 @@ func (e *env) startGateway(extra ...string) *gateway {
 	}
 	g.cmd.Env = append(g.cmd.Env, e.extra...)
 	g.cmd.Env = append(g.cmd.Env, extra...)
+	// For a look inside while debugging, e.g. SANDGATE_E2E_GATEWAY_ENV=SANDGATE_ADMIN=127.0.0.1:2019
+	// serves Caddy's admin API with /debug/pprof/ (space-separated KEY=VALUE pairs).
+	g.cmd.Env = append(g.cmd.Env, strings.Fields(os.Getenv("SANDGATE_E2E_GATEWAY_ENV"))...)
 	g.cmd.Stdout = g.logs
 	g.cmd.Stderr = g.logs
 	if err := g.cmd.Start(); err != nil {
