@@ -253,7 +253,7 @@ func TestAgentAPI(t *testing.T) {
 	commandTests(t, agentOf)
 	sessionTests(t, agentOf)
 	fileTests(t, agentOf, []peakProbe{
-		{"gateway", g.cmd.Process.Pid},
+		{"gateway", g.proc.Pid()},
 		{"agent", containerPid(t, "sandgate-"+id)},
 	})
 	directoryTests(t, agentOf)

@@ -98,13 +98,15 @@ func TestRedisOutage(t *testing.T) {
 	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 200 {
 		t.Fatalf("list: %d", r.Status)
 	}
-	redis.stop()
+	redis.Stop()
 	expectError(t, g.do("GET", "/v1/sandboxes", nil), http.StatusServiceUnavailable, "STORE::UNAVAILABLE")
 	expectError(t, g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}), http.StatusServiceUnavailable, "STORE::UNAVAILABLE")
 	if left := e.containers(); len(left) != 0 {
 		t.Fatalf("create during the outage left containers: %v", left)
 	}
-	redis.start(t)
+	if err := redis.Start(); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, 15*time.Second, func() bool { return g.do("GET", "/v1/sandboxes", nil).Status == 200 }, "the gateway to recover")
 	id := g.createSandbox(map[string]any{})
 	if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {

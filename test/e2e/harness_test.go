@@ -6,22 +6,18 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 var (
@@ -81,62 +77,27 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// Shared with test/k8s (test/testenv).
+var (
+	randomHex = testenv.RandomHex
+	waitFor   = testenv.WaitFor
+	tail      = testenv.Tail
+)
 
 // redisServer is a private redis-server on a loopback port.
-type redisServer struct {
-	Port int
-	URL  string
-	cmd  *exec.Cmd
-	dir  string
-}
+type redisServer = testenv.Redis
+
+// response is a decoded API answer.
+type response = testenv.Response
 
 func startRedis(t testing.TB) *redisServer {
 	t.Helper()
-	r := &redisServer{Port: freePort(t), dir: t.TempDir()}
-	r.URL = fmt.Sprintf("redis://127.0.0.1:%d/0", r.Port)
-	r.start(t)
-	t.Cleanup(r.stop)
+	r, err := testenv.StartRedis(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
 	return r
-}
-
-func (r *redisServer) start(t testing.TB) {
-	t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir)
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	waitFor(t, 10*time.Second, func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.Port))
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	}, "redis-server to listen")
-}
-
-func (r *redisServer) stop() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-		r.cmd = nil
-	}
 }
 
 // env is one test's world: its own Docker network (so its gateways see only its own
@@ -214,144 +175,51 @@ type gateway struct {
 	t      testing.TB
 	Addr   string
 	APIKey string
-	cmd    *exec.Cmd
-	logs   *bytes.Buffer
-	done   chan struct{}
+	proc   *testenv.Sandgate
 	client *http.Client
 }
 
 func (e *env) startGateway(extra ...string) *gateway {
 	e.t.Helper()
-	port := freePort(e.t)
-	g := &gateway{t: e.t, Addr: fmt.Sprintf("127.0.0.1:%d", port), APIKey: e.APIKey, logs: &bytes.Buffer{}, done: make(chan struct{}),
-		client: &http.Client{Timeout: 2 * time.Minute}}
-	g.cmd = exec.Command(filepath.Join(binDir, "sandgate"), "run")
-	g.cmd.Dir = e.t.TempDir()
-	g.cmd.Env = append(os.Environ(),
-		"SANDGATE_LISTEN="+g.Addr,
+	env := []string{
 		"SANDGATE_ADMIN=off",
-		"SANDGATE_API_KEY="+e.APIKey,
-		"SANDGATE_REDIS_PREFIX="+e.Prefix,
-		"SANDGATE_DOCKER_NETWORK="+e.Network,
-		"SANDGATE_AGENT_BINARY="+filepath.Join(binDir, "sandbox-agent"),
+		"SANDGATE_API_KEY=" + e.APIKey,
+		"SANDGATE_REDIS_PREFIX=" + e.Prefix,
+		"SANDGATE_DOCKER_NETWORK=" + e.Network,
+		"SANDGATE_AGENT_BINARY=" + filepath.Join(binDir, "sandbox-agent"),
 		"SANDGATE_MIN_TIMEOUT=1s",
 		"SANDGATE_SYNC_INTERVAL=500ms",
 		"SANDGATE_FAILED_RETENTION=1h",
-	)
-	if e.Redis != nil {
-		g.cmd.Env = append(g.cmd.Env, "SANDGATE_REDIS_URL="+e.Redis.URL)
 	}
-	g.cmd.Env = append(g.cmd.Env, e.extra...)
-	g.cmd.Env = append(g.cmd.Env, extra...)
+	if e.Redis != nil {
+		env = append(env, "SANDGATE_REDIS_URL="+e.Redis.URL)
+	}
+	env = append(env, e.extra...)
+	env = append(env, extra...)
 	// For a look inside while debugging, e.g. SANDGATE_E2E_GATEWAY_ENV=SANDGATE_ADMIN=127.0.0.1:2019
 	// serves Caddy's admin API with /debug/pprof/ (space-separated KEY=VALUE pairs).
-	g.cmd.Env = append(g.cmd.Env, strings.Fields(os.Getenv("SANDGATE_E2E_GATEWAY_ENV"))...)
-	g.cmd.Stdout = g.logs
-	g.cmd.Stderr = g.logs
-	if err := g.cmd.Start(); err != nil {
-		e.t.Fatalf("start sandgate: %v", err)
+	env = append(env, strings.Fields(os.Getenv("SANDGATE_E2E_GATEWAY_ENV"))...)
+	proc, err := testenv.StartSandgate(filepath.Join(binDir, "sandgate"), e.t.TempDir(), env)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	go func() { _ = g.cmd.Wait(); close(g.done) }()
+	g := &gateway{t: e.t, Addr: proc.Addr, APIKey: e.APIKey, proc: proc, client: &http.Client{Timeout: 2 * time.Minute}}
 	e.t.Cleanup(g.Stop)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + g.Addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return g
-			}
-		}
-		select {
-		case <-g.done:
-			e.t.Fatalf("sandgate exited during start:\n%s", g.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("sandgate did not become healthy:\n%s", g.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return g
 }
 
 // Stop ends the gateway gracefully (SIGTERM), killing it if it hangs.
 func (g *gateway) Stop() {
-	select {
-	case <-g.done:
-		return
-	default:
-	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.done:
-	case <-time.After(15 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-	}
+	g.proc.Stop()
 	if g.t.Failed() {
-		g.t.Logf("sandgate %s logs:\n%s", g.Addr, tail(g.logs.String(), 8000))
+		g.t.Logf("sandgate %s logs:\n%s", g.Addr, tail(g.proc.Logs(), 8000))
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-// response is a decoded API answer.
-type response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-func (r response) JSON(t testing.TB) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Fatalf("response %d is not a JSON object: %v: %s", r.Status, err, r.Body)
-	}
-	return m
 }
 
 // do sends an API request with the gateway's key; body may be nil, []byte or any JSON value.
 func (g *gateway) do(method, path string, body any, headers ...string) response {
 	g.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		js, _ := json.Marshal(b)
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequest(method, "http://"+g.Addr+path, rd)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	req.Header.Set("OPEN-SANDBOX-API-KEY", g.APIKey)
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i+1] == "" {
-			req.Header.Del(headers[i])
-		} else {
-			req.Header.Set(headers[i], headers[i+1])
-		}
-	}
-	resp, err := g.client.Do(req)
-	if err != nil {
-		g.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+	return testenv.Do(g.t, g.client, g.Addr, g.APIKey, method, path, body, headers...)
 }
 
 // expectError checks status and code of an error answer.
@@ -499,16 +367,3 @@ func lastEvent(evs []event) event {
 	}
 	return evs[len(evs)-1]
 }
-
-func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-var _ = context.Background

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -374,8 +373,7 @@ func TestTwoGatewaysShareAPool(t *testing.T) {
 	for id := range ids {
 		a.do("DELETE", "/v1/sandboxes/"+id, nil)
 	}
-	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
+	a.proc.Kill()
 	b.waitAvailable("shared", 100, 6*time.Minute)
 	if r := b.do("DELETE", "/v1/pools/shared", nil); r.Status != 204 {
 		t.Fatalf("delete pool: %d", r.Status)

@@ -4,20 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 var (
@@ -109,13 +106,19 @@ func run(m *testing.M) int {
 		return 1
 	}
 
-	redis, err := startRedis()
+	redisDir, err := os.MkdirTemp("", "sandgate-k8s-redis-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test/k8s:", err)
 		return 1
 	}
-	cleanup = append(cleanup, redis.stop)
-	redisURL = redis.url
+	cleanup = append(cleanup, func() { os.RemoveAll(redisDir) })
+	redis, err := testenv.StartRedis(redisDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test/k8s:", err)
+		return 1
+	}
+	cleanup = append(cleanup, redis.Stop)
+	redisURL = redis.URL
 
 	agentDir, err := os.MkdirTemp("", "sandgate-k8s-agents-")
 	if err != nil {
@@ -186,61 +189,14 @@ func sandgateBinaries(cleanup *[]func()) (string, error) {
 	return dir, nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+// Shared with test/e2e (test/testenv).
+var (
+	randomHex = testenv.RandomHex
+	waitFor   = testenv.WaitFor
+)
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// redisServer is a private redis-server on a loopback port.
-type redisServer struct {
-	url string
-	cmd *exec.Cmd
-	dir string
-}
-
-func startRedis() (*redisServer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "sandgate-k8s-redis-")
-	if err != nil {
-		return nil, err
-	}
-	r := &redisServer{url: fmt.Sprintf("redis://127.0.0.1:%d/0", port), dir: dir}
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := r.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server (run `make deps`): %w", err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			c.Close()
-			return r, nil
-		}
-		if time.Now().After(deadline) {
-			r.stop()
-			return nil, fmt.Errorf("redis-server did not listen on port %d", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (r *redisServer) stop() {
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	os.RemoveAll(r.dir)
-}
+// response is a decoded API answer.
+type response = testenv.Response
 
 // newNamespace creates a namespace for one test's gateway and removes it (and its pods)
 // when the test ends.
@@ -294,28 +250,8 @@ type gateway struct {
 	APIKey    string
 	Namespace string
 	env       []string
-	cmd       *exec.Cmd
-	logs      *syncBuffer
-	done      chan struct{}
+	proc      *testenv.Sandgate
 	client    *http.Client
-}
-
-// syncBuffer collects a process's output while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startGateway starts sandgate on the Kubernetes runtime in namespace, with its own
@@ -336,7 +272,7 @@ func startGateway(t testing.TB, namespace string, extra ...string) *gateway {
 		"SANDGATE_FAILED_RETENTION=1h",
 		"SANDGATE_POOL_CONCURRENCY=64",
 	}, extra...)
-	t.Cleanup(g.Stop) // first: a start that fails must not leave the process behind
+	t.Cleanup(g.Stop)
 	g.start()
 	return g
 }
@@ -344,116 +280,31 @@ func startGateway(t testing.TB, namespace string, extra ...string) *gateway {
 // start runs the process (again, after Kill) with the same settings, on a new port.
 func (g *gateway) start() {
 	g.t.Helper()
-	port, err := freePort()
+	proc, err := testenv.StartSandgate(filepath.Join(binDir, "sandgate"), g.t.TempDir(), g.env)
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	g.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-	g.logs = &syncBuffer{}
-	g.done = make(chan struct{})
-	g.cmd = exec.Command(filepath.Join(binDir, "sandgate"), "run")
-	g.cmd.Dir = g.t.TempDir()
-	g.cmd.Env = append(append(os.Environ(), "SANDGATE_LISTEN="+g.Addr), g.env...)
-	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
-	if err := g.cmd.Start(); err != nil {
-		g.t.Fatalf("start sandgate: %v", err)
-	}
-	done := g.done
-	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(g.cmd)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + g.Addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		select {
-		case <-done:
-			g.t.Fatalf("sandgate exited during start:\n%s", g.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("sandgate did not become healthy:\n%s", g.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	g.proc, g.Addr = proc, proc.Addr
 }
 
 // Kill ends the gateway abruptly (SIGKILL), as a crash would.
-func (g *gateway) Kill() {
-	_ = g.cmd.Process.Kill()
-	<-g.done
-}
+func (g *gateway) Kill() { g.proc.Kill() }
 
 // Stop ends the gateway gracefully (SIGTERM), killing it if it hangs.
 func (g *gateway) Stop() {
-	if g.cmd == nil || g.cmd.Process == nil {
+	if g.proc == nil {
 		return
 	}
-	select {
-	case <-g.done:
-		return
-	default:
-	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.done:
-	case <-time.After(15 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-	}
+	g.proc.Stop()
 	if g.t.Failed() {
-		logs := g.logs.String()
-		if len(logs) > 8000 {
-			logs = logs[len(logs)-8000:]
-		}
-		g.t.Logf("sandgate %s logs:\n%s", g.Addr, logs)
+		g.t.Logf("sandgate %s logs:\n%s", g.Addr, testenv.Tail(g.proc.Logs(), 8000))
 	}
-}
-
-// response is a decoded API answer.
-type response struct {
-	Status int
-	Body   []byte
-}
-
-func (r response) JSON(t testing.TB) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Fatalf("response %d is not a JSON object: %v: %s", r.Status, err, r.Body)
-	}
-	return m
 }
 
 // do sends an API request with the gateway's key; body may be nil or any JSON value.
 func (g *gateway) do(method, path string, body any, headers ...string) response {
 	g.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		js, _ := json.Marshal(body)
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequest(method, "http://"+g.Addr+path, rd)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	req.Header.Set("OPEN-SANDBOX-API-KEY", g.APIKey)
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := g.client.Do(req)
-	if err != nil {
-		g.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return response{Status: resp.StatusCode, Body: data}
+	return testenv.Do(g.t, g.client, g.Addr, g.APIKey, method, path, body, headers...)
 }
 
 // createSandbox creates a sandbox and fails the test unless it is Running.
@@ -643,17 +494,6 @@ type batch struct {
 		Source string                 `json:"source"`
 		Status struct{ State string } `json:"status"`
 	} `json:"members"`
-}
-
-func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // ---- the API server's own request counters ---------------------------------------

@@ -21,7 +21,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -99,55 +98,6 @@ func clock(s string) (int, error) {
 	return t.Hour()*60 + t.Minute(), nil
 }
 
-// input is the part of decide_ttl's input this plugin reads.
-type input struct {
-	reason       string
-	now, current time.Time
-	requested    time.Time // zero when absent
-}
-
-// parse reads the input in one pass with guest.Members: encoding/json
-// would cost more than the whole decision (see ABI.md).
-func parse(doc []byte) (in input, err error) {
-	var now, current, requested []byte
-	ok := guest.Members(doc, func(key, value []byte) bool {
-		switch string(key) {
-		case "reason":
-			in.reason, _ = guest.String(value)
-		case "now":
-			now = value
-		case "currentExpiresAt":
-			current = value
-		case "requestedExpiresAt":
-			requested = value
-		}
-		return true
-	})
-	if !ok {
-		return in, errors.New("input is not a JSON object")
-	}
-	if in.now, err = parseTime("now", now); err != nil {
-		return in, err
-	}
-	if in.current, err = parseTime("currentExpiresAt", current); err != nil {
-		return in, err
-	}
-	if requested != nil {
-		if in.requested, err = parseTime("requestedExpiresAt", requested); err != nil {
-			return in, err
-		}
-	}
-	return in, nil
-}
-
-func parseTime(name string, raw []byte) (time.Time, error) {
-	s, ok := guest.String(raw)
-	if !ok {
-		return time.Time{}, fmt.Errorf("%s is not a string", name)
-	}
-	return time.Parse(time.RFC3339Nano, s)
-}
-
 var (
 	noChange = []byte(`{"noChange":true}`)
 	out      []byte
@@ -155,12 +105,12 @@ var (
 
 //go:wasmexport decide_ttl
 func decideTTL(ptr, n uint32) uint64 {
-	in, err := parse(guest.Input(ptr, n))
+	in, err := guest.ParseTTLInput(guest.Input(ptr, n))
 	if err != nil {
 		guest.Log(guest.LevelWarn, "ttl-business-hours: unreadable input: "+err.Error())
 		return guest.Output(noChange)
 	}
-	if in.reason != "activity" && in.reason != "renew" {
+	if in.Reason != "activity" && in.Reason != "renew" {
 		return guest.Output(noChange)
 	}
 	want, ok := decide(in)
@@ -174,8 +124,8 @@ func decideTTL(ptr, n uint32) uint64 {
 }
 
 // decide applies the business-hours rule; ok is false for "no change".
-func decide(in input) (time.Time, bool) {
-	local := in.now.In(rule.zone)
+func decide(in guest.TTLInput) (time.Time, bool) {
+	local := in.Now.In(rule.zone)
 	minute := local.Hour()*60 + local.Minute()
 	var limit time.Time
 	if rule.weekdays[local.Weekday()] && minute >= rule.open && minute < rule.close {
@@ -184,20 +134,20 @@ func decide(in input) (time.Time, bool) {
 		// Activity earns extendMinutes; a renew may ask for anything up
 		// to closing time. Neither goes past closing.
 		limit = closing
-		if in.reason == "activity" {
-			limit = earliest(in.now.Add(rule.extend), closing)
+		if in.Reason == "activity" {
+			limit = earliest(in.Now.Add(rule.extend), closing)
 		}
 	} else {
-		limit = in.now.Add(rule.offHoursExtend)
+		limit = in.Now.Add(rule.offHoursExtend)
 	}
-	if in.reason == "renew" {
-		if in.requested.IsZero() {
+	if in.Reason == "renew" {
+		if in.RequestedExpiresAt.IsZero() {
 			return time.Time{}, false
 		}
-		return earliest(in.requested, limit), true
+		return earliest(in.RequestedExpiresAt, limit), true
 	}
 	want := limit
-	if !want.After(in.current) {
+	if !want.After(in.CurrentExpiresAt) {
 		return time.Time{}, false
 	}
 	return want, true
