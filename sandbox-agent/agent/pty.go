@@ -9,12 +9,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/sandbox-agent/ptyhub"
 )
@@ -30,32 +28,6 @@ const (
 
 // wsStatusTakenOver closes a PTY socket whose terminal another client took over.
 const wsStatusTakenOver websocket.StatusCode = 4001
-
-type ptyRegistry struct {
-	s  *Server
-	mu sync.Mutex
-	m  map[string]*ptyhub.Session
-}
-
-func newPTYRegistry(s *Server) *ptyRegistry {
-	return &ptyRegistry{s: s, m: map[string]*ptyhub.Session{}}
-}
-
-func (r *ptyRegistry) get(id string) *ptyhub.Session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[id]
-}
-
-func (r *ptyRegistry) closeAll() {
-	r.mu.Lock()
-	all := r.m
-	r.m = map[string]*ptyhub.Session{}
-	r.mu.Unlock()
-	for _, p := range all {
-		p.Close()
-	}
-}
 
 type createPTYRequest struct {
 	Cwd     string `json:"cwd,omitempty"`
@@ -101,10 +73,7 @@ func (s *Server) handleCreatePTY(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, CodeRuntime, err.Error())
 		return
 	}
-	id := uuid.NewString()
-	s.ptys.mu.Lock()
-	s.ptys.m[id] = sess
-	s.ptys.mu.Unlock()
+	id := s.ptys.add(sess)
 	writeJSON(w, http.StatusOK, map[string]string{"session_id": id})
 }
 
@@ -125,10 +94,7 @@ func (s *Server) handleGetPTY(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleDeletePTY(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.ptys.mu.Lock()
-	sess := s.ptys.m[id]
-	delete(s.ptys.m, id)
-	s.ptys.mu.Unlock()
+	sess := s.ptys.remove(id)
 	if sess == nil {
 		writeError(w, http.StatusNotFound, CodeNotFound, "pty session not found: "+id)
 		return

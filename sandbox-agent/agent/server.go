@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
+	"github.com/sandgate/sandgate/sandbox-agent/ptyhub"
+	"github.com/sandgate/sandgate/sandbox-agent/shellsession"
 )
 
 // TokenHeader carries the access token on every request when one is configured.
@@ -52,8 +54,8 @@ type Server struct {
 	mux      *http.ServeMux
 	logger   *log.Logger
 	commands *commandRegistry
-	sessions *sessionRegistry
-	ptys     *ptyRegistry
+	sessions *registry[*shellsession.Session]
+	ptys     *registry[*ptyhub.Session]
 	code     *codeInterpreter
 	metrics  *metricsSampler
 
@@ -85,8 +87,8 @@ func New(cfg Config) (*Server, error) {
 		metrics: newMetricsSampler(),
 	}
 	s.commands = newCommandRegistry(s)
-	s.sessions = newSessionRegistry(s)
-	s.ptys = newPTYRegistry(s)
+	s.sessions = newRegistry[*shellsession.Session]()
+	s.ptys = newRegistry[*ptyhub.Session]()
 	s.code = newCodeInterpreter(s)
 	s.routes()
 	return s, nil

@@ -6,47 +6,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/sandbox-agent/shellsession"
 )
-
-type sessionRegistry struct {
-	s  *Server
-	mu sync.Mutex
-	m  map[string]*shellsession.Session
-}
-
-func newSessionRegistry(s *Server) *sessionRegistry {
-	return &sessionRegistry{s: s, m: map[string]*shellsession.Session{}}
-}
-
-func (r *sessionRegistry) get(id string) *shellsession.Session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[id]
-}
-
-func (r *sessionRegistry) remove(id string) *shellsession.Session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sess := r.m[id]
-	delete(r.m, id)
-	return sess
-}
-
-func (r *sessionRegistry) closeAll() {
-	r.mu.Lock()
-	all := r.m
-	r.m = map[string]*shellsession.Session{}
-	r.mu.Unlock()
-	for _, sess := range all {
-		sess.Close()
-	}
-}
 
 // startShell starts a persistent shell in cwd with the default environment.
 func (s *Server) startShell(cwd string) (*shellsession.Session, error) {
@@ -81,10 +44,7 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 		writeFSError(w, err)
 		return
 	}
-	id := uuid.NewString()
-	s.sessions.mu.Lock()
-	s.sessions.m[id] = sess
-	s.sessions.mu.Unlock()
+	id := s.sessions.add(sess)
 	writeJSON(w, http.StatusOK, map[string]string{"session_id": id})
 }
 
