@@ -6,7 +6,8 @@
 // or cp, puts the agent into the volume the workload runs it from).
 //
 // Configuration comes from the environment: SANDGATE_AGENT_ADDR (default
-// 0.0.0.0:44772) and SANDGATE_AGENT_TOKEN (required in X-EXECD-ACCESS-TOKEN when set).
+// 0.0.0.0:44772), SANDGATE_AGENT_TOKEN (required in X-EXECD-ACCESS-TOKEN when set) and
+// SANDGATE_AGENT_RESERVED_THREADS (OS threads kept for a fork bomb; default 16).
 // No SANDGATE_* variable reaches a process the agent starts.
 package main
 
@@ -19,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -53,7 +55,7 @@ func main() {
 	switch os.Args[1] {
 	case "init", "serve", "egress":
 		// Threads made now survive a workload that uses up the sandbox's pids.
-		initproc.ReserveThreads(initproc.ReservedThreads)
+		initproc.ReserveThreads(reservedThreads())
 	}
 	switch os.Args[1] {
 	case "init":
@@ -108,6 +110,20 @@ func install(dest string) error {
 		return fmt.Errorf("install: %w", err)
 	}
 	return nil
+}
+
+// reservedThreads is SANDGATE_AGENT_RESERVED_THREADS, else initproc.ReservedThreads.
+func reservedThreads() int {
+	v, ok := os.LookupEnv("SANDGATE_AGENT_RESERVED_THREADS")
+	if !ok {
+		return initproc.ReservedThreads
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 1024 {
+		log.Printf("SANDGATE_AGENT_RESERVED_THREADS=%q: want 0 to 1024; reserving %d", v, initproc.ReservedThreads)
+		return initproc.ReservedThreads
+	}
+	return n
 }
 
 func listenAddr() string {

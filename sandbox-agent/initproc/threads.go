@@ -5,8 +5,10 @@ import (
 	"sync"
 )
 
-// ReservedThreads is how many OS threads the agent makes at start and keeps.
-const ReservedThreads = 32
+// ReservedThreads is how many OS threads the agent makes at start and keeps: enough for
+// the blocking syscalls of its busiest moments, few enough that a thousand sandboxes on
+// one host do not use up its pids (each thread is a task of the host).
+const ReservedThreads = 16
 
 // ReserveThreads makes the Go runtime start n OS threads now and leaves them idle.
 //

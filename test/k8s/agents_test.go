@@ -131,7 +131,9 @@ func (a *agentRunner) startAgent(pod *corev1.Pod) error {
 		return err
 	}
 	addr := pod.Status.PodIP + ":44772"
-	env = append(env, "HOME="+home, "SANDGATE_AGENT_ADDR="+addr)
+	// Host processes without a pids limit of their own need no threads in reserve, and a
+	// thousand agents with them would use up the host's pids.
+	env = append(env, "HOME="+home, "SANDGATE_AGENT_ADDR="+addr, "SANDGATE_AGENT_RESERVED_THREADS=0")
 	log, err := os.Create(filepath.Join(home, "agent.log"))
 	if err != nil {
 		return err
