@@ -4,6 +4,9 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -71,14 +74,46 @@ func useDefaultCaddyfile() error {
 	if _, err := os.Stat("Caddyfile"); err == nil {
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "sandgate-config-")
+	path, err := writeDefaultCaddyfile()
 	if err != nil {
-		return fmt.Errorf("write default Caddyfile: %w", err)
-	}
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, modules.DefaultCaddyfile, 0o600); err != nil {
 		return fmt.Errorf("write default Caddyfile: %w", err)
 	}
 	os.Args = append(os.Args, "--config", path, "--adapter", "caddyfile")
 	return nil
+}
+
+// writeDefaultCaddyfile keeps the embedded Caddyfile in the user's cache directory under
+// a name that carries its hash, so that every run of one version reuses one file instead
+// of leaving a new one behind. It is written to a temporary name and renamed, so that
+// processes starting at once never read half of it.
+func writeDefaultCaddyfile() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "sandgate")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(modules.DefaultCaddyfile)
+	path := filepath.Join(dir, "Caddyfile-"+hex.EncodeToString(sum[:8]))
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, modules.DefaultCaddyfile) {
+		return path, nil
+	}
+	tmp, err := os.CreateTemp(dir, "Caddyfile-*.tmp")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.Write(modules.DefaultCaddyfile)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return path, nil
 }
