@@ -66,6 +66,9 @@ func (s *Service) expire(ctx context.Context, id string) {
 	}
 }
 
+// sweepEvery is how many reconcile passes go by between two sweeps of helper containers.
+const sweepEvery = 10
+
 // Reconcile makes Redis and the runtime agree: it adopts containers that carry sandgate's
 // labels but have no record, removes expired orphans, marks records whose container
 // vanished or stopped as Failed, and cleans up Failed records after FailedRetention.
@@ -103,7 +106,8 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 		s.adoptOrRemove(ctx, inst, now, startup)
 	}
-	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok {
+	// Leaked helpers are rare and listing them costs two engine calls: not every pass.
+	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok && (startup || s.reconciles.Add(1)%sweepEvery == 0) {
 		if n, err := sw.SweepHelpers(ctx); err != nil {
 			s.log.Debug("sweep helper containers", "err", err)
 		} else if n > 0 {
