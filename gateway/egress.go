@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
 // CodeEgressUnavailable: the sandbox's egress enforcer did not answer.
@@ -174,40 +175,102 @@ func (s *Service) platformDeny(ctx context.Context, tenant, id string) ([]string
 	return out, nil
 }
 
-// egressRequest sends one request to a sandbox's enforcer with its token; body, when not
+// egressRequest sends one request to a sandbox's enforcer, signed with the sandbox's
+// enforcer token (egressauth), and returns the answer only if the enforcer signed it:
+// the token itself never goes on the wire, because while the enforcer restarts the
+// workload could be the one listening on its port; and an unsigned answer (a fake
+// enforcer's) is an error, so nothing it says is relayed or believed. body, when not
 // nil, is sent as JSON.
 func (s *Service) egressRequest(ctx context.Context, sb *store.Sandbox, method string, body any) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var rd io.Reader
+	var js []byte
 	if body != nil {
-		js, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if js, err = json.Marshal(body); err != nil {
 			return 0, nil, err
 		}
-		rd = bytes.NewReader(js)
 	}
 	u := "http://" + net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.EgressPort)) + "/policy"
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(js))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set(HeaderEgressToken, sb.EgressToken)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	nonce := egressauth.Sign(req, sb.EgressToken, js, time.Now())
+	unavailable := func(cause error) error {
+		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: cause}
+	}
 	resp, err := s.agentHTTP.Do(req)
 	if err != nil {
-		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
-			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
+		return 0, nil, unavailable(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
+		return 0, nil, unavailable(err)
+	}
+	if !egressauth.VerifyResponse(sb.EgressToken, nonce, resp.StatusCode, data, resp.Header.Get(egressauth.HeaderResponseSignature)) {
+		s.log.Warn("egress enforcer answer not signed; ignored", "sandbox", sb.ID, "status", resp.StatusCode)
 		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
-			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
+			Message: fmt.Sprintf("the egress enforcer of sandbox %s gave an answer it did not sign (it may be restarting); the answer is ignored", sb.ID),
+			Cause:   errors.New("egress answer signature mismatch")}
 	}
 	return resp.StatusCode, data, nil
+}
+
+// EgressPolicy answers GET /policy of a sandbox's egress API: the enforcer's report
+// with the platform's rules kept out of policy.egress (they are listed in platformDeny
+// only), so that a client that PUTs back the policy it read changes nothing.
+func (s *Service) EgressPolicy(ctx context.Context, sb *store.Sandbox) (*EgressChange, error) {
+	status, data, err := s.egressRequest(ctx, sb, http.MethodGet, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s.ownPolicyAnswer(ctx, sb, status, data)
+}
+
+// ownPolicyAnswer rewrites a successful answer of the enforcer so that policy.egress
+// holds the sandbox's own rules and platformDeny the platform's deny targets.
+func (s *Service) ownPolicyAnswer(ctx context.Context, sb *store.Sandbox, status int, data []byte) (*EgressChange, error) {
+	if status != http.StatusOK {
+		return &EgressChange{Status: status, Body: data}, nil
+	}
+	var answer map[string]json.RawMessage
+	var cur struct {
+		Policy policy.NetworkPolicy `json:"policy"`
+	}
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return nil, fmt.Errorf("decode the enforcer's policy: %w", err)
+	}
+	if err := json.Unmarshal(data, &cur); err != nil {
+		return nil, fmt.Errorf("decode the enforcer's policy: %w", err)
+	}
+	platform, err := s.platformRules(ctx, sb.Tenant, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	own := policy.NetworkPolicy{DefaultAction: cur.Policy.DefaultAction, Egress: withoutRules(cur.Policy.Egress, platform)}
+	deny := []string{}
+	for _, r := range platform {
+		if r.Action == policy.ActionDeny {
+			deny = append(deny, r.Target)
+		}
+	}
+	if answer["policy"], err = json.Marshal(own); err != nil {
+		return nil, err
+	}
+	if answer["platformDeny"], err = json.Marshal(deny); err != nil {
+		return nil, err
+	}
+	out, err := json.Marshal(answer)
+	if err != nil {
+		return nil, err
+	}
+	return &EgressChange{Status: status, Body: out}, nil
 }
 
 // egressLocks serialize the read-modify-write of one sandbox's policy within this
@@ -281,7 +344,7 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 		return nil, err
 	}
 	s.emit(ctx, sb, "sandbox.egress.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": status})
-	return &EgressChange{Status: status, Body: data}, nil
+	return s.ownPolicyAnswer(ctx, sb, status, data)
 }
 
 func invalidEgress(format string, args ...any) *Error {
@@ -303,7 +366,8 @@ func replacedPolicy(body []byte) (policy.NetworkPolicy, error) {
 }
 
 // patchedPolicy merges a PATCH body (an array of rules, or {"egress": [...]}) ahead of
-// the sandbox's own rules, replacing rules with the same target.
+// the sandbox's own rules, replacing rules with the same target; within the patch the
+// first rule for a target wins.
 func patchedPolicy(own policy.NetworkPolicy, body []byte) (policy.NetworkPolicy, error) {
 	trimmed := bytes.TrimSpace(body)
 	var rules []policy.EgressRule
@@ -328,8 +392,11 @@ func patchedPolicy(own policy.NetworkPolicy, body []byte) (policy.NetworkPolicy,
 	seen := make(map[string]bool, len(patch.Egress))
 	merged := make([]policy.EgressRule, 0, len(patch.Egress)+len(own.Egress))
 	for _, r := range patch.Egress {
-		merged = append(merged, r)
-		seen[r.Target] = true
+		// Within one patch the first rule for a target wins (egress-api.yaml).
+		if !seen[r.Target] {
+			merged = append(merged, r)
+			seen[r.Target] = true
+		}
 	}
 	for _, r := range own.Egress {
 		if !seen[r.Target] {

@@ -11,21 +11,34 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 )
 
-// interceptEgress handles requests to a sandbox's egress API (port 18080) that change
-// its policy: they pass through the Rego egress policy before the enforcer sees them
-// (gateway.Service.ChangeEgress). Reads (GET /policy, /healthz) are proxied as they
-// are. It reports whether it answered the request.
+// interceptEgress handles requests to a sandbox's egress API (port 18080) for
+// /policy: changes pass through the Rego egress policy before the enforcer sees them
+// (gateway.Service.ChangeEgress), reads show the sandbox's own rules apart from the
+// platform's (gateway.Service.EgressPolicy). Both are signed requests of the gateway's
+// own; the caller's credential never reaches the enforcer. Other paths (/healthz) are
+// proxied without any credential. It reports whether it answered the request.
 func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, access gateway.ProxyAccess) bool {
 	if port != runtimes.EgressPort {
 		return false
 	}
 	switch r.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 	default:
 		return false
 	}
 	if path := egressPath(r, sb.ID, port); path != "/policy" && path != "/policy/" {
 		return false
+	}
+	if r.Method == http.MethodGet {
+		answer, err := h.svc.EgressPolicy(r.Context(), sb)
+		if err != nil {
+			writeError(w, r, err)
+			return true
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(answer.Status)
+		_, _ = w.Write(answer.Body)
+		return true
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {

@@ -160,11 +160,10 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 		}
 	}
 	stripCredentials(out, r, h)
-	switch port {
-	case runtimes.AgentPort:
+	// The enforcer's token is never sent (interceptEgress signs /policy requests
+	// instead): a workload holding port 18080 while its enforcer restarts would read it.
+	if port == runtimes.AgentPort {
 		out.Header.Set(gateway.HeaderAgentToken, sb.AgentToken)
-	case runtimes.EgressPort:
-		out.Header.Set(gateway.HeaderEgressToken, sb.EgressToken)
 	}
 	if port == runtimes.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)

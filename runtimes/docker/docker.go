@@ -539,8 +539,9 @@ func (r *Runtime) HasImage(ctx context.Context, image string) (bool, error) {
 
 // Delete implements runtimes.Runtime.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
-	// The enforcer would die with the workload anyway (it lives in its PID namespace);
-	// removing it first makes the deletion complete when Delete returns.
+	// The enforcer has its own PID namespace and a restart policy: it does not end with
+	// the workload, so it is removed explicitly, and first, so that no window exists in
+	// which it runs in a namespace whose workload is gone.
 	r.removeEgress(ctx, id)
 	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {

@@ -5,20 +5,33 @@ package docker
 // A sandbox with an EgressSpec is two containers. The workload container owns the
 // network namespace (it is the one on the sandbox network, so its address, listing and
 // cleanup work exactly as without enforcement); it starts with only the agent running,
-// not the user's entrypoint. The enforcer sidecar then joins the workload's network and
-// PID namespaces with NET_ADMIN (the workload has neither NET_ADMIN nor NET_RAW),
-// installs the nftables table and serves the DNS proxy and the /policy API on 18080.
-// Only once /healthz answers does the runtime start the entrypoint through the agent,
-// so no user process ever runs before the rules are in place.
+// not the user's entrypoint. The enforcer sidecar then joins the workload's network
+// namespace, and only that one, with NET_ADMIN (the workload has neither NET_ADMIN nor
+// NET_RAW), installs the nftables table and serves the DNS proxy and the /policy API on
+// 18080. Only once /healthz answers does the runtime start the entrypoint through the
+// agent, so no user process ever runs before the rules are in place.
 //
-// Why the workload owns the namespace and the sidecar shares its PIDs: whoever removes
-// the workload container (the gateway, the reaper, an operator's `docker rm -f`, a test
-// harness that removes what is on its network) also kills the enforcer, because the
-// kernel ends every process of a PID namespace when its init exits, and the sidecar is
-// created with AutoRemove, so nothing is left behind. The sidecar, in turn, can die or be
-// restarted without taking the network away: the namespace and the nftables table
-// belong to the workload, and the table stays in force (fail closed). The sidecar runs
-// the enforcer under a tiny restart loop when the image has /bin/sh.
+// Why the sidecar has its own PID namespace (and mount namespace, as any container):
+// root in the workload must not see, signal or ptrace the enforcer, nor read its token
+// from /proc/<pid>/environ or its saved policy through /proc/<pid>/root. The price is
+// that removing the workload no longer ends the enforcer (with a shared PID namespace
+// the kernel killed it when the workload's init exited), so the sidecar is removed
+// explicitly: by Delete (first, so the deletion is complete when it returns), by a
+// failed create's cleanup, and by SweepHelpers for one whose workload went away by
+// other means (an operator's `docker rm -f`). The e2e harness removes sidecars by label.
+//
+// The sidecar can die or be restarted without taking the network away: the namespace
+// and the nftables table belong to the workload, and the table stays in force (fail
+// closed) until a new enforcer replaces it in one transaction. The enforcer keeps the
+// policy in force in a state file on the sidecar's own filesystem (egressStateFile),
+// so a restarted enforcer installs the policy last set through the API, not the one it
+// was created with. It runs under a tiny restart loop when the image has /bin/sh, and
+// the container has the unless-stopped restart policy for the rest.
+//
+// The workload shares the sidecar's network namespace, so while the enforcer restarts
+// it could bind port 18080 itself. The gateway never sends the enforcer's token there:
+// it signs each request and checks the signed answer (package egressauth), so a
+// workload posing as its enforcer learns nothing usable and is not believed.
 
 import (
 	"bytes"
@@ -52,6 +65,11 @@ const (
 // Environment of the enforcer (read by `sandbox-agent egress`).
 const envEgressPolicy = "SANDGATE_EGRESS_POLICY"
 
+// egressStateFile is where the enforcer keeps the policy in force, in the sidecar's own
+// writable layer: it survives the enforcer's restarts and the container's, and the
+// workload (another mount namespace, another PID namespace) cannot read or change it.
+const egressStateFile = "/var/lib/sandgate-egress/policy.json"
+
 // egressTimeout bounds the wait for the enforcer's /healthz and the agent's first answer.
 const egressTimeout = 30 * time.Second
 
@@ -69,7 +87,7 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 // container and copies the agent into it, so that this work overlaps the workload's
 // own start. It returns the sidecar's container id.
 func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte) (string, error) {
-	args := []string{"egress", "--log-level", "info"}
+	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
 	}
@@ -97,15 +115,15 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 			},
 		},
 		HostConfig: &container.HostConfig{
+			// The network namespace only: no PidMode (see the file comment).
 			NetworkMode: container.NetworkMode("container:" + workloadID),
-			PidMode:     container.PidMode("container:" + workloadID),
 			CapDrop:     []string{"ALL"},
 			// NET_ADMIN for nftables and SO_MARK, NET_BIND_SERVICE for port 53.
-			CapAdd:      []string{"NET_ADMIN", "NET_BIND_SERVICE"},
-			SecurityOpt: []string{"no-new-privileges:true"},
-			AutoRemove:  true,
-			Runtime:     r.opts.OCIRuntime,
-			Resources:   container.Resources{Memory: 128 << 20, PidsLimit: &pids},
+			CapAdd:        []string{"NET_ADMIN", "NET_BIND_SERVICE"},
+			SecurityOpt:   []string{"no-new-privileges:true"},
+			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+			Runtime:       r.opts.OCIRuntime,
+			Resources:     container.Resources{Memory: 128 << 20, PidsLimit: &pids},
 		},
 	})
 	if err != nil {
@@ -141,6 +159,39 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		return err
 	}
 	return r.startEntrypoint(ctx, addr, spec.AgentToken, spec.Entrypoint)
+}
+
+// RestoreEgress gives a running workload a new enforcer sidecar (removing the old one,
+// if any) with spec's egress policy (the sandbox's current policy, not its create-time
+// one) and token, and waits until its rules are installed. The workload's entrypoint is
+// not touched. spec needs ID, Tenant, Image, EgressToken and Egress. For the
+// reconciler, when a sandbox's sidecar is gone.
+func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
+	if spec.Egress == nil || r.opts.NoEgress {
+		return errors.New("restore egress: the sandbox has no egress enforcement")
+	}
+	archive, err := r.agentArchive()
+	if err != nil {
+		return err
+	}
+	res, err := r.cli.ContainerInspect(ctx, containerName(spec.ID), client.ContainerInspectOptions{})
+	if err != nil {
+		return mapErr(spec.ID, err)
+	}
+	addr := r.instance(res.Container).Address
+	if addr == "" {
+		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	}
+	r.removeEgress(ctx, spec.ID)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, archive)
+	if err != nil {
+		return err
+	}
+	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
+		r.removeEgress(ctx, spec.ID)
+		return fmt.Errorf("start egress enforcer: %w", err)
+	}
+	return r.waitEgressHealthy(ctx, spec.ID, addr)
 }
 
 // waitEgressHealthy polls the enforcer's /healthz (it shares the workload's address).
@@ -250,9 +301,10 @@ func (r *Runtime) egressToken(ctx context.Context, id string) string {
 	return ""
 }
 
-// SweepHelpers removes enforcer sidecars whose sandbox container no longer exists. A
-// create that fails half-way while the engine is timing out can leave a sidecar behind in
-// state Created (AutoRemove only acts on one that ran), and nothing else would remove it.
+// SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the
+// sidecar has its own PID namespace and a restart policy, so it outlives a workload
+// removed by anything but Delete (an operator's `docker rm -f`), and a create that fails
+// half-way while the engine is timing out can leave one behind in state Created.
 // Sidecars are listed before workloads and a sidecar is made after its workload, so a
 // create in flight is never taken for an orphan.
 func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {

@@ -27,6 +27,8 @@ const (
 	InstallContainer = "install-agent"
 	// EgressContainer is the enforcer, a native sidecar (init container, restartPolicy Always).
 	EgressContainer = "egress"
+	// EgressStateVolume is the emptyDir the enforcer keeps its policy in (sidecar only).
+	EgressStateVolume = "sandgate-egress-state"
 	// AgentVolume is the emptyDir the agent is copied into.
 	AgentVolume = "sandgate-agent"
 
@@ -202,6 +204,11 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 	}}
 	if withEgress {
 		initContainers = append(initContainers, r.egressSidecar(spec))
+		// The enforcer's state (the policy in force) lives in a volume only the sidecar
+		// mounts: it survives the sidecar's restarts, and the workload cannot read it.
+		volumes = append(volumes, corev1.Volume{Name: EgressStateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(4<<20, resource.BinarySI),
+		}}})
 	}
 
 	grace := int64(r.opts.DeleteGracePeriod / time.Second)
@@ -237,11 +244,14 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 
 // egressSidecar is the enforcer: a native sidecar that starts before the workload and,
 // through its startup probe, holds the workload back until the rules are installed, so
-// no user process ever runs unenforced. It alone holds NET_ADMIN (nftables, SO_MARK) and
+// no user process ever runs unenforced. The pod never sets shareProcessNamespace, so the
+// workload cannot see or signal it; the gateway signs its requests to 18080 (package
+// egressauth) exactly as on Docker; its policy is kept in EgressStateVolume across its
+// restarts. It alone holds NET_ADMIN (nftables, SO_MARK) and
 // NET_BIND_SERVICE (the DNS proxy on port 53); it runs as root because capabilities of
 // a non-root container are not effective without ambient capabilities.
 func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
-	args := []string{imageAgentPath, "egress", "--log-level", "info"}
+	args := []string{imageAgentPath, "egress", "--log-level", "info", "--state-file", egressStateDir + "/policy.json"}
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
 	}
@@ -281,10 +291,14 @@ func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
 			RunAsNonRoot:             &no,
 			ReadOnlyRootFilesystem:   &yes,
 		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: EgressStateVolume, MountPath: egressStateDir}},
 		ImagePullPolicy:          r.opts.AgentImagePullPolicy,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 }
+
+// egressStateDir is where the enforcer's state volume is mounted in its sidecar.
+const egressStateDir = "/var/lib/sandgate-egress"
 
 // helperResources bounds a helper container (installer, enforcer). They idle nearly
 // always, so they request a tenth of their limit: a node's capacity goes to workloads.

@@ -90,3 +90,35 @@ func TestInstanceStates(t *testing.T) {
 		})
 	}
 }
+
+// TestEgressSidecarIsolated: the workload cannot see the enforcer's processes (no shared
+// PID namespace) nor its state volume, and the enforcer keeps its policy in that volume.
+func TestEgressSidecarIsolated(t *testing.T) {
+	r := testRuntime()
+	spec := runtimes.Spec{ID: "0f8e2b9c-1111-4222-8333-444455556666", Tenant: "t", Image: "python:3.12", EgressToken: "egress-tok",
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)}}
+	pod := r.podFor(spec, true, "")
+	if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
+		t.Fatal("the pod shares one PID namespace between the workload and its enforcer")
+	}
+	var sidecar *corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == EgressContainer {
+			sidecar = &pod.Spec.InitContainers[i]
+		}
+	}
+	if sidecar == nil {
+		t.Fatal("no egress sidecar")
+	}
+	if !strings.Contains(strings.Join(sidecar.Command, " "), "--state-file "+egressStateDir+"/") {
+		t.Errorf("enforcer command %v keeps no state file", sidecar.Command)
+	}
+	if len(sidecar.VolumeMounts) != 1 || sidecar.VolumeMounts[0].Name != EgressStateVolume {
+		t.Errorf("sidecar mounts %v, want the state volume", sidecar.VolumeMounts)
+	}
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.Name == EgressStateVolume {
+			t.Error("the workload mounts the enforcer's state volume")
+		}
+	}
+}

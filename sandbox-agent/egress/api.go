@@ -1,7 +1,7 @@
 package egress
 
 import (
-	"crypto/subtle"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,9 +11,15 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
-// AuthHeader carries the egress API token (OpenSandbox's header name; SDKs send it).
+// AuthHeader is OpenSandbox's header for the egress API token. The enforcer does not
+// accept the token in it (see egressauth: the gateway signs each request instead, so
+// that nothing it sends to port 18080 is worth capturing); SDKs send it to the gateway,
+// which checks it there.
 const AuthHeader = "OPENSANDBOX-EGRESS-AUTH"
 
 // EnforcementMode is what GET /policy reports: DNS filtering plus nftables.
@@ -52,7 +58,9 @@ type policyResponse struct {
 type api struct {
 	enf      *enforcer
 	hook     *policyHook
-	token    string
+	verifier *egressauth.Verifier // nil: the API is open (no token configured)
+	token    string               // the HMAC key of verifier
+	state    *stateFile           // nil: the policy is not kept across restarts
 	maxRules int
 	ready    *atomic.Bool
 	log      *slog.Logger
@@ -72,17 +80,57 @@ func (a *api) handler() http.Handler {
 	return mux
 }
 
+// authorized admits only requests signed with the token (egressauth), when one is set,
+// and signs the answer so that the gateway can tell it from a fake enforcer's.
 func (a *api) authorized(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" {
-			got := r.Header.Get(AuthHeader)
-			if subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
-				writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid "+AuthHeader+" header")
-				return
-			}
+		if a.verifier == nil {
+			next(w, r)
+			return
 		}
-		next(w, r)
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+		if err != nil || len(body) > maxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, CodeInvalidPolicy, fmt.Sprintf("request body exceeds %d bytes or could not be read", maxBodyBytes))
+			return
+		}
+		nonce, err := a.verifier.Verify(r, body, time.Now())
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "the request is not signed by the gateway: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := &signingWriter{header: http.Header{}}
+		next(rec, r)
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.Header().Set(egressauth.HeaderResponseSignature, egressauth.SignResponse(a.token, nonce, rec.status, rec.body.Bytes()))
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body.Bytes())
 	}
+}
+
+// signingWriter buffers an answer (they are small JSON documents) so that its signature
+// can be sent ahead of it.
+type signingWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (s *signingWriter) Header() http.Header { return s.header }
+
+func (s *signingWriter) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
+}
+
+func (s *signingWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.body.Write(b)
 }
 
 func (a *api) handleHealthz(w http.ResponseWriter, _ *http.Request) {
@@ -154,7 +202,17 @@ func (a *api) handlePolicy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, CodeHookUnavailable, "the platform policy returned an invalid policy; policy unchanged")
 		return
 	}
+	// The policy is written down before it is installed, so that an enforcer restarted
+	// at any moment after this answer comes back with it (never with an older one).
+	if err := a.state.save(decided); err != nil {
+		a.log.Error("save policy failed; previous policy still in force", "err", err)
+		writeError(w, http.StatusInternalServerError, CodeApplyFailed, "could not record the egress policy; the previous policy is still in force")
+		return
+	}
 	if err := a.enf.apply(decided); err != nil {
+		if serr := a.state.save(current); serr != nil {
+			a.log.Error("restore the saved policy failed", "err", serr)
+		}
 		a.log.Error("apply policy failed; previous policy still in force", "err", err)
 		writeError(w, http.StatusInternalServerError, CodeApplyFailed, "could not install the egress rules; the previous policy is still in force")
 		return

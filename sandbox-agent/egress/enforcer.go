@@ -114,7 +114,11 @@ func anyName(names map[string]bool) string {
 
 // allowName reports whether the DNS proxy may resolve name.
 func (e *enforcer) allowName(name string) bool {
-	return e.rules.Load().allowName(name)
+	rs := e.rules.Load()
+	if _, isReverse := reverseAddr(name); isReverse {
+		return rs.allowReverse(name)
+	}
+	return rs.allowName(name)
 }
 
 // pinAnswer admits the addresses of an allowed name's DNS answer before the answer

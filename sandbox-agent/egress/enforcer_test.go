@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
+
+	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
 const testToken = "test-token"
@@ -40,7 +42,7 @@ func (top *topology) callAPI(tb testing.TB, method, body string, token string) (
 		tb.Fatal(err)
 	}
 	if token != "" {
-		req.Header.Set(AuthHeader, token)
+		egressauth.Sign(req, token, []byte(body), time.Now())
 	}
 	resp, err := top.apiClient().Do(req)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
 // Environment variables the enforcer reads (flags win over them).
@@ -36,6 +38,7 @@ type config struct {
 	upstream     string
 	resolvConf   string
 	policyFile   string
+	stateFile    string
 	platformDeny string
 	policyHook   string
 	hookToken    string
@@ -56,6 +59,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.upstream, "upstream", os.Getenv(EnvUpstream), "upstream resolver ip:port (default: first nameserver of --resolv-conf, port 53)")
 	fs.StringVar(&c.resolvConf, "resolv-conf", "/etc/resolv.conf", "file the default upstream is read from, once, at start")
 	fs.StringVar(&c.policyFile, "policy-file", "", "initial policy JSON file (default: $"+EnvPolicy+", else deny all)")
+	fs.StringVar(&c.stateFile, "state-file", "", "file the policy in force is kept in, so that a restarted enforcer installs it instead of the initial one (default: none)")
 	fs.StringVar(&c.platformDeny, "platform-deny", os.Getenv(EnvPlatformDeny), "comma-separated targets denied ahead of any policy")
 	fs.StringVar(&c.policyHook, "policy-hook", os.Getenv(EnvPolicyHook), "URL that must approve every policy change made through the API")
 	fs.UintVar(&c.mark, "mark", DefaultMark, "SO_MARK that lets the proxy's upstream queries out")
@@ -79,6 +83,7 @@ func parseFlags(args []string) (config, error) {
 // ends. It returns an error if the rules cannot be installed; once installed they stay
 // in the kernel whatever happens to this process (unless --cleanup).
 func Main(ctx context.Context, args []string) error {
+	startedAt := time.Now()
 	c, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // the usage is printed already
@@ -114,7 +119,19 @@ func Main(ctx context.Context, args []string) error {
 	defer fw.close()
 	enf := newEnforcer(fw, platform, c.minTTL, c.maxTTL)
 	enf.inherit(fw.existingPins())
-	initial, err := loadInitialPolicy(c.policyFile, c.maxRules)
+	var state *stateFile
+	if c.stateFile != "" {
+		state = &stateFile{path: c.stateFile}
+	}
+	// A policy saved by an earlier run is the one in force: it was set through the API
+	// after the initial one, and a restart must not undo that.
+	initial, restored, err := state.load(c.maxRules)
+	if err == nil && !restored {
+		initial, err = loadInitialPolicy(c.policyFile, c.maxRules)
+		if err == nil {
+			err = state.save(initial)
+		}
+	}
 	if err != nil {
 		// Fail closed: a sandbox whose policy cannot be read gets no network at all.
 		if derr := enf.apply(Policy{DefaultAction: ActionDeny, Egress: []Rule{}}); derr != nil {
@@ -132,7 +149,7 @@ func Main(ctx context.Context, args []string) error {
 			}
 		}()
 	}
-	log.Info("egress rules installed", "table", "inet "+TableName, "mode", initial.Mode(), "upstream", upstream.String(), "proxy", proxyAddr.String())
+	log.Info("egress rules installed", "table", "inet "+TableName, "mode", initial.Mode(), "restored", restored, "upstream", upstream.String(), "proxy", proxyAddr.String())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -143,7 +160,12 @@ func Main(ctx context.Context, args []string) error {
 	}
 
 	ready := &atomic.Bool{}
-	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), token: os.Getenv(EnvToken), maxRules: c.maxRules, ready: ready, log: log}
+	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log}
+	if tok := os.Getenv(EnvToken); tok != "" {
+		// Requests signed before this process started are refused: one captured by a
+		// workload that held the port while no enforcer ran cannot be replayed to it.
+		a.token, a.verifier = tok, egressauth.NewVerifier(tok, startedAt)
+	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		cancel()

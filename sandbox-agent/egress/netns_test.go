@@ -60,6 +60,9 @@ var testZone = map[string]string{
 	"platform.test.":  platformIP,
 	"short.test.":     shortIP,
 	"v6.test.":        serverIP6,
+	// A reverse name the upstream knows: answered NOERROR (no PTR record) when asked, so
+	// an NXDOMAIN proves the proxy refused it itself.
+	"10.0.18.198.in-addr.arpa.": allowedIP,
 }
 
 const childEnv = "SANDGATE_EGRESS_TEST_CHILD"

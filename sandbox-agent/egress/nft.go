@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,11 +185,13 @@ func (f *firewall) remove() error {
 // filterRules is the output chain, in order (its policy drops whatever no rule
 // accepts):
 //
-//	oifname "lo" accept                       loopback
-//	ip daddr 127.0.0.0/8 accept               DNS redirected to the proxy (see below)
 //	ct state established,related accept       answers and flows admitted earlier
 //	meta mark MARK ip daddr UPSTREAM accept   the proxy's own upstream queries
-//	th dport 53 drop                          DNS that escaped the redirect (IPv6)
+//	ip daddr UPSTREAM drop                    the resolver itself, on any port
+//	ip daddr 127.0.0.11 drop                  Docker's embedded resolver, on any port
+//	oifname "lo" accept                       loopback
+//	ip daddr 127.0.0.0/8 accept               DNS redirected to the proxy (see below)
+//	th dport {53, 853} drop                   DNS that escaped the redirect (IPv6), DoT
 //	icmpv6 type 133-137 accept                neighbour discovery, so IPv6 allows work
 //	ip daddr @deny4 drop / ip6 daddr @deny6   IP rules that deny, platform denies first
 //	ip daddr @allow4 accept / @allow6         IP rules that allow
@@ -197,23 +200,11 @@ func (f *firewall) remove() error {
 func (f *firewall) filterRules(rs *ruleSet, sets map[string]*nftables.Set) [][]expr.Any {
 	accept := &expr.Verdict{Kind: expr.VerdictAccept}
 	dropV := &expr.Verdict{Kind: expr.VerdictDrop}
+	mark := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(f.cfg.mark)},
+	}
 	rules := [][]expr.Any{
-		{
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
-			accept,
-		},
-		// After the nat chain rewrote a DNS packet to the proxy, the packet is
-		// rerouted to lo, but oifname still reports the device chosen before NAT: so
-		// loopback destinations are matched by address too.
-		{
-			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: make([]byte, 4)},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
-			accept,
-		},
 		{
 			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 			&expr.Bitwise{
@@ -224,23 +215,48 @@ func (f *firewall) filterRules(rs *ruleSet, sets map[string]*nftables.Set) [][]e
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 			accept,
 		},
+		slices.Concat(mark, matchDaddr(f.cfg.upstream.Addr()), []expr.Any{accept}),
 	}
-	up := f.cfg.upstream.Addr()
-	markUp := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(f.cfg.mark)},
+	// The resolvers themselves are closed to the workload on every port: the upstream
+	// (its DNS port is redirected to the proxy, but Docker's embedded resolver really
+	// listens on random ports of 127.0.0.11, readable in /proc/net/udp) and Docker's
+	// resolver address even when the upstream is another one. Only the proxy's marked
+	// queries, accepted just above, reach them. These come before the loopback accept,
+	// which would otherwise let 127.0.0.11 through.
+	for _, a := range resolverAddrs(f.cfg.upstream.Addr()) {
+		rules = append(rules, slices.Concat(matchDaddr(a), []expr.Any{&expr.Counter{}, dropV}))
 	}
-	markUp = append(markUp, matchDaddr(up)...)
-	rules = append(rules, append(markUp, accept))
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		rules = append(rules, []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
-			&expr.Counter{},
-			dropV,
-		})
+	rules = append(rules,
+		[]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
+			accept,
+		},
+		// After the nat chain rewrote a DNS packet to the proxy, the packet is
+		// rerouted to lo, but oifname still reports the device chosen before NAT: so
+		// loopback destinations are matched by address too.
+		[]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+			accept,
+		},
+	)
+	// DNS that escaped the redirect (IPv6) and DNS over TLS go nowhere, whatever the
+	// allow rules say: the proxy is the only resolver.
+	for _, port := range []uint16{53, 853} {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			rules = append(rules, []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+				&expr.Counter{},
+				dropV,
+			})
+		}
 	}
 	rules = append(rules, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -293,6 +309,19 @@ func (f *firewall) natRules() [][]expr.Any {
 		})
 	}
 	return rules
+}
+
+// dockerResolver is Docker's embedded DNS server, present in the namespace of every
+// container on a user-defined network.
+var dockerResolver = netip.MustParseAddr("127.0.0.11")
+
+// resolverAddrs are the addresses closed to unmarked traffic.
+func resolverAddrs(upstream netip.Addr) []netip.Addr {
+	out := []netip.Addr{upstream}
+	if upstream != dockerResolver {
+		out = append(out, dockerResolver)
+	}
+	return out
 }
 
 // matchDaddr matches packets of a's family sent to a.

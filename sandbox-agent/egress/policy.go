@@ -258,9 +258,13 @@ func normalizeName(qname string) string {
 func MergeRules(existing, patch []Rule) []Rule {
 	out := make([]Rule, 0, len(existing)+len(patch))
 	seen := make(map[string]bool, len(patch))
+	// Within the patch, too, the first rule for a target wins (OpenSandbox's
+	// egress-api.yaml): a later duplicate is dropped, not kept behind it.
 	for _, r := range patch {
-		out = append(out, r)
-		seen[r.Target] = true
+		if !seen[r.Target] {
+			out = append(out, r)
+			seen[r.Target] = true
+		}
 	}
 	for _, r := range existing {
 		if !seen[r.Target] {

@@ -304,3 +304,63 @@ func TestResolveUpstream(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+func TestMergeRulesFirstDuplicateInPatchWins(t *testing.T) {
+	got := MergeRules([]Rule{{"allow", "a.test"}}, []Rule{{"deny", "b.test"}, {"allow", "b.test"}, {"deny", "a.test"}, {"allow", "a.test"}})
+	want := []Rule{{"deny", "b.test"}, {"deny", "a.test"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("MergeRules (-want +got):\n%s", diff)
+	}
+}
+
+func TestReverseLookups(t *testing.T) {
+	rs := compileRules([]Rule{{"deny", "8.8.4.0/24"}}, Policy{DefaultAction: ActionAllow})
+	deny := compileRules(nil, Policy{DefaultAction: ActionDeny, Egress: []Rule{{"allow", "1.1.1.1"}}})
+	tests := []struct {
+		name string
+		rs   *ruleSet
+		want bool
+	}{
+		{"10.0.18.172.in-addr.arpa", rs, false},                // private: a neighbour sandbox
+		{"1.0.0.127.in-addr.arpa", rs, false},                  // loopback
+		{"5.0.64.100.in-addr.arpa", rs, false},                 // CGNAT
+		{"8.4.8.8.in-addr.arpa", rs, false},                    // platform deny
+		{"1.1.1.1.in-addr.arpa", rs, true},                     // public, default allow
+		{"18.172.in-addr.arpa", rs, false},                     // a whole zone
+		{"01.1.1.1.in-addr.arpa", rs, false},                   // not canonical
+		{"1.1.1.1.in-addr.arpa", deny, true},                   // allowed by an IP rule
+		{"2.2.2.2.in-addr.arpa", deny, false},                  // default deny
+		{strings.Repeat("0.", 31) + "d.f.ip6.arpa", rs, false}, // ULA fd00::
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, isRev := reverseAddr(tt.name); !isRev {
+				t.Fatalf("%s not taken for a reverse name", tt.name)
+			}
+			if got := tt.rs.allowReverse(tt.name); got != tt.want {
+				t.Fatalf("allowReverse(%s) = %v, want %v", tt.name, got, tt.want)
+			}
+		})
+	}
+	if a, _ := reverseAddr("1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa"); a.String() != "2001:db8::1" {
+		t.Fatalf("ip6.arpa parsed as %v", a)
+	}
+}
+
+func TestStateFileRoundTrip(t *testing.T) {
+	s := &stateFile{path: t.TempDir() + "/sub/policy.json"}
+	if _, ok, err := s.load(10); ok || err != nil {
+		t.Fatalf("empty state: ok %v err %v", ok, err)
+	}
+	p := Policy{DefaultAction: ActionDeny, Egress: []Rule{{"allow", "a.test"}}}
+	if err := s.save(p); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.load(10)
+	if err != nil || !ok {
+		t.Fatalf("load: %v %v", ok, err)
+	}
+	if diff := cmp.Diff(p, got); diff != "" {
+		t.Fatalf("state (-want +got):\n%s", diff)
+	}
+}
