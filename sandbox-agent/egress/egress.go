@@ -6,16 +6,20 @@
 // # Where it runs
 //
 // In the sandbox's network namespace with CAP_NET_ADMIN, while the workload sharing
-// that namespace has neither NET_ADMIN nor NET_RAW. On Docker the enforcer is a
-// sidecar container that owns the namespace and the workload joins it with
-// `--network container:<sidecar>`. It uses netlink only (no nft or iptables binary).
+// that namespace has neither NET_ADMIN nor NET_RAW. It shares nothing else with the
+// workload: on Docker it is a sidecar container that joins the workload's network
+// namespace only (`--network container:<workload>`, no shared PID namespace), on
+// Kubernetes a native sidecar of a pod without shareProcessNamespace; the workload can
+// neither see nor signal it. It uses netlink only (no nft or iptables binary).
 //
 // # Rules (table inet sandgate_egress)
 //
-// The output chain (policy drop) accepts loopback, established and related flows, and
-// the proxy's own queries to the upstream resolver, recognized by a socket mark
-// (SO_MARK, which needs NET_ADMIN); it drops port 53 that escaped the redirect (IPv6
-// DNS), then looks the destination up in the deny sets (drop), the allow sets
+// The output chain (policy drop) accepts established and related flows and the proxy's
+// own queries to the upstream resolver, recognized by a socket mark (SO_MARK, which
+// needs NET_ADMIN); it drops everything else to the upstream and to Docker's embedded
+// resolver 127.0.0.11, on any port (ahead of the loopback accept), accepts loopback,
+// drops port 53 that escaped the redirect (IPv6 DNS) and port 853 (DNS over TLS) to any
+// address, then looks the destination up in the deny sets (drop), the allow sets
 // (accept) and the sets of addresses pinned from DNS answers (accept), and ends in the
 // default action. IP and CIDR rules keep "first match wins" because each rule only
 // claims the addresses no earlier rule claimed (see ruleSet), which makes the allow
@@ -48,9 +52,9 @@
 // The enforcer needs CAP_NET_ADMIN (nftables, SO_MARK) and the right to bind port 53
 // (root, or CAP_NET_BIND_SERVICE), no sysctl, and no nft or iptables binary. The
 // workload must have neither NET_ADMIN (it could rewrite the table or set the mark) nor
-// NET_RAW (packet sockets bypass netfilter), must not be privileged, and should only
-// reach this API with the token: it shares the namespace, so 127.0.0.1:18080 is open
-// to it. Start the enforcer first and the workload once /healthz answers 200 (or the
+// NET_RAW (packet sockets bypass netfilter), must not be privileged, and must not
+// share the enforcer's PID or mount namespace. It shares the network namespace, so
+// 127.0.0.1:18080 is open to it; requests are signed (see API). Start the enforcer first and the workload once /healthz answers 200 (or the
 // --ready-file exists). /etc/resolv.conf is read once and never rewritten: the
 // redirect catches queries to any resolver, so the file stays as the runtime wrote it.
 // On a Docker user-defined network the upstream is then Docker's embedded resolver
@@ -74,10 +78,25 @@
 // workload. Addresses shared by several names (CDNs) are allowed for all of them once
 // one allowed name resolved to them.
 //
+// Reverse lookups are decided by the address they name (see reverse.go): non-public
+// addresses and IP-denied ones get NXDOMAIN from the proxy itself, so the upstream never
+// names other sandboxes of the runtime's network.
+//
+// # State
+//
+// With --state-file the policy in force is written there (atomically, before each
+// change is installed) and a restarted enforcer installs it instead of the initial
+// policy: a change made through the API survives kill -9. The file belongs in the
+// enforcer's own filesystem, which the workload cannot reach.
+//
 // # API (default 0.0.0.0:18080)
 //
-// Header OPENSANDBOX-EGRESS-AUTH must equal $SANDGATE_EGRESS_TOKEN when that is set
-// (401 EGRESS::UNAUTHORIZED otherwise). GET /policy returns {status:"ok", mode
+// When $SANDGATE_EGRESS_TOKEN is set, every request must be signed with it (package
+// egressauth: HMAC over method, path, body hash, timestamp and nonce; fresh, not
+// replayed, not older than this process) and every answer is signed back; the token
+// itself is never accepted (401 EGRESS::UNAUTHORIZED). The workload shares the
+// namespace and could bind the port while the enforcer restarts: nothing the gateway
+// sends is worth capturing, and the gateway believes no unsigned answer. GET /policy returns {status:"ok", mode
 // (allow_all|deny_all|enforcing), enforcementMode:"dns+nft", policy, platformDeny}.
 // POST and PUT replace the policy (an empty body, "{}" or "null" means deny-all);
 // PATCH takes an array of rules (or {"egress":[...]}) merged ahead of the existing
