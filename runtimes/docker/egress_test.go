@@ -1,0 +1,134 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+)
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// testRuntime connects to the real dockerd with the built agent (bin/sandbox-agent, or
+// $SANDGATE_E2E_BIN) on a network of the test's own, removed in cleanup.
+func testRuntime(t *testing.T) (*Runtime, string) {
+	t.Helper()
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("no docker command")
+	}
+	binDir := os.Getenv("SANDGATE_E2E_BIN")
+	if binDir == "" {
+		binDir = "../../bin"
+	}
+	agent, _ := filepath.Abs(filepath.Join(binDir, "sandbox-agent"))
+	if _, err := os.Stat(agent); err != nil {
+		t.Skipf("no agent binary at %s (make build)", agent)
+	}
+	version, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := "sandgate/base:" + strings.TrimSpace(string(version))
+	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
+		t.Skipf("image %s not built", image)
+	}
+	network := "sg-rt-" + randomHex(4)
+	r, err := New(context.Background(), Options{Network: network, AgentBinary: agent})
+	if err != nil {
+		t.Skipf("docker runtime: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("docker", "network", "rm", network).Run()
+		r.Close()
+	})
+	return r, image
+}
+
+// signedPolicy reads the enforcer's policy the way the gateway does, and checks that
+// the answer is signed.
+func signedPolicy(t *testing.T, addr, token string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort))+"/policy", nil)
+	nonce := egressauth.Sign(req, token, nil, time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /policy: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !egressauth.VerifyResponse(token, nonce, resp.StatusCode, body, resp.Header.Get(egressauth.HeaderResponseSignature)) {
+		t.Fatalf("GET /policy: %d %s (signature ok: false)", resp.StatusCode, body)
+	}
+	return string(body)
+}
+
+// TestEgressSidecarLifecycle: the sidecar joins only the workload's network namespace,
+// RestoreEgress gives a workload whose sidecar is gone a new one with the policy it is
+// handed, and Delete leaves no sidecar behind.
+func TestEgressSidecarLifecycle(t *testing.T) {
+	r, image := testRuntime(t)
+	ctx := context.Background()
+	id := "rt" + randomHex(3) + "-0000-4000-8000-" + randomHex(6)
+	spec := runtimes.Spec{
+		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
+		AgentToken: randomHex(16), EgressToken: randomHex(16),
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)},
+	}
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	inst, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	sc, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := sc.Container.HostConfig.PidMode; pm != "" {
+		t.Fatalf("sidecar PidMode %q: it must not share the workload's PID namespace", pm)
+	}
+	if rp := sc.Container.HostConfig.RestartPolicy.Name; rp != container.RestartPolicyUnlessStopped {
+		t.Fatalf("sidecar restart policy %q", rp)
+	}
+	if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, "created.test") {
+		t.Fatalf("initial policy: %s", got)
+	}
+
+	// The sidecar is gone (removed by hand); restore it with the sandbox's current policy.
+	r.removeEgress(ctx, id)
+	current := *spec.Egress
+	current.Policy = []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"current.test"}]}`)
+	spec.Egress = &current
+	if err := r.RestoreEgress(ctx, spec); err != nil {
+		t.Fatalf("RestoreEgress: %v", err)
+	}
+	if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, "current.test") || strings.Contains(got, "created.test") {
+		t.Fatalf("restored policy: %s", got)
+	}
+
+	if err := r.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+runtimes.LabelID+"="+id).Output()
+	if ids := strings.Fields(string(out)); len(ids) != 0 {
+		t.Fatalf("containers left after Delete: %v", ids)
+	}
+}
