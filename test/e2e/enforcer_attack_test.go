@@ -236,6 +236,28 @@ func TestEnforcerAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("the workload cannot take port 18080 from a running enforcer", func(t *testing.T) {
+		addr := dockerInspect(t, "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", "sandgate-"+s.id)
+		script := `import socket, sys
+out = []
+for host in ('0.0.0.0', '127.0.0.1', sys.argv[1]):
+    for opt in (None, socket.SO_REUSEADDR, socket.SO_REUSEPORT):
+        s = socket.socket()
+        if opt:
+            s.setsockopt(socket.SOL_SOCKET, opt, 1)
+        try:
+            s.bind((host, 18080)); s.listen(1); out.append('bound:%s:%s' % (host, opt))
+        except OSError:
+            pass
+        s.close()
+print(' '.join(out) or 'none')
+`
+		got := s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(script)) + " | base64 -d > /tmp/bind.py && python3 /tmp/bind.py " + addr)
+		if got != "none" {
+			t.Fatalf("the workload bound the enforcer's port: %s", got)
+		}
+	})
+
 	t.Run("a restarted enforcer keeps the policy changed at runtime and stays closed meanwhile", func(t *testing.T) {
 		if got := s.httpStatus(ip["removed"]); got != "200" {
 			t.Fatalf("GET %s before the change = %s, want 200", ip["removed"], got)
