@@ -51,6 +51,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
 // Labels of the enforcer sidecar and of a workload that has one.
@@ -154,7 +155,7 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		r.removeEgress(ctx, spec.ID)
 		return fmt.Errorf("start egress enforcer: %w", err)
 	}
-	if err := r.waitEgressHealthy(ctx, spec.ID, addr); err != nil {
+	if err := r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken); err != nil {
 		r.removeEgress(ctx, spec.ID)
 		return err
 	}
@@ -165,7 +166,9 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 // if any) with spec's egress policy (the sandbox's current policy, not its create-time
 // one) and token, and waits until its rules are installed. The workload's entrypoint is
 // not touched. spec needs ID, Tenant, Image, EgressToken and Egress. For the
-// reconciler, when a sandbox's sidecar is gone.
+// reconciler, when a sandbox's sidecar is gone. It succeeds only on a signed answer of
+// the new enforcer (a workload holding port 18080 cannot pass for it); on a timeout the
+// new sidecar stays, its rules installed and its restart loop trying again.
 func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 	if spec.Egress == nil || r.opts.NoEgress {
 		return errors.New("restore egress: the sandbox has no egress enforcement")
@@ -191,17 +194,24 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		r.removeEgress(ctx, spec.ID)
 		return fmt.Errorf("start egress enforcer: %w", err)
 	}
-	return r.waitEgressHealthy(ctx, spec.ID, addr)
+	return r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken)
 }
 
-// waitEgressHealthy polls the enforcer's /healthz (it shares the workload's address).
-func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr string) error {
+// waitEgressHealthy waits until the enforcer answers (it shares the workload's
+// address): with a token, a signed GET /policy whose answer is signed too, so that a
+// workload holding port 18080 (RestoreEgress runs while user code does) cannot pass for
+// it; without one, /healthz.
+func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort)) + "/healthz"
+	base := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort))
 	delay := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if status, _, err := egressCall(ctx, http.MethodGet, url, "", "", nil); err == nil && status == http.StatusOK {
+		if token != "" {
+			if signedPolicyAnswer(ctx, base+"/policy", token) {
+				return nil
+			}
+		} else if status, _, err := egressCall(ctx, http.MethodGet, base+"/healthz", "", "", nil); err == nil && status == http.StatusOK {
 			return nil
 		}
 		if attempt%20 == 19 {
@@ -255,6 +265,23 @@ func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entry
 		return fmt.Errorf("start entrypoint: agent answered %d: %s", status, body)
 	}
 	return nil
+}
+
+// signedPolicyAnswer reports whether a signed GET of url got a signed 200.
+func signedPolicyAnswer(ctx context.Context, url, token string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	nonce := egressauth.Sign(req, token, nil, time.Now())
+	resp, err := egressHTTP.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return err == nil && resp.StatusCode == http.StatusOK &&
+		egressauth.VerifyResponse(token, nonce, resp.StatusCode, body, resp.Header.Get(egressauth.HeaderResponseSignature))
 }
 
 // egressCall sends one request and returns the status and (bounded) body.
