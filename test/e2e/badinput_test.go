@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,16 @@ func TestBadInput(t *testing.T) {
 		{"timeout below the minimum", map[string]any{"image": img, "entrypoint": tail, "timeout": 0}, 400, "SANDBOX::INVALID_PARAMETER"},
 		{"bad cpu", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"cpu": "lots"}}, 400, "SANDBOX::INVALID_PARAMETER"},
 		{"bad memory", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"memory": "12 parsecs"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		// Each of these once answered 500 or was accepted.
+		{"invalid image reference", map[string]any{"image": map[string]any{"uri": "Not A/Valid::Image"}, "entrypoint": tail}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"image reference with a NUL", map[string]any{"image": map[string]any{"uri": "sandgate/base\x00:1"}, "entrypoint": tail}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"NUL in an env value", map[string]any{"image": img, "entrypoint": tail, "env": map[string]string{"A": "x\x00y"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"NUL in the entrypoint", map[string]any{"image": img, "entrypoint": []string{"tail", "-f", "/dev/null\x00"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"cpu above the host's", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"cpu": "1000"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"timeout that overflows a duration", map[string]any{"image": img, "entrypoint": tail, "timeout": int64(18446747674)}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"negative timeout", map[string]any{"image": img, "entrypoint": tail, "timeout": -5}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"5000 metadata keys", map[string]any{"image": img, "entrypoint": tail, "metadata": manyLabels(5000)}, 400, "SANDBOX::INVALID_METADATA_LABEL"},
+		{"credentialProxy enabled", map[string]any{"image": img, "entrypoint": tail, "credentialProxy": map[string]any{"enabled": true}}, 400, "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +72,14 @@ func TestBadInput(t *testing.T) {
 		expectError(t, g.do("GET", "/sandboxes/7d4e8c1a-0000-4000-8000-000000000000/proxy/44772/ping", nil), 404, "SANDBOX::NOT_FOUND")
 	})
 	t.Run("keys", func(t *testing.T) {
-		expectError(t, g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", ""), 401, "MISSING_API_KEY")
+		r := g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", "")
+		expectError(t, r, 401, "MISSING_API_KEY")
+		// An OpenSandbox user runs without a key; the answer says how to get one.
+		for _, hint := range []string{"make run", ".sandgate/api-key"} {
+			if !strings.Contains(r.JSON(t)["message"].(string), hint) {
+				t.Errorf("the missing-key answer does not mention %q: %s", hint, r.Body)
+			}
+		}
 		expectError(t, g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", "wrong"), 401, "INVALID_API_KEY")
 		for _, hdr := range [][2]string{{"X-API-Key", g.APIKey}, {"Authorization", "Bearer " + g.APIKey}} {
 			if r := g.do("GET", "/v1/sandboxes", nil, "OPEN-SANDBOX-API-KEY", "", hdr[0], hdr[1]); r.Status != 200 {
@@ -139,4 +157,61 @@ func TestDockerUnreachable(t *testing.T) {
 	if !strings.Contains(string(out), sock) {
 		t.Fatalf("the error does not name the socket %s:\n%s", sock, tail(string(out), 2000))
 	}
+}
+
+// manyLabels returns n distinct valid metadata labels.
+func manyLabels(n int) map[string]string {
+	md := make(map[string]string, n)
+	for i := 0; i < n; i++ {
+		md[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return md
+}
+
+// TestCredentialProxyRefused: until the credential vault exists, credentialProxy
+// {"enabled": true} is refused with its own code wherever a sandbox is described (a
+// create, a pool's template, a batch's template, a pool claim), instead of silently
+// creating a sandbox without the protection asked for; {"enabled": false} and absent are
+// fine.
+func TestCredentialProxyRefused(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	on := map[string]any{"enabled": true}
+	tmpl := func(cp any) map[string]any {
+		m := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
+		if cp != nil {
+			m["credentialProxy"] = cp
+		}
+		return m
+	}
+	capacity := map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}
+	const code = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+	t.Run("create", func(t *testing.T) {
+		expectError(t, g.do("POST", "/v1/sandboxes", tmpl(on)), 400, code)
+	})
+	t.Run("pool template", func(t *testing.T) {
+		expectError(t, g.do("POST", "/v1/pools", map[string]any{"name": "vault", "template": tmpl(on), "capacitySpec": capacity}), 400, code)
+		expectError(t, g.do("GET", "/v1/pools/vault", nil), 404, "POOL::NOT_FOUND")
+	})
+	t.Run("batch template", func(t *testing.T) {
+		expectError(t, g.do("POST", "/v1/batches", map[string]any{"count": 1, "template": tmpl(on)}), 400, code)
+	})
+	t.Run("pool claim", func(t *testing.T) {
+		if r := g.do("POST", "/v1/pools", map[string]any{"name": "plain", "template": tmpl(nil), "capacitySpec": capacity}); r.Status != 201 {
+			t.Fatalf("create pool: %d %s", r.Status, r.Body)
+		}
+		claim := map[string]any{"extensions": map[string]string{"poolRef": "plain"}, "credentialProxy": on}
+		expectError(t, g.do("POST", "/v1/sandboxes", claim), 400, code)
+	})
+	if left := e.containers(); len(left) != 0 {
+		t.Fatalf("refused creates left containers: %v", left)
+	}
+	t.Run("disabled or absent is fine", func(t *testing.T) {
+		for _, cp := range []any{map[string]any{"enabled": false}, nil} {
+			id := g.createSandbox(tmpl(cp))
+			if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+				t.Fatalf("delete: %d", r.Status)
+			}
+		}
+	})
 }
