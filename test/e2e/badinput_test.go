@@ -98,6 +98,20 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("health: %d %s", r.Status, r.Body)
 		}
 	})
+	t.Run("metadata patch beyond the bound", func(t *testing.T) {
+		id := g.createSandbox(map[string]any{"metadata": map[string]string{"team": "a"}})
+		patch := map[string]any{}
+		for k, v := range manyLabels(64) {
+			patch[k] = v
+		}
+		expectError(t, g.do("PATCH", "/v1/sandboxes/"+id+"/metadata", patch), 400, "SANDBOX::INVALID_METADATA_LABEL")
+		if md := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["metadata"].(map[string]any); len(md) != 1 || md["team"] != "a" {
+			t.Fatalf("a refused patch changed the metadata: %v", md)
+		}
+		if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+			t.Fatalf("delete: %d", r.Status)
+		}
+	})
 }
 
 // TestRedisOutage: with Redis gone the API answers 503 with a clear code, and recovers by
