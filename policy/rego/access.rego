@@ -110,7 +110,9 @@ permitted if {
 }
 
 # member: sandboxes, pools, batches and snapshots, fully, in its own tenant,
-# except the actions kept for tenant-admins.
+# except the actions kept for tenant-admins. "Fully" includes
+# sandbox.access.rotate (POST /v1/sandboxes/{id}/access/rotate), which
+# invalidates every access header of the sandbox; a viewer may not.
 permitted if {
 	input.principal.role == "member"
 	input.principal.kind in {"api_key", "session"}
