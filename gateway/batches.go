@@ -74,7 +74,7 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 		pool, tmpl = p, t
 	} else {
 		tmpl = *req.Template
-		if err := validateMetadata(req.Metadata, false); err != nil {
+		if err := s.validateClaimInput(claimReq); err != nil {
 			return nil, err
 		}
 		merged := tmpl

@@ -504,16 +504,7 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 	if err := json.Unmarshal(p.Template, &tmpl); err != nil {
 		return nil, tmpl, fmt.Errorf("decode pool template: %w", err)
 	}
-	if req.Timeout != nil {
-		t := time.Duration(*req.Timeout) * time.Second
-		if t < s.cfg.MinTimeout || t > s.cfg.MaxTimeout {
-			return nil, tmpl, invalid("timeout %d s is outside %d-%d s", *req.Timeout, int64(s.cfg.MinTimeout/time.Second), int64(s.cfg.MaxTimeout/time.Second))
-		}
-	}
-	if err := validateMetadata(req.Metadata, false); err != nil {
-		return nil, tmpl, err
-	}
-	if err := validateEnv(req.Env); err != nil {
+	if err := s.validateClaimInput(req); err != nil {
 		return nil, tmpl, err
 	}
 
@@ -596,6 +587,11 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	} else if tmpl.Timeout != nil {
 		exp := now.Add(time.Duration(*tmpl.Timeout) * time.Second)
 		patch["expiresAt"] = exp
+		expires = fmt.Sprint(exp.UnixMilli())
+	} else if exp, err := s.defaultExpiry(ctx, caller.Tenant, now); err != nil {
+		return nil, err
+	} else if exp != nil {
+		patch["expiresAt"] = *exp
 		expires = fmt.Sprint(exp.UnixMilli())
 	}
 	entrypointChanged := len(req.Entrypoint) > 0 && strings.Join(req.Entrypoint, "\x00") != strings.Join(tmpl.Entrypoint, "\x00")

@@ -59,7 +59,7 @@ func (s *Service) AuthorizeProxy(ctx context.Context, sb *store.Sandbox, port in
 	in := policy.AccessInput{
 		Action:   "sandbox.proxy",
 		Tenant:   sb.Tenant,
-		Resource: policy.Resource{Kind: "sandbox", ID: sb.ID, Tenant: sb.Tenant, Public: sb.Extensions[ExtensionPublic] == "true", Port: port},
+		Resource: policy.Resource{Kind: "sandbox", ID: sb.ID, Tenant: sb.Tenant, Public: sb.Extensions[ExtensionPublic] == "true" && !platformPort(port), Port: port},
 		Request:  policy.Request{Method: a.Method, Path: a.Path},
 	}
 	in.Principal = policy.Principal{Kind: a.Kind, Sandbox: a.Sandbox, Port: a.Port}

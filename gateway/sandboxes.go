@@ -59,6 +59,8 @@ type CreateRequest struct {
 	SnapshotID   string            `json:"snapshotId,omitempty"`
 	SecureAccess bool              `json:"secureAccess,omitempty"`
 	Extensions   map[string]string `json:"extensions"`
+	// CredentialProxy asks for the credential vault; refused while there is none.
+	CredentialProxy json.RawMessage `json:"credentialProxy,omitempty"`
 }
 
 // Status is a sandbox's state with its explanation.
@@ -128,7 +130,10 @@ func View(sb *store.Sandbox) Sandbox {
 // extensions.poolRef names one, otherwise started cold.
 func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) (*CreateResponse, error) {
 	var rec *store.Sandbox
-	var err error
+	err := s.authorizePublic(ctx, caller, req.Extensions)
+	if err != nil {
+		return nil, err
+	}
 	if pool := req.Extensions["poolRef"]; pool != "" {
 		rec, err = s.createFromPool(ctx, caller, pool, req)
 	} else {
@@ -189,10 +194,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	spec.CreatedAt = now
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
-	if req.Timeout != nil {
-		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
-		spec.ExpiresAt = &exp
-	}
+	spec.ExpiresAt = s.expiryFor(now, req.Timeout, q)
 	metadata := req.Metadata
 	if batch != "" {
 		metadata = withEntry(metadata, MetadataBatch, batch)
@@ -249,6 +251,9 @@ func runtimeCreateError(image string, err error) error {
 		return &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
 			Message: fmt.Sprintf("image %q is not present on this host (sandgate does not pull from registries; build or load it first)", image), Cause: err}
 	}
+	if engineRefused(err) {
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidParameter, Message: "the engine refused the request: " + err.Error(), Cause: err}
+	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
 }
 
@@ -302,19 +307,7 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 	if len(req.Entrypoint) == 0 || req.Entrypoint[0] == "" {
 		return spec, invalid("entrypoint is required with image: a non-empty array such as [\"tail\",\"-f\",\"/dev/null\"]")
 	}
-	if req.Timeout != nil {
-		t := time.Duration(*req.Timeout) * time.Second
-		if t < s.cfg.MinTimeout {
-			return spec, invalid("timeout %d s is below the minimum of %d s", *req.Timeout, int64(s.cfg.MinTimeout/time.Second))
-		}
-		if t > s.cfg.MaxTimeout {
-			return spec, invalid("timeout %d s is above the maximum of %d s", *req.Timeout, int64(s.cfg.MaxTimeout/time.Second))
-		}
-	}
-	if err := validateMetadata(req.Metadata, false); err != nil {
-		return spec, err
-	}
-	if err := validateEnv(req.Env); err != nil {
+	if err := s.validateCreateInput(req); err != nil {
 		return spec, err
 	}
 	for k, v := range req.ResourceLimits {
@@ -595,7 +588,7 @@ func (s *Service) PatchMetadata(ctx context.Context, caller Caller, id string, p
 		if len(sb.Metadata) == 0 {
 			sb.Metadata = nil
 		}
-		return nil
+		return validateMetadataSize(sb.Metadata)
 	})
 	if err != nil {
 		return nil, s.mapStoreErr(id, err)
@@ -733,7 +726,11 @@ func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, por
 	if host == "" {
 		host = q.RequestHost
 	}
-	ep := &Endpoint{Headers: map[string]string{AccessHeaderFor(port): sb.AccessToken}}
+	value, err := s.accessHeaderValue(ctx, sb, caller.KeyID)
+	if err != nil {
+		return nil, err
+	}
+	ep := &Endpoint{Headers: map[string]string{AccessHeaderFor(port): value}}
 	if s.cfg.PreviewDomain != "" && port != runtimes.AgentPort && port != runtimes.EgressPort {
 		ep.Endpoint = fmt.Sprintf("%s-%d.%s", sb.ID, port, s.cfg.PreviewDomain)
 		if _, p, err := net.SplitHostPort(host); err == nil {

@@ -61,6 +61,9 @@ type App struct {
 	// MinTimeout and MaxTimeout bound a sandbox's lifetime (defaults 60s and 7 days).
 	MinTimeout caddy.Duration `json:"min_timeout,omitempty"`
 	MaxTimeout caddy.Duration `json:"max_timeout,omitempty"`
+	// DefaultTimeout is the lifetime of a sandbox created with timeout null when its
+	// tenant does not allow manual cleanup (default: MaxTimeout).
+	DefaultTimeout caddy.Duration `json:"default_timeout,omitempty"`
 	// ReadyTimeout bounds the wait for a new sandbox's agent (default 30s).
 	ReadyTimeout caddy.Duration `json:"ready_timeout,omitempty"`
 	// FailedRetention keeps Failed sandboxes visible this long (default 10m).
@@ -213,6 +216,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		svc := gateway.New(gateway.Config{
 			MinTimeout:      time.Duration(a.MinTimeout),
 			MaxTimeout:      time.Duration(a.MaxTimeout),
+			DefaultTimeout:  time.Duration(a.DefaultTimeout),
 			ReadyTimeout:    time.Duration(a.ReadyTimeout),
 			FailedRetention: time.Duration(a.FailedRetention),
 			SyncInterval:    time.Duration(a.SyncInterval),

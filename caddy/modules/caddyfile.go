@@ -101,7 +101,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			continue
 		}
 		durations := map[string]*caddy.Duration{
-			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "ready_timeout": &app.ReadyTimeout,
+			"min_timeout": &app.MinTimeout, "max_timeout": &app.MaxTimeout, "default_timeout": &app.DefaultTimeout, "ready_timeout": &app.ReadyTimeout,
 			"failed_retention": &app.FailedRetention, "sync_interval": &app.SyncInterval, "pool_wait": &app.PoolWait,
 			"renew_cooldown": &app.RenewCooldown, "plugin_timeout": &app.PluginTimeout,
 		}

@@ -88,6 +88,7 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/sandboxes/{id}/pause", handler: h.pauseSandbox},
 		{method: "POST", path: "/sandboxes/{id}/resume", handler: h.resumeSandbox},
 		{method: "POST", path: "/sandboxes/{id}/renew-expiration", handler: h.renewSandbox},
+		{method: "POST", path: "/sandboxes/{id}/access/rotate", handler: h.rotateAccess, action: "sandbox.access.rotate"},
 		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint, action: "sandbox.proxy"},
 		{method: "POST", path: "/tenants", handler: h.createTenant},
 		{method: "GET", path: "/tenants", handler: h.listTenants},

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -84,10 +83,11 @@ func WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
 // serveProxyPath serves path mode: /sandboxes/{id}/proxy/{port}/… (also under /v1).
 func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
 	id, portStr := r.PathValue("id"), r.PathValue("port")
-	marker := "/sandboxes/" + id + "/proxy/" + portStr
-	esc := r.URL.EscapedPath()
-	i := strings.Index(esc, marker)
-	prefix, rest := esc[:i+len(marker)], esc[i+len(marker):]
+	prefix, rest, err := splitProxyPath(r.URL.EscapedPath(), id, portStr)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	h.proxy(w, r, id, portStr, prefix+"/", rest)
 }
 
@@ -114,9 +114,9 @@ func (h *Handler) previewHost(host string) (id, port string, ok bool) {
 // proxy authorizes a request for port of sandbox id and forwards it. cookiePath scopes
 // the preview cookie; rest is the escaped path to send upstream.
 func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string) {
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 1 || port > 65535 {
-		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "port %q: want a number from 1 to 65535", portStr))
+	port, err := gateway.ParsePort(portStr)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
 	if _, err := uuid.Parse(id); err != nil {
@@ -222,7 +222,10 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		if v == "" {
 			continue
 		}
-		if sb.AccessToken != "" && subtle.ConstantTimeCompare([]byte(v), []byte(sb.AccessToken)) == 1 {
+		if strings.HasPrefix(v, gateway.AccessValuePrefix) {
+			if err := h.svc.VerifyAccessValue(r.Context(), sb, v); err != nil {
+				return gateway.ProxyAccess{}, time.Time{}, err
+			}
 			return gateway.ProxyAccess{Kind: gateway.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
 		}
 		// The SDKs' server-proxy mode puts the tenant's API key in these headers.

@@ -160,9 +160,9 @@ func (h *Handler) renewSandbox(w http.ResponseWriter, r *http.Request, c gateway
 }
 
 func (h *Handler) getEndpoint(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	port, err := strconv.Atoi(r.PathValue("port"))
+	port, err := gateway.ParsePort(r.PathValue("port"))
 	if err != nil {
-		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "port %q: want a number from 1 to 65535", r.PathValue("port")))
+		writeError(w, r, err)
 		return
 	}
 	q := gateway.EndpointQuery{RequestHost: r.Host, Scheme: "http"}
@@ -184,4 +184,14 @@ func (h *Handler) getEndpoint(w http.ResponseWriter, r *http.Request, c gateway.
 		return
 	}
 	writeJSON(w, http.StatusOK, ep)
+}
+
+// rotateAccess replaces the sandbox's access secret: every access header handed out
+// before stops working.
+func (h *Handler) rotateAccess(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	if err := h.svc.RotateAccess(r.Context(), c, r.PathValue("id")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -39,6 +39,9 @@ type Quotas struct {
 	// DefaultCPUMillis and DefaultMemoryBytes apply when a request names no limits.
 	DefaultCPUMillis   int64 `json:"defaultCpuMillis,omitempty"`
 	DefaultMemoryBytes int64 `json:"defaultMemoryBytes,omitempty"`
+	// AllowManualCleanup lets the tenant create sandboxes with timeout null that never
+	// expire (deleted by hand); without it they get the gateway's default timeout.
+	AllowManualCleanup bool `json:"allowManualCleanup,omitempty"`
 }
 
 // APIKey is an issued key; only its hash is stored.

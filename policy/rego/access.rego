@@ -109,13 +109,23 @@ permitted if {
 	not platform_only
 }
 
-# member: sandboxes, pools, batches and snapshots, fully, in its own tenant.
+# member: sandboxes, pools, batches and snapshots, fully, in its own tenant,
+# except the actions kept for tenant-admins. "Fully" includes
+# sandbox.access.rotate (POST /v1/sandboxes/{id}/access/rotate), which
+# invalidates every access header of the sandbox; a viewer may not.
 permitted if {
 	input.principal.role == "member"
 	input.principal.kind in {"api_key", "session"}
 	area in {"sandbox", "pool", "batch", "snapshot"}
+	not tenant_admin_action
 	own_tenant
 }
+
+# sandbox.publish is the create of a sandbox with extensions["access.public"]
+# = "true", whose workload ports then answer anyone on the internet: a
+# tenant-admin's (or an admin's) decision. An operator who wants members to
+# publish adds `permitted if { input.action == "sandbox.publish"; ... }`.
+tenant_admin_action if input.action == "sandbox.publish"
 
 # member and viewer: read-only actions in their own tenant.
 permitted if {
@@ -151,11 +161,17 @@ port_matches if {
 
 port_matches if input.principal.port == input.resource.port
 
-# A public sandbox's ports are open to anyone, anonymous callers included.
+# A public sandbox's workload ports are open to anyone, anonymous callers
+# included. Never its platform ports: the agent (44772) runs commands as root
+# and the enforcer (18080) sets the egress policy. (The gateway also never
+# reports those ports as public, whatever this policy says.)
 permitted if {
 	input.action == "sandbox.proxy"
 	input.resource.public == true
+	not input.resource.port in platform_ports
 }
+
+platform_ports := {44772, 18080}
 
 # deny vetoes whatever permitted the request.
 deny contains {"code": "POLICY::INVALID_ACTION", "message": "the action is not of the form area.verb"} if {

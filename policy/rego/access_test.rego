@@ -169,6 +169,38 @@ test_public_sandbox_open_to_other_tenants if {
 	allowed(req(key("viewer", "t2"), "sandbox.proxy", object.union(sandbox("t1"), {"public": true, "port": 8080})))
 }
 
+test_public_never_opens_platform_ports if {
+	some port in [44772, 18080]
+	pub := object.union(sandbox("t1"), {"public": true, "port": port})
+	not allowed(req({"kind": "anonymous"}, "sandbox.proxy", pub))
+	not allowed(req(key("viewer", "t2"), "sandbox.proxy", pub))
+}
+
+test_public_platform_ports_still_open_to_owner if {
+	allowed(req(key("member", "t1"), "sandbox.proxy", object.union(sandbox("t1"), {"public": true, "port": 44772})))
+}
+
+test_publish_needs_tenant_admin if {
+	code(req(key("member", "t1"), "sandbox.publish", sandbox("t1"))) == "POLICY::DENIED"
+	code(req(session("member", "t1"), "sandbox.publish", sandbox("t1"))) == "POLICY::DENIED"
+	not allowed(req(key("viewer", "t1"), "sandbox.publish", sandbox("t1")))
+	allowed(req(key("tenant-admin", "t1"), "sandbox.publish", sandbox("t1")))
+	allowed(req(key("admin", "ops"), "sandbox.publish", sandbox("t1")))
+	code(req(key("tenant-admin", "t1"), "sandbox.publish", sandbox("t2"))) == "POLICY::NOT_FOUND"
+}
+
+test_access_rotate_member_not_viewer if {
+	allowed(req(key("member", "t1"), "sandbox.access.rotate", sandbox("t1")))
+	allowed(req(session("tenant-admin", "t1"), "sandbox.access.rotate", sandbox("t1")))
+	not allowed(req(key("viewer", "t1"), "sandbox.access.rotate", sandbox("t1")))
+	code(req(key("member", "t2"), "sandbox.access.rotate", sandbox("t1"))) == "POLICY::NOT_FOUND"
+}
+
+test_member_still_creates_private_sandboxes if {
+	allowed(req(key("member", "t1"), "sandbox.create", sandbox("t1")))
+	allowed(req(key("member", "t1"), "sandbox.update", sandbox("t1")))
+}
+
 test_public_only_opens_proxy if {
 	not allowed(req({"kind": "anonymous"}, "sandbox.get", object.union(sandbox("t1"), {"public": true})))
 	not allowed(req({"kind": "anonymous"}, "sandbox.delete", object.union(sandbox("t1"), {"public": true})))

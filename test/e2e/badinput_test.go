@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,16 @@ func TestBadInput(t *testing.T) {
 		{"timeout below the minimum", map[string]any{"image": img, "entrypoint": tail, "timeout": 0}, 400, "SANDBOX::INVALID_PARAMETER"},
 		{"bad cpu", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"cpu": "lots"}}, 400, "SANDBOX::INVALID_PARAMETER"},
 		{"bad memory", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"memory": "12 parsecs"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		// Each of these once answered 500 or was accepted.
+		{"invalid image reference", map[string]any{"image": map[string]any{"uri": "Not A/Valid::Image"}, "entrypoint": tail}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"image reference with a NUL", map[string]any{"image": map[string]any{"uri": "sandgate/base\x00:1"}, "entrypoint": tail}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"NUL in an env value", map[string]any{"image": img, "entrypoint": tail, "env": map[string]string{"A": "x\x00y"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"NUL in the entrypoint", map[string]any{"image": img, "entrypoint": []string{"tail", "-f", "/dev/null\x00"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"cpu above the host's", map[string]any{"image": img, "entrypoint": tail, "resourceLimits": map[string]string{"cpu": "1000"}}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"timeout that overflows a duration", map[string]any{"image": img, "entrypoint": tail, "timeout": int64(18446747674)}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"negative timeout", map[string]any{"image": img, "entrypoint": tail, "timeout": -5}, 400, "SANDBOX::INVALID_PARAMETER"},
+		{"5000 metadata keys", map[string]any{"image": img, "entrypoint": tail, "metadata": manyLabels(5000)}, 400, "SANDBOX::INVALID_METADATA_LABEL"},
+		{"credentialProxy enabled", map[string]any{"image": img, "entrypoint": tail, "credentialProxy": map[string]any{"enabled": true}}, 400, "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +96,20 @@ func TestBadInput(t *testing.T) {
 		}
 		if r := g.do("GET", "/health", nil, "OPEN-SANDBOX-API-KEY", ""); r.Status != 200 || r.JSON(t)["status"] != "healthy" {
 			t.Fatalf("health: %d %s", r.Status, r.Body)
+		}
+	})
+	t.Run("metadata patch beyond the bound", func(t *testing.T) {
+		id := g.createSandbox(map[string]any{"metadata": map[string]string{"team": "a"}})
+		patch := map[string]any{}
+		for k, v := range manyLabels(64) {
+			patch[k] = v
+		}
+		expectError(t, g.do("PATCH", "/v1/sandboxes/"+id+"/metadata", patch), 400, "SANDBOX::INVALID_METADATA_LABEL")
+		if md := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["metadata"].(map[string]any); len(md) != 1 || md["team"] != "a" {
+			t.Fatalf("a refused patch changed the metadata: %v", md)
+		}
+		if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+			t.Fatalf("delete: %d", r.Status)
 		}
 	})
 }
@@ -138,5 +163,78 @@ func TestDockerUnreachable(t *testing.T) {
 	}
 	if !strings.Contains(string(out), sock) {
 		t.Fatalf("the error does not name the socket %s:\n%s", sock, tail(string(out), 2000))
+	}
+}
+
+// manyLabels returns n distinct valid metadata labels.
+func manyLabels(n int) map[string]string {
+	md := make(map[string]string, n)
+	for i := 0; i < n; i++ {
+		md[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return md
+}
+
+// TestCredentialProxyRefused: until the credential vault exists, credentialProxy
+// {"enabled": true} is refused with its own code wherever a sandbox is described (a
+// create, a pool's template, a batch's template, a pool claim), instead of silently
+// creating a sandbox without the protection asked for; {"enabled": false} and absent are
+// fine.
+func TestCredentialProxyRefused(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	on := map[string]any{"enabled": true}
+	tmpl := func(cp any) map[string]any {
+		m := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
+		if cp != nil {
+			m["credentialProxy"] = cp
+		}
+		return m
+	}
+	capacity := map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}
+	const code = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+	t.Run("create", func(t *testing.T) {
+		expectError(t, g.do("POST", "/v1/sandboxes", tmpl(on)), 400, code)
+	})
+	t.Run("pool template", func(t *testing.T) {
+		expectError(t, g.do("POST", "/v1/pools", map[string]any{"name": "vault", "template": tmpl(on), "capacitySpec": capacity}), 400, code)
+		expectError(t, g.do("GET", "/v1/pools/vault", nil), 404, "POOL::NOT_FOUND")
+	})
+	t.Run("batch template", func(t *testing.T) {
+		expectError(t, g.do("POST", "/v1/batches", map[string]any{"count": 1, "template": tmpl(on)}), 400, code)
+	})
+	t.Run("pool claim", func(t *testing.T) {
+		if r := g.do("POST", "/v1/pools", map[string]any{"name": "plain", "template": tmpl(nil), "capacitySpec": capacity}); r.Status != 201 {
+			t.Fatalf("create pool: %d %s", r.Status, r.Body)
+		}
+		claim := map[string]any{"extensions": map[string]string{"poolRef": "plain"}, "credentialProxy": on}
+		expectError(t, g.do("POST", "/v1/sandboxes", claim), 400, code)
+	})
+	if left := e.containers(); len(left) != 0 {
+		t.Fatalf("refused creates left containers: %v", left)
+	}
+	t.Run("disabled or absent is fine", func(t *testing.T) {
+		for _, cp := range []any{map[string]any{"enabled": false}, nil} {
+			id := g.createSandbox(tmpl(cp))
+			if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+				t.Fatalf("delete: %d", r.Status)
+			}
+		}
+	})
+}
+
+// TestMissingKeyNamesWhereToGetOne: OpenSandbox runs with api_key = "" for local
+// development and its users send no key; sandgate always wants one, and its 401 says
+// where it is (what `make run` prints and keeps in .sandgate/api-key).
+func TestMissingKeyNamesWhereToGetOne(t *testing.T) {
+	g := newEnv(t, startRedis(t)).startGateway()
+	for _, path := range []string{"/v1/sandboxes", "/sandboxes", "/v1/pools"} {
+		r := g.do("GET", path, nil, "OPEN-SANDBOX-API-KEY", "")
+		expectError(t, r, 401, "MISSING_API_KEY")
+		for _, hint := range []string{"make run", ".sandgate/api-key", "OPEN-SANDBOX-API-KEY"} {
+			if !strings.Contains(r.JSON(t)["message"].(string), hint) {
+				t.Errorf("GET %s without a key: the answer does not mention %q: %s", path, hint, r.Body)
+			}
+		}
 	}
 }

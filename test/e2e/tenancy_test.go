@@ -236,3 +236,57 @@ deny contains {"code": "OPS::IMAGE_FORBIDDEN", "message": "the code interpreter 
 	other := g.createSandbox(map[string]any{})
 	g.do("DELETE", "/v1/sandboxes/"+other, nil)
 }
+
+// TestDefaultTimeout: a sandbox created with timeout null expires after the operator's
+// SANDGATE_DEFAULT_TIMEOUT (SANDGATE_MAX_TIMEOUT when unset), unless its tenant's quota
+// allows manual cleanup; before, it never expired.
+func TestDefaultTimeout(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway("SANDGATE_DEFAULT_TIMEOUT=4s")
+	expiry := func(g *gateway, id string) (created, expires time.Time, ok bool) {
+		m := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)
+		created, _ = time.Parse(time.RFC3339Nano, m["createdAt"].(string))
+		s, ok := m["expiresAt"].(string)
+		if ok {
+			expires, _ = time.Parse(time.RFC3339Nano, s)
+		}
+		return created, expires, ok
+	}
+	t.Run("null gets the default and is reaped", func(t *testing.T) {
+		id := g.createSandbox(map[string]any{"timeout": nil})
+		created, exp, ok := expiry(g, id)
+		if !ok {
+			t.Fatal("a sandbox with timeout null has no expiry")
+		}
+		if d := exp.Sub(created); d < 3*time.Second || d > 10*time.Second {
+			t.Fatalf("expiry %s after creation, want about 4s", d)
+		}
+		waitFor(t, 2*time.Minute, func() bool { return g.do("GET", "/v1/sandboxes/"+id, nil).Status == 404 }, "the sandbox to be reaped")
+	})
+	t.Run("a tenant that allows manual cleanup keeps null", func(t *testing.T) {
+		tenant := g.createTenant("manual", map[string]any{"allowManualCleanup": true})
+		_, key := g.issueKey(tenant, "member")
+		m := g.asKey(key)
+		id := m.createSandbox(map[string]any{})
+		if _, exp, ok := expiry(m, id); ok {
+			t.Fatalf("manual cleanup allowed, yet the sandbox expires at %s", exp)
+		}
+		if r := m.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+			t.Fatalf("delete: %d", r.Status)
+		}
+	})
+	t.Run("without a default, the maximum applies", func(t *testing.T) {
+		g2 := e.startGateway("SANDGATE_MAX_TIMEOUT=2h")
+		id := g2.createSandbox(map[string]any{})
+		created, exp, ok := expiry(g2, id)
+		if !ok {
+			t.Fatal("a sandbox with no timeout has no expiry")
+		}
+		if d := exp.Sub(created); d < 2*time.Hour-time.Minute || d > 2*time.Hour+time.Minute {
+			t.Fatalf("expiry %s after creation, want the maximum of 2h", d)
+		}
+		if r := g2.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+			t.Fatalf("delete: %d", r.Status)
+		}
+	})
+}

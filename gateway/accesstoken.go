@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// An access header value (what GET /sandboxes/{id}/endpoints/{port} hands out in
+// "headers") is bound to the sandbox's current access secret and to the key that
+// fetched it:
+//
+//	sga1.<key id>.<base64url HMAC-SHA256(secret, sandbox id, key id, hash of the key)>
+//
+// SDKs fetch these headers once and send them on every call, so the value must die
+// with what it was derived from: rotating the sandbox's secret
+// (POST /sandboxes/{id}/access/rotate) invalidates every value at once, and revoking
+// the key (or changing the platform key) invalidates the values it fetched, checked by
+// one HGET per request.
+// AccessValuePrefix starts every key-bound access header value.
+const AccessValuePrefix = "sga1."
+
+// CodeAccessRevoked answers a key-bound access header whose key is gone.
+const CodeAccessRevoked = "ACCESS::TOKEN_REVOKED"
+
+// accessHeaderValue derives the access header value for caller's key.
+func (s *Service) accessHeaderValue(ctx context.Context, sb *store.Sandbox, keyID string) (string, error) {
+	binding, err := s.keyBinding(ctx, keyID)
+	if err != nil {
+		return "", err
+	}
+	return AccessValuePrefix + keyID + "." + accessMAC(sb, keyID, binding), nil
+}
+
+func accessMAC(sb *store.Sandbox, keyID, binding string) string {
+	m := hmac.New(sha256.New, []byte(sb.AccessToken))
+	m.Write([]byte(sb.ID + "\n" + keyID + "\n" + binding))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// keyBinding is what ties a value to its key: the stored hash of an issued key, the
+// hash of the configured platform key for "admin". ErrNotFound when the key is gone.
+func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) {
+	if keyID == adminKeyID {
+		admin, _ := s.adminKey.Load().(string)
+		if admin == "" {
+			return "", store.ErrNotFound
+		}
+		return store.HashKey(admin), nil
+	}
+	if keyID == "" {
+		return "", store.ErrNotFound
+	}
+	return s.store.KeyHashByID(ctx, keyID)
+}
+
+// VerifyAccessValue checks an access header value against sb's current secret and
+// the key it was issued to. A well-formed value whose MAC is right but whose key was
+// revoked gets its own code, so that a client knows to fetch the endpoint again with
+// a live key.
+func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, value string) error {
+	bad := Errorf(http.StatusForbidden, CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
+	rest, ok := strings.CutPrefix(value, AccessValuePrefix)
+	if !ok || sb.AccessToken == "" {
+		return bad
+	}
+	keyID, mac, ok := strings.Cut(rest, ".")
+	if !ok || keyID == "" || len(keyID) > 64 {
+		return bad
+	}
+	binding, err := s.keyBinding(ctx, keyID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Errorf(http.StatusForbidden, CodeAccessRevoked, "the access token of sandbox %s was issued to a key that has been revoked: fetch the endpoint again with a valid key", sb.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal([]byte(mac), []byte(accessMAC(sb, keyID, binding))) {
+		return bad
+	}
+	return nil
+}
+
+// RotateAccess replaces a sandbox's access secret: every access header value handed
+// out before stops working at once, on every gateway (the change is published and
+// drops their cached routes).
+func (s *Service) RotateAccess(ctx context.Context, caller Caller, id string) error {
+	if _, err := s.Lookup(ctx, caller, id); err != nil {
+		return err
+	}
+	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+		sb.AccessToken = randomToken(24)
+		return nil
+	})
+	if err != nil {
+		return s.mapStoreErr(id, err)
+	}
+	s.routes.drop(id)
+	s.emit(ctx, sb, "sandbox.access.rotated", map[string]any{"key": caller.KeyID, "time": time.Now().UTC()})
+	return nil
+}

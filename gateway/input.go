@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// Bounds of a sandbox's metadata: it travels on every list answer, in a runtime label
+// and in every event, so it is kept small.
+const (
+	MaxMetadataKeys  = 64
+	MaxMetadataBytes = 16 << 10
+)
+
+// CodeCredentialProxyUnsupported refuses a create that asks for the credential vault,
+// which this gateway does not have yet: silently ignoring it would hand the workload
+// a sandbox without the protection its owner asked for.
+const CodeCredentialProxyUnsupported = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+
+// canonicalPortRe is a port as sandgate writes it: no sign, no leading zero, no space.
+var canonicalPortRe = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
+
+// ParsePort parses a port written canonically ("8080", never "08080", "+8080" or
+// " 8080"). Every route that takes a port uses it, so that a policy rule about a port
+// number sees the same number whatever spelling the client used.
+func ParsePort(s string) (int, error) {
+	if canonicalPortRe.MatchString(s) {
+		if n, err := strconv.Atoi(s); err == nil && n <= 65535 {
+			return n, nil
+		}
+	}
+	return 0, Errorf(http.StatusBadRequest, CodeInvalidParameter, "port %q: want a number from 1 to 65535, written without sign, spaces or leading zeros", s)
+}
+
+// hexImageIDRe matches an image given by its ID (with or without the sha256: prefix),
+// which reference parsing refuses but the engine accepts.
+var hexImageIDRe = regexp.MustCompile(`^(sha256:)?[a-f0-9]{12,64}$`)
+
+// validateImageRef refuses image references the engine could not parse, before any
+// record or container exists.
+func validateImageRef(uri string) error {
+	if hexImageIDRe.MatchString(uri) {
+		return nil
+	}
+	if _, err := reference.ParseNormalizedNamed(uri); err != nil {
+		return invalid("image.uri %q is not a valid image reference (%v); want e.g. \"python:3.11-slim\" or \"registry.example.com/team/app:1.2\"", uri, err)
+	}
+	return nil
+}
+
+// validateProcessStrings refuses NUL bytes in what becomes a process's argv or
+// environment: the kernel cannot carry them.
+func validateProcessStrings(entrypoint []string, env map[string]string) error {
+	for i, arg := range entrypoint {
+		if strings.ContainsRune(arg, 0) {
+			return invalid("entrypoint[%d]: contains a NUL byte", i)
+		}
+	}
+	for k, v := range env {
+		if strings.ContainsRune(v, 0) {
+			return invalid("env[%q]: the value contains a NUL byte", k)
+		}
+	}
+	return nil
+}
+
+// validateMetadataSize bounds the number of keys and their total size.
+func validateMetadataSize(md map[string]string) error {
+	if len(md) > MaxMetadataKeys {
+		return Errorf(http.StatusBadRequest, CodeInvalidMetadata, "metadata has %d keys; at most %d are allowed", len(md), MaxMetadataKeys)
+	}
+	size := 0
+	for k, v := range md {
+		size += len(k) + len(v)
+	}
+	if size > MaxMetadataBytes {
+		return Errorf(http.StatusBadRequest, CodeInvalidMetadata, "metadata holds %d bytes of keys and values; at most %d are allowed", size, MaxMetadataBytes)
+	}
+	return nil
+}
+
+// validateTimeoutSeconds checks a requested lifetime in whole seconds against the
+// configured bounds. It compares seconds, never durations: a duration of 2^64 seconds
+// wraps around int64 nanoseconds into a short lifetime.
+func (s *Service) validateTimeoutSeconds(timeout *int64) error {
+	if timeout == nil {
+		return nil
+	}
+	lo, hi := int64(s.cfg.MinTimeout/time.Second), int64(s.cfg.MaxTimeout/time.Second)
+	if *timeout < lo {
+		return invalid("timeout %d s is below the minimum of %d s", *timeout, lo)
+	}
+	if *timeout > hi {
+		return invalid("timeout %d s is above the maximum of %d s", *timeout, hi)
+	}
+	return nil
+}
+
+// validateCredentialProxy refuses credentialProxy.enabled = true until the credential
+// vault exists; absent, null or {"enabled": false} is fine.
+func validateCredentialProxy(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var cp struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(raw, &cp); err != nil {
+		return invalid("credentialProxy: want an object like {\"enabled\": false}")
+	}
+	if cp.Enabled != nil && *cp.Enabled {
+		return Errorf(http.StatusBadRequest, CodeCredentialProxyUnsupported,
+			"credentialProxy.enabled: this gateway has no credential vault yet, so the sandbox's credentials could not be kept out of it; create it without credentialProxy (or with {\"enabled\": false})")
+	}
+	return nil
+}
+
+// engineRefused reports whether the engine refused a create for a parameter of the
+// request (a CPU limit above the host's, a reference it cannot parse): the client's
+// mistake, answered 400 with the engine's reason.
+func engineRefused(err error) bool {
+	return cerrdefs.IsInvalidArgument(err) && !errors.Is(err, errors.ErrUnsupported)
+}
+
+// validateCreateInput checks the fields of a create that need no runtime: image
+// reference, timeout, metadata, env, entrypoint, credentialProxy.
+func (s *Service) validateCreateInput(req CreateRequest) error {
+	if err := validateImageRef(strings.TrimSpace(req.Image.URI)); err != nil {
+		return err
+	}
+	if err := s.validateTimeoutSeconds(req.Timeout); err != nil {
+		return err
+	}
+	if err := validateMetadata(req.Metadata, false); err != nil {
+		return err
+	}
+	if err := validateMetadataSize(req.Metadata); err != nil {
+		return err
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return err
+	}
+	if err := validateProcessStrings(req.Entrypoint, req.Env); err != nil {
+		return err
+	}
+	return validateCredentialProxy(req.CredentialProxy)
+}
+
+// validateClaimInput checks what a pool claim (or a batch's claim) adds to its pool's
+// template: timeout, metadata, env, entrypoint, credentialProxy.
+func (s *Service) validateClaimInput(req CreateRequest) error {
+	if err := s.validateTimeoutSeconds(req.Timeout); err != nil {
+		return err
+	}
+	if err := validateMetadata(req.Metadata, false); err != nil {
+		return err
+	}
+	if err := validateMetadataSize(req.Metadata); err != nil {
+		return err
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return err
+	}
+	if err := validateProcessStrings(req.Entrypoint, req.Env); err != nil {
+		return err
+	}
+	return validateCredentialProxy(req.CredentialProxy)
+}
+
+// expiryFor is when a sandbox created at now with timeout (seconds, validated) expires:
+// a timeout of null gets the gateway's DefaultTimeout unless the tenant's quota allows
+// manual cleanup, so that no sandbox outlives every bound by omission.
+func (s *Service) expiryFor(now time.Time, timeout *int64, q store.Quotas) *time.Time {
+	var exp time.Time
+	switch {
+	case timeout != nil:
+		exp = now.Add(time.Duration(*timeout) * time.Second)
+	case q.AllowManualCleanup:
+		return nil
+	default:
+		exp = now.Add(s.cfg.DefaultTimeout)
+	}
+	return &exp
+}
+
+// defaultExpiry is expiryFor with timeout null for tenant's quotas.
+func (s *Service) defaultExpiry(ctx context.Context, tenant string, now time.Time) (*time.Time, error) {
+	q, err := s.tenantQuotas(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return s.expiryFor(now, nil, q), nil
+}
