@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -30,9 +31,15 @@ func init() {
 // runs sandboxes; the core it builds survives config reloads (it is shared through a
 // usage pool keyed by that config), so an embedded store keeps its data across reloads.
 type App struct {
-	// APIKey is the platform admin key.
+	// APIKey is the platform admin key. Write a placeholder resolved at provision,
+	// {env.SANDGATE_API_KEY} as the default Caddyfile does, rather than the value, so
+	// that the config (admin API, autosave, `sandgate adapt`) never holds the key.
 	APIKey string `json:"api_key,omitempty"`
-	// RedisURL is a redis:// URL; empty runs the embedded in-process store.
+	// APIKeyFile is a file holding the platform admin key (read at provision, trailing
+	// whitespace dropped); it takes precedence over APIKey.
+	APIKeyFile string `json:"api_key_file,omitempty"`
+	// RedisURL is a redis:// URL; empty runs the embedded in-process store. It may
+	// carry a password, so it is a placeholder too ({env.SANDGATE_REDIS_URL}).
 	RedisURL string `json:"redis_url,omitempty"`
 	// RedisPrefix namespaces sandgate's keys (default "sg:").
 	RedisPrefix string `json:"redis_prefix,omitempty"`
@@ -136,6 +143,9 @@ var cores = caddy.NewUsagePool()
 
 // Provision implements caddy.Provisioner.
 func (a *App) Provision(ctx caddy.Context) error {
+	if err := a.resolveSecrets(); err != nil {
+		return err
+	}
 	if a.Runtime == "" {
 		a.Runtime = "docker"
 	}
@@ -245,6 +255,25 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.core.service.SetAdminKey(a.APIKey)
 	if a.APIKey == "" {
 		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
+	}
+	return nil
+}
+
+// resolveSecrets replaces the placeholders of the secret settings ({env.*}, {file.*})
+// with their values, which thus live only in this process's memory, never in the
+// config Caddy keeps, serves and saves.
+func (a *App) resolveSecrets() error {
+	repl := caddy.NewReplacer()
+	a.APIKey = repl.ReplaceKnown(a.APIKey, "")
+	a.RedisURL = repl.ReplaceKnown(a.RedisURL, "")
+	if a.APIKeyFile = repl.ReplaceKnown(a.APIKeyFile, ""); a.APIKeyFile != "" {
+		b, err := os.ReadFile(a.APIKeyFile)
+		if err != nil {
+			return fmt.Errorf("api_key_file: %w", err)
+		}
+		if a.APIKey = strings.TrimSpace(string(b)); a.APIKey == "" {
+			return fmt.Errorf("api_key_file %s is empty", a.APIKeyFile)
+		}
 	}
 	return nil
 }
