@@ -52,14 +52,14 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		Transport: &http.Transport{
+		Transport: SecretHeaderTransport{Next: &http.Transport{
 			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:          1024,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
 			ExpectContinueTimeout: time.Second,
 			DisableCompression:    true,
-		},
+		}},
 		FlushInterval: -1,
 		ErrorHandler:  onError,
 	}
@@ -160,11 +160,13 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 		}
 	}
 	stripCredentials(out, r, h)
+	// The sandbox's own credentials travel beside the request, not in it: only the
+	// transport adds them, so no log of the request can show them.
 	switch port {
 	case runtimes.AgentPort:
-		out.Header.Set(gateway.HeaderAgentToken, sb.AgentToken)
+		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentToken)
 	case runtimes.EgressPort:
-		out.Header.Set(gateway.HeaderEgressToken, sb.EgressToken)
+		out = withUpstreamSecret(out, gateway.HeaderEgressToken, sb.EgressToken)
 	}
 	if port == runtimes.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)
