@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,8 +106,9 @@ type App struct {
 	// CIDRs) every sandbox is denied, or allowed, ahead of its own rules. Denies win.
 	EgressAlwaysDeny  []string `json:"egress_always_deny,omitempty"`
 	EgressAlwaysAllow []string `json:"egress_always_allow,omitempty"`
-	// EgressGatewayAddresses are the gateway's own addresses (IPs, CIDRs) that sandboxes
-	// must never reach; default: the host's addresses on the Docker sandbox network.
+	// EgressGatewayAddresses are addresses (IPs, CIDRs) of the gateway that sandboxes must
+	// never reach, in addition to those found at start: every address of the host's
+	// interfaces and, on Docker, the host's address on every network of the engine.
 	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
@@ -177,7 +179,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return nil, err
 		}
 		var rt runtimes.Runtime
-		gatewayAddrs := a.EgressGatewayAddresses
+		// The platform denies every address of the gateway's host (and, on Docker, the
+		// host's address on every network of the engine) besides the operator's list.
+		gatewayAddrs, err := gateway.HostAddresses()
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		gatewayAddrs = append(slices.Clone(a.EgressGatewayAddresses), gatewayAddrs...)
 		switch a.Runtime {
 		case "docker":
 			var d *docker.Runtime
@@ -185,11 +194,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on", Logger: slogger})
 			if err == nil {
 				rt = d
-				if len(gatewayAddrs) == 0 {
-					if gatewayAddrs, err = d.GatewayAddresses(bg); err != nil {
-						d.Close()
-					}
+				var bridges []string
+				if bridges, err = d.GatewayAddresses(bg); err != nil {
+					d.Close()
 				}
+				gatewayAddrs = append(bridges, gatewayAddrs...)
 			}
 		case "kubernetes":
 			agentImage := a.K8sAgentImage
@@ -210,6 +219,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			st.Close()
 			return nil, err
 		}
+		gatewayAddrs = dedupe(gatewayAddrs)
 		pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Data: a.platformData(gatewayAddrs), Logger: slogger})
 		if err != nil {
 			rt.Close()
@@ -283,6 +293,19 @@ func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
 		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst)
+}
+
+// dedupe drops repeated entries, keeping the first of each.
+func dedupe(list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := list[:0]
+	for _, v := range list {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // platformData is what the configuration contributes to data.sandgate.platform; keys

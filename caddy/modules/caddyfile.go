@@ -59,7 +59,7 @@ func init() {
 //		egress_default_action    allow|deny
 //		egress_always_deny       <target,target,…>
 //		egress_always_allow      <target,target,…>
-//		egress_gateway_addresses <ip-or-cidr,…>   # default: the Docker network's gateway
+//		egress_gateway_addresses <ip-or-cidr,…>   # beside the host's own addresses and its Docker bridges'
 //		plugin_cache_dir <dir>            # compiled WASM plugins survive restarts
 //		plugin_timeout   <duration>       # default deadline of a plugin hook call
 //	}
