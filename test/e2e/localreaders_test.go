@@ -3,7 +3,9 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // TestAdaptHoldsNoSecrets: `sandgate adapt` of the default Caddyfile names the secret
@@ -170,4 +174,35 @@ func rawRESP(t *testing.T, addr string, commands ...string) []string {
 		replies = append(replies, strings.TrimSpace(line))
 	}
 	return replies
+}
+
+// TestAdminOnRequest: SANDGATE_ADMIN=host:port still serves Caddy's admin API (pprof
+// for debugging), and the config it serves holds the key's placeholder, not the key.
+func TestAdminOnRequest(t *testing.T) {
+	e := newEnv(t, nil)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", port)
+	e.startGateway("SANDGATE_ADMIN="+admin, "HOME="+t.TempDir())
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, _ := get("/debug/pprof/cmdline"); status != 200 {
+		t.Errorf("pprof: %d", status)
+	}
+	status, cfg := get("/config/")
+	if status != 200 || !strings.Contains(cfg, "{env.SANDGATE_API_KEY}") {
+		t.Errorf("config: %d %s", status, cfg)
+	}
+	if strings.Contains(cfg, e.APIKey) {
+		t.Errorf("the admin API serves the API key")
+	}
 }
