@@ -217,7 +217,7 @@ func pluginError(err error) error {
 	switch pe.Code {
 	case plugins.CodeInvalidConfig:
 		status = http.StatusBadRequest
-	case plugins.CodeHookConflict, plugins.CodeTooManyPlugins:
+	case plugins.CodeHookConflict, plugins.CodeTooManyPlugins, plugins.CodeTenantMemory:
 		status = http.StatusConflict
 	case plugins.CodeModuleTooLarge:
 		status = http.StatusRequestEntityTooLarge

@@ -27,6 +27,8 @@ const (
 	CodeCompileTimeout = "PLUGIN::COMPILE_TIMEOUT"
 	// CodeTooManyPlugins: the tenant has as many plugins as the host allows.
 	CodeTooManyPlugins = "PLUGIN::TOO_MANY_PLUGINS"
+	// CodeTenantMemory: the tenant's plugins would hold more memory than the host allows.
+	CodeTenantMemory = "PLUGIN::TENANT_MEMORY"
 	// CodeInitFailed: instantiating or configuring the module failed.
 	CodeInitFailed = "PLUGIN::INIT_FAILED"
 	// CodeHookConflict: a tenant may have only one decide_ttl plugin.

@@ -49,6 +49,10 @@ type HostOptions struct {
 	// MaxPluginsPerTenant bounds how many plugins one tenant may have loaded
 	// at once. Default 8.
 	MaxPluginsPerTenant int
+	// MaxTenantMemoryMiB bounds the memory one tenant's plugins may hold at
+	// once: the sum over its plugins of poolSize × memory limit. Default
+	// 2048 (8 plugins at the default limits).
+	MaxTenantMemoryMiB int
 	// Audit receives each record a plugin emits with emit_audit, already
 	// checked to be JSON and copied. It runs on the plugin's call path, so it
 	// must not block; nil drops the records.
@@ -65,6 +69,7 @@ const (
 	defaultQueueSize      = 1024
 	defaultCompileTimeout = 20 * time.Second
 	defaultMaxPlugins     = 8
+	defaultTenantMemory   = 2048
 	// compileWorkers is the number of goroutines one compilation uses. More
 	// than one also makes wazero check the context between functions, which
 	// is what lets CompileTimeout stop a compilation.
@@ -144,6 +149,9 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	if opts.MaxPluginsPerTenant <= 0 {
 		opts.MaxPluginsPerTenant = defaultMaxPlugins
 	}
+	if opts.MaxTenantMemoryMiB <= 0 {
+		opts.MaxTenantMemoryMiB = defaultTenantMemory
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -218,10 +226,10 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 	// Refuse a plugin over the count before paying for its compilation; the
 	// check is made again below, under the lock that publishes it.
 	h.mu.Lock()
-	full := h.slots[key] == nil && h.tenantPlugins(p.Tenant) >= h.opts.MaxPluginsPerTenant
+	err = h.checkTenantRoom(key, r)
 	h.mu.Unlock()
-	if full {
-		return newError(CodeTooManyPlugins, nil, "the tenant already has %d plugins, the most allowed; remove one first", h.opts.MaxPluginsPerTenant)
+	if err != nil {
+		return err
 	}
 	c, err := h.acquireCompiled(ctx, p.Module, r)
 	if err != nil {
@@ -263,8 +271,6 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 		err = ErrClosed
 	case cur == nil && !fresh:
 		err = newError(CodeNotFound, nil, "plugin %q was removed while it was loading", p.Name)
-	case cur == nil && h.tenantPlugins(p.Tenant) >= h.opts.MaxPluginsPerTenant:
-		err = newError(CodeTooManyPlugins, nil, "the tenant already has %d plugins, the most allowed; remove one first", h.opts.MaxPluginsPerTenant)
 	case r.decideTTL:
 		for k, other := range h.slots {
 			if k.tenant == p.Tenant && k.name != p.Name && other.hasHook(HookDecideTTL) {
@@ -272,6 +278,9 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 				break
 			}
 		}
+	}
+	if err == nil {
+		err = h.checkTenantRoom(key, r)
 	}
 	if err == nil {
 		if cur == nil {
@@ -441,15 +450,27 @@ func (h *Host) janitor() {
 	}
 }
 
-// tenantPlugins counts the tenant's loaded plugins; h.mu must be held.
-func (h *Host) tenantPlugins(tenant string) int {
-	n := 0
-	for k := range h.slots {
-		if k.tenant == tenant {
-			n++
+// checkTenantRoom refuses a plugin that would take its tenant past the plugin
+// count or the memory budget; replacing a plugin counts the new version in
+// place of the old. h.mu must be held.
+func (h *Host) checkTenantRoom(key slotKey, r resolved) error {
+	plugins, pages := 0, uint64(r.poolSize)*uint64(r.memoryPages)
+	for k, s := range h.slots {
+		if k.tenant != key.tenant || k == key {
+			continue
+		}
+		plugins++
+		if v := s.current.Load(); v != nil {
+			pages += uint64(v.cfg.poolSize) * uint64(v.cfg.memoryPages)
 		}
 	}
-	return n
+	if h.slots[key] == nil && plugins >= h.opts.MaxPluginsPerTenant {
+		return newError(CodeTooManyPlugins, nil, "the tenant already has %d plugins, the most allowed; remove one first", h.opts.MaxPluginsPerTenant)
+	}
+	if mib := pages / pagesPerMiB; mib > uint64(h.opts.MaxTenantMemoryMiB) {
+		return newError(CodeTenantMemory, nil, "the tenant's plugins would hold up to %d MiB (poolSize × memory limit of each), more than the %d MiB allowed; lower limits.poolSize or limits.memoryMiB", mib, h.opts.MaxTenantMemoryMiB)
+	}
+	return nil
 }
 
 // rebuildRoutes publishes a new routing index; h.mu must be held.

@@ -127,3 +127,32 @@ func TestTooManyPlugins(t *testing.T) {
 		t.Errorf("acme has %d plugins, want 2", got)
 	}
 }
+
+func TestTenantMemoryBudget(t *testing.T) {
+	h := newHost(t, plugins.HostOptions{MaxTenantMemoryMiB: 256})
+	ctx := context.Background()
+	module := wasm(t, "noop")
+	load := func(tenant, name string, lim plugins.Limits) error {
+		return h.Load(ctx, plugins.Plugin{Tenant: tenant, Name: name, Module: module,
+			Config: plugins.Config{Hooks: []string{plugins.HookOnEvent}, Limits: lim}})
+	}
+	if err := load("acme", "a", plugins.Limits{MemoryMiB: 64, PoolSize: 2}); err != nil { // 128 MiB
+		t.Fatal(err)
+	}
+	if err := load("acme", "b", plugins.Limits{MemoryMiB: 64, PoolSize: 3}); plugins.ErrorCode(err) != plugins.CodeTenantMemory {
+		t.Fatalf("second plugin over the budget: code %q, want %q (err: %v)", plugins.ErrorCode(err), plugins.CodeTenantMemory, err)
+	}
+	if err := load("acme", "b", plugins.Limits{MemoryMiB: 64, PoolSize: 2}); err != nil { // 256 MiB in all
+		t.Errorf("second plugin within the budget: %v", err)
+	}
+	// Replacing a plugin counts its new limits in place of its old ones.
+	if err := load("acme", "a", plugins.Limits{MemoryMiB: 32, PoolSize: 2}); err != nil {
+		t.Errorf("shrinking a plugin: %v", err)
+	}
+	if err := load("acme", "a", plugins.Limits{MemoryMiB: 128, PoolSize: 2}); plugins.ErrorCode(err) != plugins.CodeTenantMemory {
+		t.Errorf("growing a plugin past the budget: code %q (err: %v)", plugins.ErrorCode(err), err)
+	}
+	if err := load("globex", "a", plugins.Limits{MemoryMiB: 64, PoolSize: 4}); err != nil {
+		t.Errorf("another tenant has a budget of its own: %v", err)
+	}
+}
