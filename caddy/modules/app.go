@@ -179,26 +179,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return nil, err
 		}
 		var rt runtimes.Runtime
-		// The platform denies every address of the gateway's host (and, on Docker, the
-		// host's address on every network of the engine) besides the operator's list.
-		gatewayAddrs, err := gateway.HostAddresses()
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		gatewayAddrs = append(slices.Clone(a.EgressGatewayAddresses), gatewayAddrs...)
+		var dockerRT *docker.Runtime
 		switch a.Runtime {
 		case "docker":
 			var d *docker.Runtime
 			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on", Logger: slogger})
 			if err == nil {
-				rt = d
-				var bridges []string
-				if bridges, err = d.GatewayAddresses(bg); err != nil {
-					d.Close()
-				}
-				gatewayAddrs = append(bridges, gatewayAddrs...)
+				rt, dockerRT = d, d
 			}
 		case "kubernetes":
 			agentImage := a.K8sAgentImage
@@ -219,7 +207,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 			st.Close()
 			return nil, err
 		}
-		gatewayAddrs = dedupe(gatewayAddrs)
+		gatewayAddrs, err := a.gatewayAddresses(bg, dockerRT)
+		if err != nil {
+			rt.Close()
+			st.Close()
+			return nil, err
+		}
 		pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Data: a.platformData(gatewayAddrs), Logger: slogger})
 		if err != nil {
 			rt.Close()
@@ -293,6 +286,23 @@ func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
 		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst)
+}
+
+// gatewayAddresses lists what the platform denies as the gateway's own: the operator's
+// list, every address of the host's interfaces and, on Docker, the host's address on
+// every network of the engine.
+func (a *App) gatewayAddresses(ctx context.Context, d *docker.Runtime) ([]string, error) {
+	host, err := gateway.HostAddresses()
+	if err != nil {
+		return nil, err
+	}
+	var bridges []string
+	if d != nil {
+		if bridges, err = d.GatewayAddresses(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return dedupe(slices.Concat(bridges, a.EgressGatewayAddresses, host)), nil
 }
 
 // dedupe drops repeated entries, keeping the first of each.
