@@ -206,3 +206,21 @@ func TestAdminOnRequest(t *testing.T) {
 		t.Errorf("the admin API serves the API key")
 	}
 }
+
+// TestAPIKeyFile: SANDGATE_API_KEY_FILE gives the platform key from a file, with no key
+// in the environment at all.
+func TestAPIKeyFile(t *testing.T) {
+	e := newEnv(t, nil)
+	keyFile := filepath.Join(t.TempDir(), "api-key")
+	if err := os.WriteFile(keyFile, []byte(e.APIKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := e.startGateway("SANDGATE_API_KEY=", "SANDGATE_API_KEY_FILE="+keyFile)
+	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 200 {
+		t.Fatalf("list sandboxes with the key from the file: %d %s", r.Status, r.Body)
+	}
+	g.APIKey = "k-wrong"
+	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 401 {
+		t.Fatalf("list sandboxes with another key: %d %s", r.Status, r.Body)
+	}
+}
