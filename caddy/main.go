@@ -28,6 +28,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sandgate:", err)
 		os.Exit(2)
 	}
+	// The Caddyfile's {$SANDGATE_ADMIN:off} takes its default only for an unset
+	// variable; an empty one would turn on Caddy's default admin endpoint.
+	if v, ok := os.LookupEnv("SANDGATE_ADMIN"); ok && v == "" {
+		os.Unsetenv("SANDGATE_ADMIN")
+	}
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		_, full := caddy.Version()
 		fmt.Printf("sandgate %s (Caddy %s)\n", gateway.Version, full)

@@ -451,3 +451,22 @@ func withoutRules(rules, platform []policy.EgressRule) []policy.EgressRule {
 	}
 	return out
 }
+
+// HostAddresses lists the addresses of this host's interfaces, loopback excepted (a
+// sandbox's 127.0.0.0/8 is its own): the gateway's host answers on every one of them,
+// whichever interface a packet came in on, so the platform denies them all to sandboxes.
+func HostAddresses() ([]string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	var out []string
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsUnspecified() {
+			continue
+		}
+		out = append(out, ipn.IP.String())
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,11 +194,9 @@ type PluginStatus struct {
 	Stats     *PluginStats `json:"stats,omitempty"`
 }
 
-// maxPluginModuleBytes bounds an uploaded module (Go-built plugins weigh 2–4 MiB).
-const maxPluginModuleBytes = 32 << 20
-
-// MaxPluginUploadBytes bounds a whole upload request (module, config and multipart framing).
-const MaxPluginUploadBytes = maxPluginModuleBytes + 1<<20
+// MaxPluginUploadBytes bounds a whole upload request (module, config and multipart
+// framing); the plugin host bounds the module itself (plugins.HostOptions.MaxModuleBytes).
+const MaxPluginUploadBytes = plugins.DefaultMaxModuleBytes + 1<<20
 
 func (s *Service) plugins() (*pluginState, error) {
 	ps := s.pluginState()
@@ -218,8 +217,10 @@ func pluginError(err error) error {
 	switch pe.Code {
 	case plugins.CodeInvalidConfig:
 		status = http.StatusBadRequest
-	case plugins.CodeHookConflict:
+	case plugins.CodeHookConflict, plugins.CodeTooManyPlugins, plugins.CodeTenantMemory:
 		status = http.StatusConflict
+	case plugins.CodeModuleTooLarge:
+		status = http.StatusRequestEntityTooLarge
 	case plugins.CodeNotFound:
 		status = http.StatusNotFound
 	case plugins.CodeClosed:
@@ -247,9 +248,18 @@ func (s *Service) PutPlugin(ctx context.Context, caller Caller, name string, mod
 	if len(module) == 0 {
 		return nil, Errorf(http.StatusBadRequest, plugins.CodeInvalidModule, "the module part is missing or empty")
 	}
-	if err := ps.host.Validate(module, cfg); err != nil {
+	if max := ps.host.MaxModuleBytes(); len(module) > max {
+		return nil, Errorf(http.StatusRequestEntityTooLarge, plugins.CodeModuleTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
+	}
+	// The store is what every replica loads, so it is what the count is checked against.
+	stored, err := ps.store.List(ctx, caller.Tenant)
+	if err != nil {
 		return nil, pluginError(err)
 	}
+	if max := ps.host.MaxPluginsPerTenant(); len(stored) >= max && !slices.ContainsFunc(stored, func(sp plugins.StoredPlugin) bool { return sp.Name == name }) {
+		return nil, Errorf(http.StatusConflict, plugins.CodeTooManyPlugins, "the tenant already has %d plugins, the most allowed; remove one first", max)
+	}
+	// Load validates as Validate would, so the module is compiled once, not twice.
 	p := plugins.Plugin{Tenant: caller.Tenant, Name: name, Version: pluginVersion(module, cfg), Module: module, Config: cfg}
 	if err := ps.host.Load(ctx, p); err != nil {
 		return nil, pluginError(err)

@@ -29,6 +29,7 @@ const (
 type engine struct {
 	rt    wazero.Runtime
 	pages uint32
+	refs  int // compiled modules (and compilations under way) using rt; guarded by Host.mu
 }
 
 func (h *Host) newEngine(ctx context.Context, pages uint32) (*engine, error) {

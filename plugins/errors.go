@@ -21,6 +21,14 @@ const (
 	CodeABIVersion = "PLUGIN::ABI_VERSION"
 	// CodeInvalidConfig: the plugin's configuration is unusable (hooks, limits, settings).
 	CodeInvalidConfig = "PLUGIN::INVALID_CONFIG"
+	// CodeModuleTooLarge: the module exceeds the host's size limit.
+	CodeModuleTooLarge = "PLUGIN::MODULE_TOO_LARGE"
+	// CodeCompileTimeout: the module did not compile within the host's compile timeout.
+	CodeCompileTimeout = "PLUGIN::COMPILE_TIMEOUT"
+	// CodeTooManyPlugins: the tenant has as many plugins as the host allows.
+	CodeTooManyPlugins = "PLUGIN::TOO_MANY_PLUGINS"
+	// CodeTenantMemory: the tenant's plugins would hold more memory than the host allows.
+	CodeTenantMemory = "PLUGIN::TENANT_MEMORY"
 	// CodeInitFailed: instantiating or configuring the module failed.
 	CodeInitFailed = "PLUGIN::INIT_FAILED"
 	// CodeHookConflict: a tenant may have only one decide_ttl plugin.

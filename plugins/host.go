@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // HostOptions configure a Host. Zero fields take the documented defaults.
@@ -39,17 +40,40 @@ type HostOptions struct {
 	// Logger receives the plugins' log lines and the host's own warnings.
 	// Default: discard.
 	Logger *slog.Logger
+	// MaxModuleBytes bounds a module's size: compiling takes time and memory
+	// in proportion to it. Default 16 MiB (Go-built plugins weigh 2–4 MiB).
+	MaxModuleBytes int
+	// CompileTimeout bounds compiling one module; a module that takes longer
+	// is refused with CodeCompileTimeout. Default 20 s.
+	CompileTimeout time.Duration
+	// MaxPluginsPerTenant bounds how many plugins one tenant may have loaded
+	// at once. Default 8.
+	MaxPluginsPerTenant int
+	// MaxTenantMemoryMiB bounds the memory one tenant's plugins may hold at
+	// once: the sum over its plugins of poolSize × memory limit. Default
+	// 2048 (8 plugins at the default limits).
+	MaxTenantMemoryMiB int
 	// Audit receives each record a plugin emits with emit_audit, already
 	// checked to be JSON and copied. It runs on the plugin's call path, so it
 	// must not block; nil drops the records.
 	Audit func(tenant string, record []byte)
 }
 
+// DefaultMaxModuleBytes is HostOptions.MaxModuleBytes when unset.
+const DefaultMaxModuleBytes = 16 << 20
+
 const (
 	defaultMaxMemoryPages = 2048
 	defaultDeadline       = 100 * time.Millisecond
 	defaultPoolSize       = 2
 	defaultQueueSize      = 1024
+	defaultCompileTimeout = 20 * time.Second
+	defaultMaxPlugins     = 8
+	defaultTenantMemory   = 2048
+	// compileWorkers is the number of goroutines one compilation uses. More
+	// than one also makes wazero check the context between functions, which
+	// is what lets CompileTimeout stop a compilation.
+	compileWorkers = 2
 	// initTimeout bounds a module's start function and sandgate_configure:
 	// starting the Go runtime takes milliseconds, not the microseconds a
 	// hook gets.
@@ -73,6 +97,10 @@ type Host struct {
 	closed   bool
 
 	routes atomic.Pointer[routes]
+
+	// compiling admits one compilation at a time: its memory peaks at many
+	// times the module's size, so concurrent uploads must not add up.
+	compiling chan struct{}
 
 	// background counts goroutines that use a runtime outside any call
 	// (retiring versions, replenishing pools); Close waits for them before
@@ -112,6 +140,18 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = defaultQueueSize
 	}
+	if opts.MaxModuleBytes <= 0 {
+		opts.MaxModuleBytes = DefaultMaxModuleBytes
+	}
+	if opts.CompileTimeout <= 0 {
+		opts.CompileTimeout = defaultCompileTimeout
+	}
+	if opts.MaxPluginsPerTenant <= 0 {
+		opts.MaxPluginsPerTenant = defaultMaxPlugins
+	}
+	if opts.MaxTenantMemoryMiB <= 0 {
+		opts.MaxTenantMemoryMiB = defaultTenantMemory
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -128,6 +168,8 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 		engines:  make(map[uint32]*engine),
 		compiled: make(map[compiledKey]*compiled),
 		slots:    make(map[slotKey]*slot),
+
+		compiling: make(chan struct{}, 1),
 	}
 	h.ctx, h.abort = context.WithCancel(context.WithoutCancel(ctx))
 	h.routes.Store(&routes{})
@@ -137,6 +179,12 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 }
 
 func (h *Host) now() time.Time { return time.Now() }
+
+// MaxModuleBytes is the largest module the host accepts.
+func (h *Host) MaxModuleBytes() int { return h.opts.MaxModuleBytes }
+
+// MaxPluginsPerTenant is how many plugins one tenant may have loaded.
+func (h *Host) MaxPluginsPerTenant() int { return h.opts.MaxPluginsPerTenant }
 
 // Validate checks module and cfg the way Load would, without loading
 // anything: the module compiles, imports only what the host offers,
@@ -174,11 +222,19 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 	if err != nil {
 		return err
 	}
+	key := slotKey{p.Tenant, p.Name}
+	// Refuse a plugin over the count before paying for its compilation; the
+	// check is made again below, under the lock that publishes it.
+	h.mu.Lock()
+	err = h.checkTenantRoom(key, r)
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	c, err := h.acquireCompiled(ctx, p.Module, r)
 	if err != nil {
 		return err
 	}
-	key := slotKey{p.Tenant, p.Name}
 	h.mu.Lock()
 	s := h.slots[key]
 	fresh := s == nil
@@ -222,6 +278,9 @@ func (h *Host) Load(ctx context.Context, p Plugin) error {
 				break
 			}
 		}
+	}
+	if err == nil {
+		err = h.checkTenantRoom(key, r)
 	}
 	if err == nil {
 		if cur == nil {
@@ -391,6 +450,29 @@ func (h *Host) janitor() {
 	}
 }
 
+// checkTenantRoom refuses a plugin that would take its tenant past the plugin
+// count or the memory budget; replacing a plugin counts the new version in
+// place of the old. h.mu must be held.
+func (h *Host) checkTenantRoom(key slotKey, r resolved) error {
+	plugins, pages := 0, uint64(r.poolSize)*uint64(r.memoryPages)
+	for k, s := range h.slots {
+		if k.tenant != key.tenant || k == key {
+			continue
+		}
+		plugins++
+		if v := s.current.Load(); v != nil {
+			pages += uint64(v.cfg.poolSize) * uint64(v.cfg.memoryPages)
+		}
+	}
+	if h.slots[key] == nil && plugins >= h.opts.MaxPluginsPerTenant {
+		return newError(CodeTooManyPlugins, nil, "the tenant already has %d plugins, the most allowed; remove one first", h.opts.MaxPluginsPerTenant)
+	}
+	if mib := pages / pagesPerMiB; mib > uint64(h.opts.MaxTenantMemoryMiB) {
+		return newError(CodeTenantMemory, nil, "the tenant's plugins would hold up to %d MiB (poolSize × memory limit of each), more than the %d MiB allowed; lower limits.poolSize or limits.memoryMiB", mib, h.opts.MaxTenantMemoryMiB)
+	}
+	return nil
+}
+
 // rebuildRoutes publishes a new routing index; h.mu must be held.
 func (h *Host) rebuildRoutes() {
 	r := &routes{events: map[string][]*slot{}, ttl: map[string]*slot{}}
@@ -405,7 +487,8 @@ func (h *Host) rebuildRoutes() {
 	h.routes.Store(r)
 }
 
-// engineFor returns the runtime for a memory limit, creating it once.
+// engineFor returns the runtime for a memory limit, creating it once, and
+// takes a reference on it that releaseEngine gives back.
 func (h *Host) engineFor(ctx context.Context, pages uint32) (*engine, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -413,54 +496,100 @@ func (h *Host) engineFor(ctx context.Context, pages uint32) (*engine, error) {
 		return nil, ErrClosed
 	}
 	if e := h.engines[pages]; e != nil {
+		e.refs++
 		return e, nil
 	}
 	e, err := h.newEngine(ctx, pages)
 	if err != nil {
 		return nil, fmt.Errorf("plugins: runtime for %d pages: %w", pages, err)
 	}
+	e.refs = 1
 	h.engines[pages] = e
 	return e, nil
 }
 
-// acquireCompiled returns the compiled module for these bytes and memory
-// limit, compiling it only when no loaded plugin shares it.
-func (h *Host) acquireCompiled(ctx context.Context, module []byte, r resolved) (*compiled, error) {
-	key := compiledKey{hash: moduleHash(module), pages: r.memoryPages}
-	h.mu.Lock()
-	if c := h.compiled[key]; c != nil {
-		// The hooks were checked against exports when it was first
-		// compiled, but this config may declare others.
-		if err := checkModule(c.mod, r); err != nil {
-			h.mu.Unlock()
-			return nil, err
-		}
-		c.refs++
-		h.mu.Unlock()
-		return c, nil
+// releaseEngine drops a reference taken by engineFor and closes the runtime
+// when no compiled module uses it any more, so that a tenant trying many
+// memory limits does not leave a runtime behind for each; h.mu must be held.
+func (h *Host) releaseEngine(ctx context.Context, e *engine) {
+	e.refs--
+	if e.refs > 0 || h.engines[e.pages] != e {
+		return // still in use, or Close took it (and closes it)
 	}
-	h.mu.Unlock()
+	delete(h.engines, e.pages)
+	_ = e.rt.Close(context.WithoutCancel(ctx))
+}
+
+// acquireCompiled returns the compiled module for these bytes and memory
+// limit, compiling it only when no loaded plugin shares it. Compilations run
+// one at a time, each within HostOptions.CompileTimeout.
+func (h *Host) acquireCompiled(ctx context.Context, module []byte, r resolved) (*compiled, error) {
+	if len(module) > h.opts.MaxModuleBytes {
+		return nil, newError(CodeModuleTooLarge, nil, "the module has %d bytes; at most %d are allowed", len(module), h.opts.MaxModuleBytes)
+	}
+	key := compiledKey{hash: moduleHash(module), pages: r.memoryPages}
+	if c, ok, err := h.sharedCompiled(key, r); ok || err != nil {
+		return c, err
+	}
+
+	wait, cancelWait := context.WithTimeout(ctx, h.opts.CompileTimeout)
+	select {
+	case h.compiling <- struct{}{}:
+		cancelWait()
+	case <-wait.Done():
+		cancelWait()
+		return nil, newError(CodeCompileTimeout, wait.Err(), "other modules were compiling for longer than %s; try again", h.opts.CompileTimeout)
+	}
+	defer func() { <-h.compiling }()
+	// Whoever held the turn may have compiled these very bytes.
+	if c, ok, err := h.sharedCompiled(key, r); ok || err != nil {
+		return c, err
+	}
 
 	e, err := h.engineFor(ctx, r.memoryPages)
 	if err != nil {
 		return nil, err
 	}
-	mod, err := compileModule(ctx, e, module, r)
+	cctx, cancel := context.WithTimeout(experimental.WithCompilationWorkers(ctx, compileWorkers), h.opts.CompileTimeout)
+	mod, err := compileModule(cctx, e, module, r)
+	timedOut := errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	cancel()
 	if err != nil {
+		h.mu.Lock()
+		h.releaseEngine(ctx, e)
+		h.mu.Unlock()
+		if timedOut {
+			return nil, newError(CodeCompileTimeout, err, "the module did not compile within %s", h.opts.CompileTimeout)
+		}
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.compiled[key]; c != nil {
-		mod.Close(ctx)
-		c.refs++
-		return c, nil
-	}
 	c := &compiled{key: key, engine: e, mod: mod, refs: 1}
 	h.compiled[key] = c
 	return c, nil
 }
 
+// sharedCompiled takes a reference on an already compiled module; ok is
+// false when there is none.
+func (h *Host) sharedCompiled(key compiledKey, r resolved) (c *compiled, ok bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c = h.compiled[key]
+	if c == nil {
+		return nil, false, nil
+	}
+	// The hooks were checked against exports when it was first compiled,
+	// but this config may declare others.
+	if err := checkModule(c.mod, r); err != nil {
+		return nil, false, err
+	}
+	c.refs++
+	return c, true, nil
+}
+
+// releaseCompiled drops a reference; the last one closes the compiled module,
+// which frees its machine code, and its engine's reference.
 func (h *Host) releaseCompiled(ctx context.Context, c *compiled) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -468,6 +597,7 @@ func (h *Host) releaseCompiled(ctx context.Context, c *compiled) {
 	if c.refs == 0 {
 		delete(h.compiled, c.key)
 		c.mod.Close(context.WithoutCancel(ctx))
+		h.releaseEngine(ctx, c.engine)
 	}
 }
 

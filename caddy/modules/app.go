@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -30,9 +32,15 @@ func init() {
 // runs sandboxes; the core it builds survives config reloads (it is shared through a
 // usage pool keyed by that config), so an embedded store keeps its data across reloads.
 type App struct {
-	// APIKey is the platform admin key.
+	// APIKey is the platform admin key. Write a placeholder resolved at provision,
+	// {env.SANDGATE_API_KEY} as the default Caddyfile does, rather than the value, so
+	// that the config (admin API, autosave, `sandgate adapt`) never holds the key.
 	APIKey string `json:"api_key,omitempty"`
-	// RedisURL is a redis:// URL; empty runs the embedded in-process store.
+	// APIKeyFile is a file holding the platform admin key (read at provision, trailing
+	// whitespace dropped); it takes precedence over APIKey.
+	APIKeyFile string `json:"api_key_file,omitempty"`
+	// RedisURL is a redis:// URL; empty runs the embedded in-process store. It may
+	// carry a password, so it is a placeholder too ({env.SANDGATE_REDIS_URL}).
 	RedisURL string `json:"redis_url,omitempty"`
 	// RedisPrefix namespaces sandgate's keys (default "sg:").
 	RedisPrefix string `json:"redis_prefix,omitempty"`
@@ -101,8 +109,9 @@ type App struct {
 	// CIDRs) every sandbox is denied, or allowed, ahead of its own rules. Denies win.
 	EgressAlwaysDeny  []string `json:"egress_always_deny,omitempty"`
 	EgressAlwaysAllow []string `json:"egress_always_allow,omitempty"`
-	// EgressGatewayAddresses are the gateway's own addresses (IPs, CIDRs) that sandboxes
-	// must never reach; default: the host's addresses on the Docker sandbox network.
+	// EgressGatewayAddresses are addresses (IPs, CIDRs) of the gateway that sandboxes must
+	// never reach, in addition to those found at start: every address of the host's
+	// interfaces and, on Docker, the host's address on every network of the engine.
 	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
@@ -139,6 +148,9 @@ var cores = caddy.NewUsagePool()
 
 // Provision implements caddy.Provisioner.
 func (a *App) Provision(ctx caddy.Context) error {
+	if err := a.resolveSecrets(); err != nil {
+		return err
+	}
 	if a.Runtime == "" {
 		a.Runtime = "docker"
 	}
@@ -170,19 +182,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return nil, err
 		}
 		var rt runtimes.Runtime
-		gatewayAddrs := a.EgressGatewayAddresses
+		var dockerRT *docker.Runtime
 		switch a.Runtime {
 		case "docker":
 			var d *docker.Runtime
 			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on", Logger: slogger})
 			if err == nil {
-				rt = d
-				if len(gatewayAddrs) == 0 {
-					if gatewayAddrs, err = d.GatewayAddresses(bg); err != nil {
-						d.Close()
-					}
-				}
+				rt, dockerRT = d, d
 			}
 		case "kubernetes":
 			agentImage := a.K8sAgentImage
@@ -200,6 +207,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 			err = fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
 		}
 		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		gatewayAddrs, err := a.gatewayAddresses(bg, dockerRT)
+		if err != nil {
+			rt.Close()
 			st.Close()
 			return nil, err
 		}
@@ -253,11 +266,60 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// resolveSecrets replaces the placeholders of the secret settings ({env.*}, {file.*})
+// with their values, which thus live only in this process's memory, never in the
+// config Caddy keeps, serves and saves.
+func (a *App) resolveSecrets() error {
+	repl := caddy.NewReplacer()
+	a.APIKey = repl.ReplaceKnown(a.APIKey, "")
+	a.RedisURL = repl.ReplaceKnown(a.RedisURL, "")
+	if a.APIKeyFile = repl.ReplaceKnown(a.APIKeyFile, ""); a.APIKeyFile != "" {
+		b, err := os.ReadFile(a.APIKeyFile)
+		if err != nil {
+			return fmt.Errorf("api_key_file: %w", err)
+		}
+		if a.APIKey = strings.TrimSpace(string(b)); a.APIKey == "" {
+			return fmt.Errorf("api_key_file %s is empty", a.APIKeyFile)
+		}
+	}
+	return nil
+}
+
 // coreKey identifies the settings a core is built from; a reload that keeps them keeps the core.
 func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
 		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst)
+}
+
+// gatewayAddresses lists what the platform denies as the gateway's own: the operator's
+// list, every address of the host's interfaces and, on Docker, the host's address on
+// every network of the engine.
+func (a *App) gatewayAddresses(ctx context.Context, d *docker.Runtime) ([]string, error) {
+	host, err := gateway.HostAddresses()
+	if err != nil {
+		return nil, err
+	}
+	var bridges []string
+	if d != nil {
+		if bridges, err = d.GatewayAddresses(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return dedupe(slices.Concat(bridges, a.EgressGatewayAddresses, host)), nil
+}
+
+// dedupe drops repeated entries, keeping the first of each.
+func dedupe(list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := list[:0]
+	for _, v := range list {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // platformData is what the configuration contributes to data.sandgate.platform; keys

@@ -27,8 +27,9 @@ func init() {
 // parseGlobalOption sets up the sandgate app:
 //
 //	sandgate {
-//		api_key          <key>
-//		redis_url        <redis://…>      # empty: embedded store
+//		api_key          <key>            # better {env.VAR}: resolved at provision, never in the config
+//		api_key_file     <path>           # a file holding the key
+//		redis_url        <redis://…>      # empty: embedded store; {env.VAR} keeps a password out of the config
 //		redis_prefix     <prefix>
 //		runtime          docker|kubernetes
 //		docker_host      <unix:///…>
@@ -58,7 +59,7 @@ func init() {
 //		egress_default_action    allow|deny
 //		egress_always_deny       <target,target,…>
 //		egress_always_allow      <target,target,…>
-//		egress_gateway_addresses <ip-or-cidr,…>   # default: the Docker network's gateway
+//		egress_gateway_addresses <ip-or-cidr,…>   # beside the host's own addresses and its Docker bridges'
 //		plugin_cache_dir <dir>            # compiled WASM plugins survive restarts
 //		plugin_timeout   <duration>       # default deadline of a plugin hook call
 //	}
@@ -77,7 +78,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			return nil, d.ArgErr()
 		}
 		strings := map[string]*string{
-			"api_key": &app.APIKey, "redis_url": &app.RedisURL, "redis_prefix": &app.RedisPrefix,
+			"api_key": &app.APIKey, "api_key_file": &app.APIKeyFile, "redis_url": &app.RedisURL, "redis_prefix": &app.RedisPrefix,
 			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
 			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "preview_domain": &app.PreviewDomain,
 			"pool_fallback": &app.PoolFallback, "policy_dir": &app.PolicyDir,

@@ -51,6 +51,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("load reverse_proxy for sandboxes: %w", err)
 	}
 	h.proxy = rp.(*reverseproxy.Handler)
+	// The agent's and the enforcer's tokens are added below reverse_proxy, which logs
+	// the request it hands to its transport (headers and all) on every upstream error.
+	h.proxy.Transport = api.SecretHeaderTransport{Next: h.proxy.Transport}
 	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward})
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 const (
 	codePluginInvalidModule = "PLUGIN::INVALID_MODULE"
 	codePluginInvalidConfig = "PLUGIN::INVALID_CONFIG"
+	codePluginTooLarge      = "PLUGIN::MODULE_TOO_LARGE"
 )
 
 // maxPluginConfigBytes bounds the config part (settings are capped by the host too).
@@ -58,6 +59,9 @@ func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []
 			if module, err = io.ReadAll(part); err != nil {
 				return nil, nil, uploadError(err)
 			}
+			if max := gateway.MaxPluginUploadBytes - 1<<20; len(module) > max {
+				return nil, nil, gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
+			}
 		case "config":
 			if config, err = io.ReadAll(io.LimitReader(part, maxPluginConfigBytes+1)); err != nil {
 				return nil, nil, uploadError(err)
@@ -81,7 +85,7 @@ func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []
 func uploadError(err error) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginInvalidModule, "the upload exceeds %d bytes", tooBig.Limit)
+		return gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginTooLarge, "the upload exceeds %d bytes", tooBig.Limit)
 	}
 	return gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
 }

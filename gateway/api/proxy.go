@@ -51,14 +51,14 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		Transport: &http.Transport{
+		Transport: SecretHeaderTransport{Next: &http.Transport{
 			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:          1024,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
 			ExpectContinueTimeout: time.Second,
 			DisableCompression:    true,
-		},
+		}},
 		FlushInterval: -1,
 		ErrorHandler:  onError,
 	}
@@ -162,8 +162,10 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 	stripCredentials(out, r, h)
 	// The enforcer's token is never sent (interceptEgress signs /policy requests
 	// instead): a workload holding port 18080 while its enforcer restarts would read it.
+	// The agent's token travels beside the request, not in it: only the transport adds
+	// it, so no log of the request can show it.
 	if port == runtimes.AgentPort {
-		out.Header.Set(gateway.HeaderAgentToken, sb.AgentToken)
+		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentToken)
 	}
 	if port == runtimes.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)

@@ -5,6 +5,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,12 +58,19 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	url := opts.URL
 	if url == "" {
+		// Every local user can connect to a loopback port, and the store holds every
+		// token: it takes a password that only this process knows.
+		password, err := randomPassword()
+		if err != nil {
+			return nil, fmt.Errorf("start embedded store: %w", err)
+		}
 		m := miniredis.NewMiniRedis()
+		m.RequireAuth(password)
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {
 			return nil, fmt.Errorf("start embedded store: %w", err)
 		}
 		s.embedded = m
-		url = "redis://" + m.Addr()
+		url = "redis://:" + password + "@" + m.Addr()
 		log.Info("no Redis configured: using the embedded in-process store (state is lost when the gateway stops)", "addr", m.Addr())
 	}
 	ro, err := redis.ParseURL(url)
@@ -81,6 +90,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		log.Info("connected to redis", "addr", ro.Addr)
 	}
 	return s, nil
+}
+
+// randomPassword returns 32 random bytes in hex.
+func randomPassword() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // Client exposes the Redis client for packages that keep their own keys (pools, plugins).

@@ -5,8 +5,11 @@
 #
 # Rule order (first match wins in the enforcer):
 #  1. platform always-deny: link-local/metadata ranges, the gateway's own
-#     addresses (data.sandgate.platform.gateway_addresses) and the operator's
-#     data.sandgate.platform.always_deny;
+#     addresses (data.sandgate.platform.gateway_addresses: every address of the
+#     gateway's host and its Docker bridges) and the operator's
+#     data.sandgate.platform.always_deny. Being first, no rule of a sandbox
+#     (an allow of one of these addresses or of a range holding it) and no
+#     defaultAction allow reaches them;
 #  2. the operator's data.sandgate.platform.always_allow;
 #  3. the sandbox's own rules, targets lower-cased and trailing dot dropped.
 # A networkPolicy without defaultAction means deny. A sandbox without a

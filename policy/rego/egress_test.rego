@@ -126,3 +126,39 @@ test_errors_joined_and_sorted if {
 	d := decide({"networkPolicy": {"defaultAction": "x", "egress": [{"action": "y", "target": "a.com"}]}})
 	d.message == "networkPolicy.defaultAction must be allow or deny; networkPolicy.egress[0].action must be allow or deny"
 }
+
+# A tenant cannot open the gateway host's addresses: neither defaultAction allow nor an
+# allow of the address itself or of a range holding it comes before the platform's
+# deny of it, and the enforcer applies the first rule that matches.
+test_tenant_cannot_allow_host_addresses if {
+	platform := {"gateway_addresses": ["172.17.0.1", "192.0.2.2", "fd00::1"]}
+	requested := {"defaultAction": "allow", "egress": [
+		{"action": "allow", "target": "172.17.0.1"},
+		{"action": "allow", "target": "192.0.2.0/24"},
+		{"action": "allow", "target": "FD00::1"},
+	]}
+	d := decide({"tenant": "t1", "networkPolicy": requested}) with data.sandgate.platform as platform
+	d.allow == true
+	d.policy.defaultAction == "allow"
+	every host in platform.gateway_addresses {
+		some i
+		d.policy.egress[i] == {"action": "deny", "target": host}
+		not allowed_before(d.policy.egress, host, i)
+	}
+
+	# The tenant's own rules are kept (after the denies) and its allow still counts.
+	count([r | some r in d.policy.egress; r.action == "allow"]) == 3
+}
+
+allowed_before(rules, host, i) if {
+	some j, rule in rules
+	j < i
+	rule.action == "allow"
+	net.cidr_contains(as_cidr(rule.target), host)
+}
+
+as_cidr(t) := t if contains(t, "/")
+
+else := concat("", [t, "/128"]) if contains(t, ":")
+
+else := concat("", [t, "/32"])

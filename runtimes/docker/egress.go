@@ -372,17 +372,28 @@ func (r *Runtime) removeEgress(ctx context.Context, id string) {
 	_, _ = r.cli.ContainerRemove(ctx, egressContainerName(id), client.ContainerRemoveOptions{Force: true})
 }
 
-// GatewayAddresses returns the host's addresses on the sandbox network (the bridge's
-// gateways): the gateway listens there, so sandboxes must never reach them as egress.
+// GatewayAddresses returns the host's addresses on every Docker network of the engine
+// (each network's gateway: the sandbox network's first, then docker0 and the other
+// bridges): the host answers on all of them, so sandboxes must never reach any as egress.
 func (r *Runtime) GatewayAddresses(ctx context.Context) ([]string, error) {
 	res, err := r.cli.NetworkInspect(ctx, r.opts.Network, client.NetworkInspectOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("inspect network %s: %w", r.opts.Network, err)
 	}
+	all, err := r.cli.NetworkList(ctx, client.NetworkListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list networks: %w", err)
+	}
+	cfgs := res.Network.IPAM.Config
+	for _, n := range all.Items {
+		cfgs = append(cfgs, n.IPAM.Config...)
+	}
 	var out []string
-	for _, c := range res.Network.IPAM.Config {
-		if c.Gateway.IsValid() {
-			out = append(out, c.Gateway.Unmap().String())
+	seen := map[string]bool{}
+	for _, c := range cfgs {
+		if ip := c.Gateway.Unmap().String(); c.Gateway.IsValid() && !seen[ip] {
+			seen[ip] = true
+			out = append(out, ip)
 		}
 	}
 	return out, nil

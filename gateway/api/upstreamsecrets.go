@@ -1,0 +1,52 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// upstreamSecretsKey carries the credential headers a forwarded request must present to
+// the sandbox (the agent's or the enforcer's token).
+type upstreamSecretsKey struct{}
+
+// withUpstreamSecret marks r to reach the sandbox with header name: value. The header is
+// not set on r itself: a Forward adds it in its transport (AddUpstreamSecrets), below
+// every layer that logs requests (Caddy's reverse_proxy logs the request it hands to the
+// transport, headers included, on every upstream error and at debug level).
+func withUpstreamSecret(r *http.Request, name, value string) *http.Request {
+	h := http.Header{}
+	if prev, ok := r.Context().Value(upstreamSecretsKey{}).(http.Header); ok {
+		h = prev.Clone()
+	}
+	h.Set(name, value)
+	return r.WithContext(context.WithValue(r.Context(), upstreamSecretsKey{}, h))
+}
+
+// AddUpstreamSecrets returns req with the credential headers withUpstreamSecret put in its
+// context, on a copy with its own header map (a RoundTripper must not change the request
+// it is given, and the caller may log that one); req itself when there are none.
+func AddUpstreamSecrets(req *http.Request) *http.Request {
+	secrets, ok := req.Context().Value(upstreamSecretsKey{}).(http.Header)
+	if !ok || len(secrets) == 0 {
+		return req
+	}
+	out := new(http.Request)
+	*out = *req
+	out.Header = req.Header.Clone()
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
+	for name, values := range secrets {
+		out.Header[name] = values
+	}
+	return out
+}
+
+// SecretHeaderTransport wraps next so that each request leaves with its upstream
+// credential headers (AddUpstreamSecrets). Every Forward's transport must be one.
+type SecretHeaderTransport struct{ Next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (t SecretHeaderTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.Next.RoundTrip(AddUpstreamSecrets(req))
+}

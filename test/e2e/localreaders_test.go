@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
+)
+
+// TestAdaptHoldsNoSecrets: `sandgate adapt` of the default Caddyfile names the secret
+// settings by their placeholders and holds neither the API key nor a Redis password;
+// the admin API is off and the config is never persisted.
+func TestAdaptHoldsNoSecrets(t *testing.T) {
+	home := t.TempDir()
+	key, password := "k-"+randomHex(16), "pw-"+randomHex(16)
+	cmd := exec.Command(filepath.Join(binDir, "sandgate"), "adapt")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CACHE_HOME="+home, "XDG_CONFIG_HOME="+home,
+		"SANDGATE_API_KEY="+key, "SANDGATE_REDIS_URL=redis://:"+password+"@127.0.0.1:1/0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sandgate adapt: %v\n%s", err, out)
+	}
+	cfg := string(out)
+	for name, secret := range map[string]string{"the API key": key, "the Redis password": password} {
+		if strings.Contains(cfg, secret) {
+			t.Errorf("the adapted config holds %s:\n%s", name, cfg)
+		}
+	}
+	for _, want := range []string{`"api_key":"{env.SANDGATE_API_KEY}"`, `"redis_url":"{env.SANDGATE_REDIS_URL}"`, `"disabled":true`, `"persist":false`} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("the adapted config lacks %s:\n%s", want, cfg)
+		}
+	}
+}
+
+// TestLocalReaders: a gateway started with the defaults (no admin setting, the embedded
+// store) listens only on its HTTP port and the store's loopback port, not on Caddy's
+// admin port 2019; the store refuses a client without the password (raw RESP); no
+// autosave file is written; the log holds no key.
+func TestLocalReaders(t *testing.T) {
+	e := newEnv(t, nil)
+	home := t.TempDir()
+	// SANDGATE_ADMIN= (empty) is the default, as if it were unset.
+	g := e.startGateway("SANDGATE_ADMIN=", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "config"), "XDG_DATA_HOME="+filepath.Join(home, "data"))
+	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 200 { // the store answers the gateway
+		t.Fatalf("list sandboxes: %d %s", r.Status, r.Body)
+	}
+
+	_, httpPort, _ := net.SplitHostPort(g.Addr)
+	listeners := listeningSockets(t, g.proc.Pid())
+	t.Logf("gateway pid %d listens on %v", g.proc.Pid(), listeners)
+	var storeAddrs []string
+	for _, addr := range listeners {
+		host, port, _ := net.SplitHostPort(addr)
+		switch {
+		case port == "2019":
+			t.Errorf("the gateway listens on the admin port: %s", addr)
+		case port == httpPort:
+		case !net.ParseIP(host).IsLoopback():
+			t.Errorf("the gateway listens on %s beyond its HTTP port", addr)
+		default:
+			storeAddrs = append(storeAddrs, addr)
+		}
+	}
+	if len(storeAddrs) == 0 {
+		t.Fatalf("no loopback listener besides the HTTP port: where is the embedded store? %v", listeners)
+	}
+	for _, addr := range storeAddrs {
+		reply := rawRESP(t, addr, "*1\r\n$4\r\nPING\r\n", "*2\r\n$4\r\nKEYS\r\n$1\r\n*\r\n")
+		for _, line := range reply {
+			if !strings.HasPrefix(line, "-NOAUTH") {
+				t.Errorf("%s answered %q to a client without the password, want -NOAUTH", addr, line)
+			}
+		}
+	}
+
+	found := ""
+	filepath.Walk(home, func(path string, info os.FileInfo, err error) error {
+		if err == nil && info.Name() == "autosave.json" {
+			found = path
+		}
+		return nil
+	})
+	if found != "" {
+		b, _ := os.ReadFile(found)
+		t.Errorf("Caddy saved its config to %s (holds the key: %v)", found, strings.Contains(string(b), e.APIKey))
+	}
+	if strings.Contains(g.proc.Logs(), e.APIKey) {
+		t.Errorf("the gateway's log holds the API key")
+	}
+}
+
+// listeningSockets lists the TCP addresses process pid listens on: its socket inodes
+// matched against the LISTEN entries of /proc/net/tcp{,6}.
+func listeningSockets(t *testing.T, pid int) []string {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Scan() // header
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 10 || fields[3] != "0A" || !inodes[fields[9]] {
+				continue
+			}
+			out = append(out, decodeProcAddr(t, fields[1]))
+		}
+		f.Close()
+	}
+	return out
+}
+
+// decodeProcAddr turns /proc/net/tcp's "0100007F:1F90" into "127.0.0.1:8080".
+func decodeProcAddr(t *testing.T, s string) string {
+	hexIP, hexPort, _ := strings.Cut(s, ":")
+	port, _ := strconv.ParseUint(hexPort, 16, 16)
+	var ip net.IP
+	for i := 0; i+8 <= len(hexIP); i += 8 { // each 32-bit word is little-endian
+		w, err := strconv.ParseUint(hexIP[i:i+8], 16, 32)
+		if err != nil {
+			t.Fatalf("address %q: %v", s, err)
+		}
+		ip = append(ip, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
+	}
+	return net.JoinHostPort(ip.String(), strconv.FormatUint(port, 10))
+}
+
+// rawRESP sends each command to addr on one connection and returns the first line of
+// each reply.
+func rawRESP(t *testing.T, addr string, commands ...string) []string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	rd := bufio.NewReader(c)
+	var replies []string
+	for _, cmd := range commands {
+		if _, err := c.Write([]byte(cmd)); err != nil {
+			t.Fatalf("write to %s: %v", addr, err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read from %s: %v", addr, err)
+		}
+		replies = append(replies, strings.TrimSpace(line))
+	}
+	return replies
+}
+
+// TestAdminOnRequest: SANDGATE_ADMIN=host:port still serves Caddy's admin API (pprof
+// for debugging), and the config it serves holds the key's placeholder, not the key.
+func TestAdminOnRequest(t *testing.T) {
+	e := newEnv(t, nil)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", port)
+	e.startGateway("SANDGATE_ADMIN="+admin, "HOME="+t.TempDir())
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, _ := get("/debug/pprof/cmdline"); status != 200 {
+		t.Errorf("pprof: %d", status)
+	}
+	status, cfg := get("/config/")
+	if status != 200 || !strings.Contains(cfg, "{env.SANDGATE_API_KEY}") {
+		t.Errorf("config: %d %s", status, cfg)
+	}
+	if strings.Contains(cfg, e.APIKey) {
+		t.Errorf("the admin API serves the API key")
+	}
+}
+
+// TestAPIKeyFile: SANDGATE_API_KEY_FILE gives the platform key from a file, with no key
+// in the environment at all.
+func TestAPIKeyFile(t *testing.T) {
+	e := newEnv(t, nil)
+	keyFile := filepath.Join(t.TempDir(), "api-key")
+	if err := os.WriteFile(keyFile, []byte(e.APIKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := e.startGateway("SANDGATE_API_KEY=", "SANDGATE_API_KEY_FILE="+keyFile)
+	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 200 {
+		t.Fatalf("list sandboxes with the key from the file: %d %s", r.Status, r.Body)
+	}
+	g.APIKey = "k-wrong"
+	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 401 {
+		t.Fatalf("list sandboxes with another key: %d %s", r.Status, r.Body)
+	}
+}
