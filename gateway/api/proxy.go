@@ -277,6 +277,9 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 // host in host mode, its path prefix in path mode) and redirects to the same URL without
 // the token, so that page assets and WebSockets carry the cookie.
 func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
+	if c, ok := w.(*confinedWriter); ok {
+		w = c.ResponseWriter // the cookie is the gateway's own, not an upstream's
+	}
 	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
 	if err != nil {
 		writeError(w, r, err)
