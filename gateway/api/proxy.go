@@ -90,7 +90,34 @@ func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gatew
 	esc := r.URL.EscapedPath()
 	i := strings.Index(esc, marker)
 	prefix, rest := esc[:i+len(marker)], esc[i+len(marker):]
+	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(runtimes.AgentPort) && portStr != strconv.Itoa(runtimes.EgressPort) {
+		r = r.WithContext(context.WithValue(r.Context(), pathTokenKey{}, tok))
+		prefix, rest = prefix+pathTokenSegment+tok, after
+	}
 	h.proxy(confineToOpaqueOrigin(w, prefix+"/"), r, id, portStr, prefix+"/", rest)
+}
+
+// pathTokenSegment introduces a preview token in a path-mode URL:
+// /sandboxes/{id}/proxy/{port}/_sandgate/{token}/…. A path-mode page is an opaque origin
+// whose requests carry no cookies, so the signed-link exchange redirects there instead:
+// the page's relative URLs (scripts, fetches, WebSockets) keep the token, which is bound
+// to the sandbox, port and expiry like the cookie, and is no ambient credential another
+// page could make a browser send. Not for the agent and enforcer ports.
+const pathTokenSegment = "/_sandgate/"
+
+type pathTokenKey struct{}
+
+// cutPathToken splits "/_sandgate/{token}/rest" into token and "/rest".
+func cutPathToken(rest string) (token, after string, ok bool) {
+	if !strings.HasPrefix(rest, pathTokenSegment) {
+		return "", rest, false
+	}
+	tail := rest[len(pathTokenSegment):]
+	token, after, _ = strings.Cut(tail, "/")
+	if token == "" {
+		return "", rest, false
+	}
+	return token, "/" + after, true
 }
 
 // previewHost parses host mode: {id}-{port}.<preview domain>[:port].
@@ -246,6 +273,12 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		}
 		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
 	}
+	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
+		if err := h.svc.VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
+			return gateway.ProxyAccess{}, time.Time{}, err
+		}
+		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
+	}
 	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
 		exp, err := h.svc.VerifyLink(r.Context(), tok, sb.ID, port)
 		if err != nil {
@@ -277,13 +310,21 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 // host in host mode, its path prefix in path mode) and redirects to the same URL without
 // the token, so that page assets and WebSockets carry the cookie.
 func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
-	if c, ok := w.(*confinedWriter); ok {
-		w = c.ResponseWriter // the cookie is the gateway's own, not an upstream's
+	confined, pathMode := w.(*confinedWriter)
+	if pathMode {
+		w = confined.ResponseWriter // the cookie is the gateway's own, not an upstream's
 	}
 	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
 	if err != nil {
 		writeError(w, r, err)
 		return
+	}
+	target := localRedirectPath(r.URL.EscapedPath())
+	if pathMode && port != runtimes.AgentPort && port != runtimes.EgressPort {
+		// The page will be an opaque origin that sends no cookie: the token goes into
+		// the path instead (pathTokenSegment).
+		base := strings.TrimSuffix(confined.prefix, "/")
+		target = base + pathTokenSegment + value + "/" + strings.TrimPrefix(strings.TrimPrefix(r.URL.EscapedPath(), base), "/")
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: value, Path: cookiePath, Expires: exp, HttpOnly: true,
@@ -291,7 +332,6 @@ func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store
 	})
 	q := r.URL.Query()
 	q.Del(linkQueryParam)
-	target := localRedirectPath(r.URL.EscapedPath())
 	if enc := q.Encode(); enc != "" {
 		target += "?" + enc
 	}

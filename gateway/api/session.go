@@ -243,5 +243,8 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, _ gateway.Call
 }
 
 func (h *Handler) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: sessionCookiePath, MaxAge: -1, HttpOnly: true, Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode})
+	// Path "/" too: sessions opened before the cookie was scoped to /v1 carry that path.
+	for _, path := range []string{sessionCookiePath, "/"} {
+		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: path, MaxAge: -1, HttpOnly: true, Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode})
+	}
 }

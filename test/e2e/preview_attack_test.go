@@ -261,10 +261,10 @@ func TestPreviewOriginAttack(t *testing.T) {
 			t.Fatalf("the preview's origin = %q", o)
 		}
 	})
-	t.Run("a legitimate preview in path mode runs as an opaque origin", func(t *testing.T) {
+	t.Run("a legitimate preview in path mode: HTML, JS and WebSocket as an opaque origin", func(t *testing.T) {
 		_, path := link(previewPort)
 		b.navigate(t, path)
-		b.waitFor(t, 30*time.Second, "the page's script to run", `document.querySelector("#out").textContent !== "waiting"`)
+		b.waitFor(t, 30*time.Second, "the page's WebSocket echo", `document.querySelector("#out").textContent === "echo:ping"`)
 		if o := b.eval(t, `self.origin`); o != "null" {
 			t.Fatalf("a path-mode preview runs in origin %q, want an opaque one", o)
 		}

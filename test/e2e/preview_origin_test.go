@@ -105,6 +105,29 @@ func TestPreviewHostMode(t *testing.T) {
 			t.Fatalf("path-mode WebSocket from another site: status %d, want 403", status)
 		}
 		wsEcho(t, g.Addr, "ws://"+g.Addr+prefix+"ws", http.Header{"Cookie": {cookie}, "Origin": {"http://" + g.Addr}})
+
+		// The exchange redirects to the token-in-path form, which the opaque-origin page
+		// (Origin "null", no cookies) keeps in its relative URLs.
+		loc := resp.Header.Get("Location")
+		if !strings.HasPrefix(loc, prefix+"_sandgate/") || strings.Contains(loc, "sandgate_token") {
+			t.Fatalf("path-mode exchange redirects to %q", loc)
+		}
+		if r := g.raw("GET", "", loc+"headers", nil, map[string]string{"Origin": "null"}); r.StatusCode != 200 || !strings.Contains(readAll(t, r), `"path": "/headers"`) {
+			t.Fatalf("token path: %d", r.StatusCode)
+		}
+		wsEcho(t, g.Addr, "ws://"+g.Addr+loc+"ws", http.Header{"Origin": {"null"}})
+		// The token is bound to its sandbox and port.
+		other := g.createSandbox(map[string]any{})
+		tok := strings.TrimPrefix(loc, prefix+"_sandgate/")
+		for _, p := range []string{
+			fmt.Sprintf("/sandboxes/%s/proxy/%d/_sandgate/%s", other, previewPort, tok),
+			fmt.Sprintf("/sandboxes/%s/proxy/%d/_sandgate/%s", id, previewPort+1, tok),
+			fmt.Sprintf("/sandboxes/%s/proxy/%d/_sandgate/x%s", id, previewPort, tok),
+		} {
+			if r := g.raw("GET", "", p, nil, nil); r.StatusCode != 401 {
+				t.Errorf("token at %s: %d %s, want 401", p, r.StatusCode, readAll(t, r))
+			}
+		}
 	})
 }
 
