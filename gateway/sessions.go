@@ -27,7 +27,7 @@ const (
 	CodeCSRFTokenInvalid = "CSRF_TOKEN_INVALID"
 	// CodeOriginRefused answers a session cookie sent from a page that is not the
 	// console's (another site, a preview, an opaque origin).
-	CodeOriginRefused = "SESSION::ORIGIN_REFUSED"
+	CodeOriginRefused = "ACCESS::ORIGIN_REFUSED"
 )
 
 // Session is a signed-in console session as the API shows it.

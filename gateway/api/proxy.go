@@ -308,7 +308,9 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 
 // exchangeLink trades a signed link for an HttpOnly cookie scoped to the preview (its
 // host in host mode, its path prefix in path mode) and redirects to the same URL without
-// the token, so that page assets and WebSockets carry the cookie.
+// the token, so that page assets and WebSockets carry the cookie. In path mode, whose
+// pages are opaque origins that send no cookies, it redirects to the token-in-path form
+// (pathTokenSegment) instead.
 func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
 	confined, pathMode := w.(*confinedWriter)
 	if pathMode {
@@ -324,7 +326,7 @@ func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store
 		// The page will be an opaque origin that sends no cookie: the token goes into
 		// the path instead (pathTokenSegment).
 		base := strings.TrimSuffix(confined.prefix, "/")
-		target = base + pathTokenSegment + value + "/" + strings.TrimPrefix(strings.TrimPrefix(r.URL.EscapedPath(), base), "/")
+		target = localRedirectPath(base + pathTokenSegment + value + "/" + strings.TrimPrefix(strings.TrimPrefix(r.URL.EscapedPath(), base), "/"))
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: value, Path: cookiePath, Expires: exp, HttpOnly: true,

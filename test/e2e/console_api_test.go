@@ -146,13 +146,13 @@ func TestConsoleAPISession(t *testing.T) {
 			"same-site by header":  {"Sec-Fetch-Site", "same-site"},
 		} {
 			t.Run(name, func(t *testing.T) {
-				expectError(t, member.do("GET", "/v1/session", nil, false, hdr...), 403, "SESSION::ORIGIN_REFUSED")
-				expectError(t, member.do("GET", "/v1/sandboxes", nil, false, hdr...), 403, "SESSION::ORIGIN_REFUSED")
-				expectError(t, member.do("POST", "/v1/sandboxes", create, true, hdr...), 403, "SESSION::ORIGIN_REFUSED")
+				expectError(t, member.do("GET", "/v1/session", nil, false, hdr...), 403, "ACCESS::ORIGIN_REFUSED")
+				expectError(t, member.do("GET", "/v1/sandboxes", nil, false, hdr...), 403, "ACCESS::ORIGIN_REFUSED")
+				expectError(t, member.do("POST", "/v1/sandboxes", create, true, hdr...), 403, "ACCESS::ORIGIN_REFUSED")
 			})
 		}
 		// A change without any Origin is not a browser's same-origin request either.
-		expectError(t, member.do("POST", "/v1/sandboxes", create, true, "Origin", ""), 403, "SESSION::ORIGIN_REFUSED")
+		expectError(t, member.do("POST", "/v1/sandboxes", create, true, "Origin", ""), 403, "ACCESS::ORIGIN_REFUSED")
 		// What a browser's own page sends passes.
 		if r := member.do("GET", "/v1/sandboxes/"+id, nil, false, "Origin", "http://"+g1.Addr, "Sec-Fetch-Site", "same-origin"); r.Status != 200 {
 			t.Fatalf("same-origin read: %d %s", r.Status, r.Body)

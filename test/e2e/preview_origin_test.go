@@ -180,7 +180,7 @@ func TestPreviewSecureCookiesBehindTLS(t *testing.T) {
 	if r := sess.do("POST", "/v1/sandboxes", create, true, "Origin", public); r.Status != 202 {
 		t.Fatalf("create from the public origin: %d %s", r.Status, r.Body)
 	}
-	expectError(t, sess.do("POST", "/v1/sandboxes", create, true, "Origin", "https://evil.example"), 403, "SESSION::ORIGIN_REFUSED")
+	expectError(t, sess.do("POST", "/v1/sandboxes", create, true, "Origin", "https://evil.example"), 403, "ACCESS::ORIGIN_REFUSED")
 }
 
 func TestPreviewDomainOfItsOwn(t *testing.T) {
