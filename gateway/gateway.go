@@ -43,6 +43,10 @@ type Config struct {
 	// PublicAddress is host[:port] under which clients reach the gateway; empty uses
 	// the Host of each request.
 	PublicAddress string
+	// PublicURL is the scheme://host[:port] under which browsers reach the console and
+	// API, when a proxy in front changes either (TLS ending there): an https URL makes
+	// every cookie Secure, and its host is an Origin the console session accepts.
+	PublicURL string
 	// PreviewDomain, when set, makes endpoints of non-agent ports host-mode URLs.
 	PreviewDomain string
 	// MaxPoolSize caps a pool's poolMax.

@@ -25,6 +25,9 @@ const CredSession = "session"
 const (
 	CodeSessionInvalid   = "SESSION::INVALID"
 	CodeCSRFTokenInvalid = "CSRF_TOKEN_INVALID"
+	// CodeOriginRefused answers a session cookie sent from a page that is not the
+	// console's (another site, a preview, an opaque origin).
+	CodeOriginRefused = "ACCESS::ORIGIN_REFUSED"
 )
 
 // Session is a signed-in console session as the API shows it.

@@ -7,6 +7,7 @@ package modules
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,7 +82,11 @@ type App struct {
 	// PublicAddress is host[:port] clients use to reach the gateway (default: each
 	// request's Host).
 	PublicAddress string `json:"public_address,omitempty"`
-	// PreviewDomain is the domain of host-mode preview URLs.
+	// PublicURL is scheme://host[:port] under which browsers reach the console when a
+	// proxy in front terminates TLS or rewrites Host: https makes every cookie Secure.
+	PublicURL string `json:"public_url,omitempty"`
+	// PreviewDomain is the domain of host-mode preview URLs, a registrable domain of
+	// its own (never the console's site).
 	PreviewDomain string `json:"preview_domain,omitempty"`
 	// OCIRuntime is the engine runtime of every sandbox ("runc", "runsc"); empty uses the
 	// engine's default. A tenant's quota or a create's extensions.runtime may ask for another.
@@ -163,6 +168,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.Egress != "on" && a.Egress != "off" {
 		return fmt.Errorf("egress %q: want on or off", a.Egress)
 	}
+	if a.PublicURL != "" {
+		u, err := url.Parse(a.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("public_url %q: want http(s)://host[:port]", a.PublicURL)
+		}
+	}
+	if err := gateway.CheckPreviewDomain(a.PreviewDomain, a.PublicURL, a.PublicAddress); err != nil {
+		return err
+	}
 	if d := a.EgressDefaultAction; d != "" && d != "allow" && d != "deny" {
 		return fmt.Errorf("egress_default_action %q: want allow or deny", d)
 	}
@@ -234,6 +248,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			FailedRetention: time.Duration(a.FailedRetention),
 			SyncInterval:    time.Duration(a.SyncInterval),
 			PublicAddress:   a.PublicAddress,
+			PublicURL:       strings.TrimSuffix(a.PublicURL, "/"),
 			PreviewDomain:   a.PreviewDomain,
 			PoolWait:        time.Duration(a.PoolWait),
 			RenewCooldown:   time.Duration(a.RenewCooldown),

@@ -66,6 +66,8 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	for path, ms := range methods {
 		h.registerFallback(path, ms, shadowsWildcard(path, routes))
 	}
+	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}", h.serveConsoleProxy)
+	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}/{path...}", h.serveConsoleProxy)
 	h.mux.Handle("GET /console/", web.Handler("/console/"))
 	h.mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -63,12 +63,14 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 }
 
 // egressPath is the path the enforcer would see: what follows /sandboxes/{id}/proxy/{port}
-// in path mode, the whole path in host mode ({id}-{port}.<preview domain>).
+// in path mode (or /v1/console/sandboxes/{id}/ports/{port} on the console's route), the
+// whole path in host mode ({id}-{port}.<preview domain>).
 func egressPath(r *http.Request, id string, port int) string {
-	marker := "/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
 	path := r.URL.Path
-	if i := strings.Index(path, marker); i >= 0 {
-		path = path[i+len(marker):]
+	if console := consoleProxyPrefix + id + "/ports/" + strconv.Itoa(port); strings.HasPrefix(path, console) {
+		path = path[len(console):]
+	} else if i := strings.Index(path, "/sandboxes/"+id+"/proxy/"+strconv.Itoa(port)); i >= 0 {
+		path = path[i+len("/sandboxes/"+id+"/proxy/"+strconv.Itoa(port)):]
 	}
 	if path == "" {
 		path = "/"

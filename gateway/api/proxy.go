@@ -80,7 +80,9 @@ func WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
 		"the sandbox port did not answer: nothing is listening there, or it closed the connection"))
 }
 
-// serveProxyPath serves path mode: /sandboxes/{id}/proxy/{port}/… (also under /v1).
+// serveProxyPath serves path mode: /sandboxes/{id}/proxy/{port}/… (also under /v1). Its
+// answers come from the API's own origin, so what a browser renders of them is confined
+// to an opaque origin (see confineToOpaqueOrigin).
 func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
 	id, portStr := r.PathValue("id"), r.PathValue("port")
 	prefix, rest, err := splitProxyPath(r.URL.EscapedPath(), id, portStr)
@@ -88,7 +90,34 @@ func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gatew
 		writeError(w, r, err)
 		return
 	}
-	h.proxy(w, r, id, portStr, prefix+"/", rest)
+	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(runtimes.AgentPort) && portStr != strconv.Itoa(runtimes.EgressPort) {
+		r = r.WithContext(context.WithValue(r.Context(), pathTokenKey{}, tok))
+		prefix, rest = prefix+pathTokenSegment+tok, after
+	}
+	h.proxy(confineToOpaqueOrigin(w, prefix+"/"), r, id, portStr, prefix+"/", rest)
+}
+
+// pathTokenSegment introduces a preview token in a path-mode URL:
+// /sandboxes/{id}/proxy/{port}/_sandgate/{token}/…. A path-mode page is an opaque origin
+// whose requests carry no cookies, so the signed-link exchange redirects there instead:
+// the page's relative URLs (scripts, fetches, WebSockets) keep the token, which is bound
+// to the sandbox, port and expiry like the cookie, and is no ambient credential another
+// page could make a browser send. Not for the agent and enforcer ports.
+const pathTokenSegment = "/_sandgate/"
+
+type pathTokenKey struct{}
+
+// cutPathToken splits "/_sandgate/{token}/rest" into token and "/rest".
+func cutPathToken(rest string) (token, after string, ok bool) {
+	if !strings.HasPrefix(rest, pathTokenSegment) {
+		return "", rest, false
+	}
+	tail := rest[len(pathTokenSegment):]
+	token, after, _ = strings.Cut(tail, "/")
+	if token == "" {
+		return "", rest, false
+	}
+	return token, "/" + after, true
 }
 
 // previewHost parses host mode: {id}-{port}.<preview domain>[:port].
@@ -114,6 +143,12 @@ func (h *Handler) previewHost(host string) (id, port string, ok bool) {
 // proxy authorizes a request for port of sandbox id and forwards it. cookiePath scopes
 // the preview cookie; rest is the escaped path to send upstream.
 func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string) {
+	h.proxyAs(w, r, id, portStr, cookiePath, rest, nil)
+}
+
+// proxyAs is proxy with the credential already established (the console's session
+// route) when preset is not nil, else found in the request.
+func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string, preset *gateway.ProxyAccess) {
 	port, err := gateway.ParsePort(portStr)
 	if err != nil {
 		writeError(w, r, err)
@@ -128,7 +163,13 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 		writeError(w, r, err)
 		return
 	}
-	access, linkExp, err := h.proxyCredential(r, sb, port)
+	var access gateway.ProxyAccess
+	var linkExp time.Time
+	if preset != nil {
+		access = *preset
+	} else {
+		access, linkExp, err = h.proxyCredential(r, sb, port)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -236,6 +277,12 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		}
 		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
 	}
+	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
+		if err := h.svc.VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
+			return gateway.ProxyAccess{}, time.Time{}, err
+		}
+		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
+	}
 	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
 		exp, err := h.svc.VerifyLink(r.Context(), tok, sb.ID, port)
 		if err != nil {
@@ -243,61 +290,71 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredSignedLink, Sandbox: sb.ID, Port: port}, exp, nil
 	}
-	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
-		if err := h.svc.VerifyCookie(r.Context(), c.Value, sb.ID, port); err == nil {
-			return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
+	// Every preview cookie is tried: one that another preview planted under the same
+	// name cannot shadow this preview's own.
+	for _, c := range r.CookiesNamed(cookieName) {
+		if c.Value == "" || h.svc.VerifyCookie(r.Context(), c.Value, sb.ID, port) != nil {
+			continue
 		}
+		// A browser opens a WebSocket cross-site with cookies and without CORS: only a
+		// page of the preview's own origin may (host mode: its own host; path mode: the
+		// gateway's, as a sandboxed preview page carries no cookies at all).
+		if isWebSocket(r) && !h.sameOrigin(r) {
+			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeOriginRefused,
+				"a WebSocket opened with a preview cookie must come from a page of the preview itself (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
+		}
+		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
 	}
-	if token := sessionToken(r); token != "" {
-		return h.sessionProxyAccess(r, token)
-	}
+	// The console session is never a credential here: a preview page on this origin
+	// would otherwise act with it. The console reaches sandboxes through its own route.
 	return gateway.ProxyAccess{Kind: gateway.CredAnonymous}, time.Time{}, nil
-}
-
-// sessionProxyAccess admits a console session to a sandbox port as its key (the access
-// policy decides on it as on the key). A change needs the session's CSRF token; a
-// WebSocket, which browsers open cross-site with cookies and without CORS, needs an
-// Origin of this very host.
-func (h *Handler) sessionProxyAccess(r *http.Request, token string) (gateway.ProxyAccess, time.Time, error) {
-	c, sess, err := h.svc.SessionCaller(r.Context(), token)
-	if err != nil {
-		return gateway.ProxyAccess{}, time.Time{}, err
-	}
-	if isWebSocket(r) {
-		// A browser cannot add the CSRF header to a WebSocket; the Origin check stands in.
-		if !sameOrigin(r) {
-			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeCSRFTokenInvalid,
-				"a WebSocket opened with the console session must come from a page of this host (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
-		}
-	} else if !safeMethod(r.Method) {
-		if err := gateway.CheckCSRF(sess, r.Header.Get(csrfHeader)); err != nil {
-			return gateway.ProxyAccess{}, time.Time{}, err
-		}
-	}
-	return gateway.ProxyAccess{Kind: gateway.CredSession, Caller: &c}, time.Time{}, nil
 }
 
 // exchangeLink trades a signed link for an HttpOnly cookie scoped to the preview (its
 // host in host mode, its path prefix in path mode) and redirects to the same URL without
-// the token, so that page assets and WebSockets carry the cookie.
+// the token, so that page assets and WebSockets carry the cookie. In path mode, whose
+// pages are opaque origins that send no cookies, it redirects to the token-in-path form
+// (pathTokenSegment) instead.
 func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
+	confined, pathMode := w.(*confinedWriter)
+	if pathMode {
+		w = confined.ResponseWriter // the cookie is the gateway's own, not an upstream's
+	}
 	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	target := localRedirectPath(r.URL.EscapedPath())
+	if pathMode && port != runtimes.AgentPort && port != runtimes.EgressPort {
+		// The page will be an opaque origin that sends no cookie: the token goes into
+		// the path instead (pathTokenSegment).
+		base := strings.TrimSuffix(confined.prefix, "/")
+		target = localRedirectPath(base + pathTokenSegment + value + "/" + strings.TrimPrefix(strings.TrimPrefix(r.URL.EscapedPath(), base), "/"))
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: value, Path: cookiePath, Expires: exp, HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode,
+		Secure: h.secureCookies(r), SameSite: http.SameSiteLaxMode,
 	})
 	q := r.URL.Query()
 	q.Del(linkQueryParam)
-	target := r.URL.EscapedPath()
 	if enc := q.Encode(); enc != "" {
 		target += "?" + enc
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, target, http.StatusFound)
+	w.Header().Set("Location", target)
+	w.WriteHeader(http.StatusFound)
+}
+
+// localRedirectPath makes an escaped request path safe as a Location on this host: a
+// path that begins with "//" or "/\" would name another host to a browser (an open
+// redirect), so such leading slashes collapse to one.
+func localRedirectPath(p string) string {
+	trimmed := strings.TrimLeft(p, "/\\")
+	if !strings.HasPrefix(p, "/") || len(p)-len(trimmed) > 1 {
+		return "/" + trimmed
+	}
+	return p
 }
 
 // stripCredentials removes sandgate's credentials from a request bound for a sandbox.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"mime"
 	"net"
 	"net/http"
@@ -14,33 +15,78 @@ import (
 // sessionCookie names the console's session cookie.
 const sessionCookie = "sandgate_session"
 
+// sessionCookiePath scopes the session cookie to the API's routes.
+const sessionCookiePath = "/v1"
+
 // csrfHeader carries a session's CSRF token on every change a cookie authenticates.
 const csrfHeader = "X-CSRF-Token"
 
 // authenticate finds the caller of an API request: the API key headers first, else the
-// console session cookie. A cookie-authenticated request that changes something must
-// carry the session's CSRF token. The returned request is marked with the credential
-// kind for the access policy.
+// console session cookie. The session is honoured only on the API's own routes (/v1/…)
+// and only from a page of the gateway's own origin (consoleOrigin); a cookie-authenticated
+// request that changes something must also carry the session's CSRF token. The returned
+// request is marked with the credential kind for the access policy.
 func (h *Handler) authenticate(r *http.Request) (gateway.Caller, *http.Request, error) {
 	if key := apiKeyFrom(r); key != "" {
 		c, err := h.svc.Authenticate(r.Context(), key)
 		return c, r, err
 	}
 	token := sessionToken(r)
-	if token == "" {
+	if token == "" || !strings.HasPrefix(r.URL.Path, "/v1/") {
 		c, err := h.svc.Authenticate(r.Context(), "")
 		return c, r, err
 	}
+	c, _, r, err := h.consoleSession(r, token)
+	return c, r, err
+}
+
+// consoleSession resolves the session of a request that passed the console's checks:
+// its origin is the gateway's own (consoleOrigin), and a change carries the CSRF token.
+// A WebSocket, to which a browser cannot add the header, stands on the Origin alone.
+func (h *Handler) consoleSession(r *http.Request, token string) (gateway.Caller, *gateway.Session, *http.Request, error) {
+	if err := h.consoleOrigin(r, true); err != nil {
+		return gateway.Caller{}, nil, r, err
+	}
 	c, sess, err := h.svc.SessionCaller(r.Context(), token)
 	if err != nil {
-		return c, r, err
+		return c, nil, r, err
 	}
-	if !safeMethod(r.Method) {
+	if !safeMethod(r.Method) && !isWebSocket(r) {
 		if err := gateway.CheckCSRF(sess, r.Header.Get(csrfHeader)); err != nil {
-			return c, r, err
+			return c, nil, r, err
 		}
 	}
-	return c, r.WithContext(gateway.WithCredential(r.Context(), gateway.CredSession)), nil
+	return c, sess, r.WithContext(gateway.WithCredential(r.Context(), gateway.CredSession)), nil
+}
+
+// consoleOrigin admits a cookie-carrying request only from a page of the gateway's own
+// origin: an Origin header, when there is one, must name this host (or the configured
+// public URL), and Fetch Metadata, when the browser sends it, must say same-origin (or
+// "none": the user typed the address). Changes and WebSockets need the Origin header
+// itself, which every browser sends on them. A page with an opaque origin (a sandboxed
+// preview says "null") or of any other site, previews under the preview domain
+// included, is refused. Sign-in, which uses no session, passes strict false: a client
+// that is no browser may sign in without an Origin.
+func (h *Handler) consoleOrigin(r *http.Request, strict bool) error {
+	refuse := func(why string) error {
+		return gateway.Errorf(http.StatusForbidden, gateway.CodeOriginRefused,
+			"the console session is honoured only on requests from the console's own origin: %s", why)
+	}
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return refuse("the browser says this request is " + site)
+	}
+	if r.Header.Get("Origin") == "" {
+		if strict && (!safeMethod(r.Method) || isWebSocket(r)) {
+			return refuse("a change or a WebSocket must carry an Origin header")
+		}
+		return nil
+	}
+	if !h.sameOrigin(r) {
+		return refuse(fmt.Sprintf("Origin %q is not this gateway's", r.Header.Get("Origin")))
+	}
+	return nil
 }
 
 func sessionToken(r *http.Request) string {
@@ -55,19 +101,41 @@ func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
-// sameOrigin reports whether a browser request's Origin names the host it was sent to:
-// the guard against cross-site WebSocket hijacking, which SameSite cookies alone do not
-// give on every browser.
-func sameOrigin(r *http.Request) bool {
+// sameOrigin reports whether a browser request's Origin names the host it was sent to,
+// or the host of the configured public URL (behind a proxy that rewrites Host): the
+// guard against cross-site requests and WebSocket hijacking, which SameSite cookies
+// alone do not give on every browser. An opaque origin ("null") never matches.
+func (h *Handler) sameOrigin(r *http.Request) bool { return sameOrigin(r, h.publicHost()) }
+
+func sameOrigin(r *http.Request, publicHost string) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return false
 	}
 	u, err := url.Parse(o)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return false
 	}
-	return strings.EqualFold(u.Host, r.Host) || strings.EqualFold(stripDefaultPort(u), r.Host)
+	for _, host := range []string{r.Host, publicHost} {
+		if host != "" && (strings.EqualFold(u.Host, host) || strings.EqualFold(stripDefaultPort(u), host)) {
+			return true
+		}
+	}
+	return false
+}
+
+// publicHost is the host[:port] of the configured public URL, or "".
+func (h *Handler) publicHost() string {
+	if u, err := url.Parse(h.svc.Config().PublicURL); err == nil {
+		return u.Host
+	}
+	return ""
+}
+
+// secureCookies reports whether cookies set in answer to r get the Secure attribute:
+// when r came over TLS, or when the public URL is https (TLS ends at a proxy in front).
+func (h *Handler) secureCookies(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(strings.ToLower(h.svc.Config().PublicURL), "https://")
 }
 
 // stripDefaultPort returns the origin's host without the scheme's default port.
@@ -99,6 +167,10 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Calle
 		writeError(w, r, gateway.Errorf(http.StatusUnsupportedMediaType, gateway.CodeInvalidParameter, "sign in with a JSON body {\"apiKey\": \"...\"} and Content-Type: application/json"))
 		return
 	}
+	if err := h.consoleOrigin(r, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	var req struct {
 		APIKey string `json:"apiKey"`
 	}
@@ -111,9 +183,10 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Calle
 		writeError(w, r, err)
 		return
 	}
+	// Path /v1: the cookie does not even travel to path-mode previews outside the API.
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: token, Path: "/", Expires: sess.ExpiresAt, MaxAge: int(time.Until(sess.ExpiresAt).Seconds()),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		Name: sessionCookie, Value: token, Path: sessionCookiePath, Expires: sess.ExpiresAt, MaxAge: int(time.Until(sess.ExpiresAt).Seconds()),
+		HttpOnly: true, Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode,
 	})
 	w.Header().Set("Cache-Control", "no-store")
 	ctx := gateway.WithCredential(r.Context(), gateway.CredSession)
@@ -134,7 +207,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, _ gateway.C
 		writeError(w, r, gateway.Errorf(http.StatusUnauthorized, gateway.CodeSessionInvalid, "not signed in: no console session cookie"))
 		return
 	}
-	caller, sess, err := h.svc.SessionCaller(r.Context(), token)
+	caller, sess, _, err := h.consoleSession(r, token)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -152,14 +225,11 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, _ gateway.Call
 		writeError(w, r, gateway.Errorf(http.StatusUnauthorized, gateway.CodeSessionInvalid, "not signed in: no console session cookie"))
 		return
 	}
-	_, sess, err := h.svc.SessionCaller(r.Context(), token)
-	if err == nil {
-		err = gateway.CheckCSRF(sess, r.Header.Get(csrfHeader))
-	}
+	_, _, _, err := h.consoleSession(r, token)
 	if err != nil {
 		if e, ok := gateway.AsError(err); ok && e.Code == gateway.CodeSessionInvalid {
 			// Already gone: clear the stale cookie all the same.
-			clearSessionCookie(w, r)
+			h.clearSessionCookie(w, r)
 		}
 		writeError(w, r, err)
 		return
@@ -168,10 +238,13 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, _ gateway.Call
 		writeError(w, r, err)
 		return
 	}
-	clearSessionCookie(w, r)
+	h.clearSessionCookie(w, r)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func clearSessionCookie(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+func (h *Handler) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
+	// Path "/" too: sessions opened before the cookie was scoped to /v1 carry that path.
+	for _, path := range []string{sessionCookiePath, "/"} {
+		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: path, MaxAge: -1, HttpOnly: true, Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode})
+	}
 }

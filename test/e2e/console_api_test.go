@@ -39,7 +39,7 @@ func signIn(t *testing.T, g *gateway, key string) (*console, map[string]any) {
 		t.Fatalf("sign in set no sandgate_session cookie: %v", r.Header.Values("Set-Cookie"))
 	}
 	raw := r.Header.Get("Set-Cookie")
-	for _, attr := range []string{"HttpOnly", "SameSite=Strict", "Path=/"} {
+	for _, attr := range []string{"HttpOnly", "SameSite=Strict", "Path=/v1"} {
 		if !strings.Contains(raw, attr) {
 			t.Errorf("Set-Cookie %q lacks %s", raw, attr)
 		}
@@ -54,10 +54,15 @@ func signIn(t *testing.T, g *gateway, key string) (*console, map[string]any) {
 // on returns the same session used against another gateway (replica).
 func (c *console) on(g *gateway) *console { return &console{g: g, cookie: c.cookie, csrf: c.csrf} }
 
-// do sends a request with the session cookie only; withCSRF adds the session's token.
+// do sends a request with the session cookie only, and for a change the Origin of the
+// console as a browser does; withCSRF adds the session's token.
 func (c *console) do(method, path string, body any, withCSRF bool, headers ...string) response {
 	c.g.t.Helper()
-	h := append([]string{"OPEN-SANDBOX-API-KEY", "", "Cookie", "sandgate_session=" + c.cookie}, headers...)
+	h := []string{"OPEN-SANDBOX-API-KEY", "", "Cookie", "sandgate_session=" + c.cookie}
+	if method != "GET" && method != "HEAD" {
+		h = append(h, "Origin", "http://"+c.g.Addr)
+	}
+	h = append(h, headers...)
 	if withCSRF {
 		h = append(h, "X-CSRF-Token", c.csrf)
 	}
@@ -130,16 +135,51 @@ func TestConsoleAPISession(t *testing.T) {
 		t.Fatalf("viewer get: %d %s", r.Status, r.Body)
 	}
 	expectError(t, viewer.do("DELETE", "/v1/sandboxes/"+id, nil, true), 403, "POLICY::DENIED")
-	expectError(t, viewer.do("GET", "/v1/sandboxes/"+id+"/proxy/44772/ping", nil, false), 403, "ACCESS::DENIED")
+	expectError(t, viewer.do("GET", "/v1/console/sandboxes/"+id+"/ports/44772/ping", nil, false), 403, "ACCESS::DENIED")
+
+	t.Run("the session is refused from any other origin", func(t *testing.T) {
+		for name, hdr := range map[string][]string{
+			"another site":         {"Origin", "http://evil.example"},
+			"an opaque origin":     {"Origin", "null"},
+			"a preview host":       {"Origin", "http://" + id + "-8000.preview.localhost"},
+			"cross-site by header": {"Sec-Fetch-Site", "cross-site"},
+			"same-site by header":  {"Sec-Fetch-Site", "same-site"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				expectError(t, member.do("GET", "/v1/session", nil, false, hdr...), 403, "ACCESS::ORIGIN_REFUSED")
+				expectError(t, member.do("GET", "/v1/sandboxes", nil, false, hdr...), 403, "ACCESS::ORIGIN_REFUSED")
+				expectError(t, member.do("POST", "/v1/sandboxes", create, true, hdr...), 403, "ACCESS::ORIGIN_REFUSED")
+			})
+		}
+		// A change without any Origin is not a browser's same-origin request either.
+		expectError(t, member.do("POST", "/v1/sandboxes", create, true, "Origin", ""), 403, "ACCESS::ORIGIN_REFUSED")
+		// What a browser's own page sends passes.
+		if r := member.do("GET", "/v1/sandboxes/"+id, nil, false, "Origin", "http://"+g1.Addr, "Sec-Fetch-Site", "same-origin"); r.Status != 200 {
+			t.Fatalf("same-origin read: %d %s", r.Status, r.Body)
+		}
+	})
+
+	t.Run("the session is no credential on the preview routes", func(t *testing.T) {
+		for _, p := range []string{"/v1/sandboxes/" + id + "/proxy/44772/ping", "/sandboxes/" + id + "/proxy/44772/ping"} {
+			expectError(t, member.do("GET", p, nil, false, "Origin", "http://"+g1.Addr), 401, "MISSING_API_KEY")
+			expectError(t, member.do("POST", strings.TrimSuffix(p, "ping")+"command", map[string]any{"command": "true"}, true), 401, "MISSING_API_KEY")
+		}
+		// Nor does the console's route reach a preview port.
+		expectError(t, member.do("GET", fmt.Sprintf("/v1/console/sandboxes/%s/ports/%d/", id, previewPort), nil, false), 400, "SANDBOX::INVALID_PARAMETER")
+	})
 
 	t.Run("agent through the proxy", func(t *testing.T) {
-		agentPath := "/v1/sandboxes/" + id + "/proxy/44772"
-		if r := member.do("GET", agentPath+"/ping", nil, false); r.Status != 200 {
+		agentPath := "/v1/console/sandboxes/" + id + "/ports/44772"
+		r := member.do("GET", agentPath+"/ping", nil, false)
+		if r.Status != 200 {
 			t.Fatalf("ping by cookie: %d %s", r.Status, r.Body)
+		}
+		if csp := r.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "sandbox") || strings.Contains(csp, "allow-same-origin") {
+			t.Fatalf("the console route's answer is not confined to an opaque origin: CSP %q", csp)
 		}
 		cmd := map[string]any{"command": "echo console-$((6*7))"}
 		expectError(t, member.do("POST", agentPath+"/command", cmd, false), 403, "CSRF_TOKEN_INVALID")
-		r := member.do("POST", agentPath+"/command", cmd, true)
+		r = member.do("POST", agentPath+"/command", cmd, true)
 		if r.Status != 200 {
 			t.Fatalf("command by cookie: %d %s", r.Status, r.Body)
 		}
@@ -162,7 +202,7 @@ func TestConsoleAPISession(t *testing.T) {
 		wsURL := "ws://" + g1.Addr + agentPath + "/pty/" + sid + "/ws"
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, origin := range []string{"", "http://evil.example"} {
+		for _, origin := range []string{"", "http://evil.example", "null"} {
 			h := http.Header{"Cookie": {"sandgate_session=" + member.cookie}}
 			if origin != "" {
 				h.Set("Origin", origin)
@@ -202,10 +242,11 @@ func TestConsoleAPISession(t *testing.T) {
 
 	t.Run("the sandbox never sees the session", func(t *testing.T) {
 		startPreviewServer(t, g1.asKey(memberKey), id)
+		_, hdr, _ := g1.endpoint(id, previewPort, "")
 		r := member.do("GET", fmt.Sprintf("/v1/sandboxes/%s/proxy/%d/headers", id, previewPort), nil, true,
-			"Cookie", "sandgate_session="+member.cookie+"; app=kept")
+			"Cookie", "sandgate_session="+member.cookie+"; app=kept", "X-Sandgate-Access-Token", hdr["X-Sandgate-Access-Token"])
 		if r.Status != 200 {
-			t.Fatalf("preview by cookie: %d %s", r.Status, r.Body)
+			t.Fatalf("preview with the access header: %d %s", r.Status, r.Body)
 		}
 		var got struct {
 			Headers map[string]string `json:"headers"`
@@ -224,7 +265,7 @@ func TestConsoleAPISession(t *testing.T) {
 	})
 
 	t.Run("egress policy edited through the proxy", func(t *testing.T) {
-		path := "/v1/sandboxes/" + id + "/proxy/18080/policy"
+		path := "/v1/console/sandboxes/" + id + "/ports/18080/policy"
 		type rule struct{ Action, Target string }
 		read := func() (string, []rule) {
 			t.Helper()
@@ -270,7 +311,7 @@ func TestConsoleAPISession(t *testing.T) {
 		}
 		expectError(t, s.on(g2).do("GET", "/v1/session", nil, false), 401, "SESSION::INVALID")
 		expectError(t, s.do("GET", "/v1/sandboxes", nil, false), 401, "SESSION::INVALID")
-		expectError(t, s.do("GET", "/v1/sandboxes/"+id+"/proxy/44772/ping", nil, false), 401, "SESSION::INVALID")
+		expectError(t, s.do("GET", "/v1/console/sandboxes/"+id+"/ports/44772/ping", nil, false), 401, "SESSION::INVALID")
 	})
 
 	t.Run("sign out", func(t *testing.T) {

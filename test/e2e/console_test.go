@@ -366,7 +366,7 @@ func TestConsole(t *testing.T) {
 		b.fill(t, "#file-content", "edited in the console\n")
 		b.click(t, "[data-testid=save-file]")
 		b.waitFor(t, 20*time.Second, "the save", `document.body.innerText.includes("Saved /tmp/console-dropped.txt")`)
-		if got := b.evalAsync(t, `fetch("/v1/sandboxes/`+id+`/proxy/44772/files/download?path=/tmp/console-dropped.txt").then(r => r.text())`); got != "edited in the console\n" {
+		if got := b.evalAsync(t, `fetch("/v1/console/sandboxes/`+id+`/ports/44772/files/download?path=/tmp/console-dropped.txt").then(r => r.text())`); got != "edited in the console\n" {
 			t.Fatalf("after the edit the file holds %q", got)
 		}
 		b.click(t, `tr[data-path="/tmp/console-upload.txt"] [data-testid=delete-file]`)

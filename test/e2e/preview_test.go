@@ -264,7 +264,9 @@ func TestPreview(t *testing.T) {
 		if resp := g.raw("GET", u.Host, "/headers", nil, cookie); resp.StatusCode != 200 {
 			t.Fatalf("cookie: %d %s", resp.StatusCode, readAll(t, resp))
 		}
-		wsEcho(t, g.Addr, "ws://"+u.Host+"/ws", http.Header{"Cookie": {cookie["Cookie"]}})
+		// A browser sends the preview's own Origin; from any other the cookie is refused
+		// (TestPreviewHostMode).
+		wsEcho(t, g.Addr, "ws://"+u.Host+"/ws", http.Header{"Cookie": {cookie["Cookie"]}, "Origin": {"http://" + u.Host}})
 		// The cookie is bound to this sandbox and port.
 		if resp := g.raw("GET", fmt.Sprintf("%s-%d.preview.localhost", other, previewPort), "/", nil, cookie); resp.StatusCode != 401 {
 			t.Fatalf("cookie on another sandbox: %d", resp.StatusCode)

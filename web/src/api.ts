@@ -415,8 +415,13 @@ export const tenants = {
 export const AGENT_PORT = 44772;
 export const EGRESS_PORT = 18080;
 
+/**
+ * proxyPath is the console's own route to a sandbox's agent or enforcer. The session
+ * cookie is honoured there (and on the rest of /v1) only, never on the preview routes
+ * /sandboxes/{id}/proxy/{port}, whose pages are the sandbox's content.
+ */
 export function proxyPath(id: string, port: number, rest: string): string {
-  return `/v1/sandboxes/${enc(id)}/proxy/${port}${rest}`;
+  return `/v1/console/sandboxes/${enc(id)}/ports/${port}${rest}`;
 }
 
 /** AgentEvent is one event of a command stream (PROTOCOL.md "Agent API"). */
