@@ -197,6 +197,7 @@ func (s *Service) Start(ctx context.Context) {
 	})
 	s.runPoolManager()
 	s.watchChanges()
+	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
 	s.runAccessLog()
 }
