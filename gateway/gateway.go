@@ -128,6 +128,8 @@ type Service struct {
 	creates chan struct{}
 	routes  *routeCache
 	preview previewState
+	// expiries tracks removals for expiry under way (reaper.go).
+	expiries expirySet
 	// reconciles counts Reconcile passes; helpers are swept on every sweepEvery-th.
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).
