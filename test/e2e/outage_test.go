@@ -234,7 +234,6 @@ func TestRedisOutageDataPlane(t *testing.T) {
 	})
 }
 
-
 // createSandboxes creates n sandboxes at once (the gateway bounds how many cold creates
 // run together) and returns their ids; it fails the test unless all are Running.
 func (g *gateway) createSandboxes(n int, req map[string]any) []string {
