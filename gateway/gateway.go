@@ -130,6 +130,8 @@ type Service struct {
 	preview previewState
 	// expiries tracks removals for expiry under way (reaper.go).
 	expiries expirySet
+	// enforcerRestores tracks enforcer restores under way (enforcer.go).
+	enforcerRestores enforcerRestores
 	// reconciles counts Reconcile passes; helpers are swept on every sweepEvery-th.
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).

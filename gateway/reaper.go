@@ -158,6 +158,7 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		delete(byID, rec.ID)
 		s.syncRecord(ctx, rec, inst, exists, now)
 	}
+	s.checkEnforcers(ctx, instances, records, now)
 	for id, inst := range byID {
 		if warm[id] {
 			continue // the pool manager looks after its warm members
