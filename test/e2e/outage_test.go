@@ -400,3 +400,62 @@ func sortDurations(d []time.Duration) {
 		}
 	}
 }
+
+// TestEnforcerKilled: after `docker kill` of a sandbox's enforcer sidecar, the
+// reconciler restores it with the policy last set through the egress API (not the one
+// the sandbox was created with), and the platform's deny list still holds.
+func TestEnforcerKilled(t *testing.T) {
+	w := newEgressWorld(t, map[string][]string{
+		"allowed": {"allowed.test"},
+		"added":   {"added.test"},
+		"blocked": {"blocked.test"},
+	}, "SANDGATE_EGRESS_ALWAYS_DENY={ip:blocked}")
+	ip := w.servers
+	s := w.sandbox(map[string]any{"defaultAction": "deny", "egress": []map[string]string{
+		{"action": "allow", "target": "allowed.test"},
+	}})
+	if r := s.egress("PATCH", []map[string]string{{"action": "allow", "target": "added.test"}}); r.Status != 200 {
+		t.Fatalf("PATCH /policy: %d %s", r.Status, r.Body)
+	}
+	if got := s.httpStatus("added.test"); got != "200" {
+		t.Fatalf("GET added.test after the PATCH = %s, want 200", got)
+	}
+	if out, err := exec.Command("docker", "kill", "sandgate-"+s.id+"-egress").CombinedOutput(); err != nil {
+		t.Fatalf("docker kill the enforcer: %v: %s", err, out)
+	}
+
+	t.Run("killed_enforcer_restored_with_its_current_policy_within_the_sync_interval", func(t *testing.T) {
+		defer func() {
+			if t.Failed() {
+				for _, l := range strings.Split(w.g.proc.Logs(), "\n") {
+					if strings.Contains(l, "enforcer") {
+						t.Log(l)
+					}
+				}
+			}
+		}()
+		waitFor(t, time.Minute, func() bool {
+			time.Sleep(200 * time.Millisecond)
+			return s.egress("GET", nil).Status == 200
+		}, "the policy API to answer again")
+		if p := s.policyOf(); !strings.Contains(p, "added.test") || !strings.Contains(p, "allowed.test") {
+			t.Fatalf("restored policy %s lacks the rules in force before the kill", p)
+		}
+		if got := s.httpStatus("added.test"); got != "200" {
+			t.Errorf("GET added.test after the restore = %s, want 200", got)
+		}
+		if got := s.httpStatus("allowed.test"); got != "200" {
+			t.Errorf("GET allowed.test after the restore = %s, want 200", got)
+		}
+		if got := s.httpStatus(ip["blocked"]); got != "000" {
+			t.Errorf("GET %s (platform-denied) after the restore = %s, want no connection", ip["blocked"], got)
+		}
+		r := w.g.do("GET", "/v1/sandboxes/"+s.id, nil)
+		if st := r.JSON(t)["status"].(map[string]any)["state"]; st != "Running" {
+			t.Errorf("state after the restore = %v, want Running", st)
+		}
+		if _, ok := w.g.eventSandboxes("sandbox.enforcer.restored")[s.id]; !ok {
+			t.Errorf("no sandbox.enforcer.restored event")
+		}
+	})
+}
