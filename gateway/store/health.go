@@ -76,8 +76,11 @@ func unreachable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) {
+	// A caller's own context ending says nothing about Redis.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}
 	var netErr net.Error
