@@ -95,6 +95,7 @@ func (s *Service) bindClaimEgress(ctx context.Context, caller Caller, sb *store.
 	if status != http.StatusOK {
 		return fmt.Errorf("egress enforcer refused the claim's policy: %d: %s", status, body)
 	}
+	s.recordEgressPolicy(ctx, sb.ID, effective)
 	return nil
 }
 
@@ -342,6 +343,9 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 	status, data, err = s.egressRequest(ctx, sb, http.MethodPut, effective)
 	if err != nil {
 		return nil, err
+	}
+	if status == http.StatusOK {
+		s.recordEgressPolicy(ctx, sb.ID, effective)
 	}
 	s.emit(ctx, sb, "sandbox.egress.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": status})
 	return s.ownPolicyAnswer(ctx, sb, status, data)

@@ -138,6 +138,10 @@ type Service struct {
 	creates chan struct{}
 	routes  *routeCache
 	preview previewState
+	// expiries tracks removals for expiry under way (reaper.go).
+	expiries expirySet
+	// enforcerRestores tracks enforcer restores under way (enforcer.go).
+	enforcerRestores enforcerRestores
 	// reconciles counts Reconcile passes; helpers are swept on every sweepEvery-th.
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).
@@ -207,6 +211,7 @@ func (s *Service) Start(ctx context.Context) {
 	})
 	s.runPoolManager()
 	s.watchChanges()
+	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
 	s.runAccessLog()
 }

@@ -443,7 +443,7 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, State: StateRunning,
 		LastTransitionAt: now, CreatedAt: now, Address: inst.Address,
 		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
-		Pool: p.Name, PoolVersion: p.Version,
+		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egressPolicyOf(spec.Egress),
 	}
 	added, err := s.store.AddWarm(ctx, rec)
 	if err != nil || !added {

@@ -127,8 +127,14 @@ func (s *Service) linkKeys(ctx context.Context) (map[string][]byte, string, erro
 	if cur != "" && time.Since(at) < 5*time.Second {
 		return keys, cur, nil
 	}
+	prevKeys, prevCur := keys, cur
 	raw, cur, err := s.store.LinkKeys(ctx)
 	if err != nil {
+		// Through a Redis outage the keys already loaded keep signing and verifying, so
+		// that previews keep working; a rotation made meanwhile is picked up after it.
+		if prevCur != "" && errors.Is(err, store.ErrUnavailable) {
+			return prevKeys, prevCur, nil
+		}
 		return nil, "", err
 	}
 	if cur == "" {
@@ -250,7 +256,8 @@ func (s *Service) RecordAgentCall(sb *store.Sandbox, typ string, data map[string
 }
 
 // queueEvent hands ev to the batched event writer without blocking; when the queue is
-// full the event is dropped and counted.
+// full the event is dropped and counted. The writer drains the queue into its backlog
+// while Redis is away (runAccessLog), so an outage alone does not fill it.
 func (s *Service) queueEvent(ev store.Event) {
 	select {
 	case s.preview.events <- ev:
@@ -287,40 +294,77 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	}
 }
 
-// runAccessLog writes queued access events to Redis in pipelined batches.
+// accessBacklogMax bounds the events kept in memory while Redis cannot take them (about
+// 300 bytes each); beyond it the oldest are dropped and counted.
+const accessBacklogMax = 50000
+
+// runAccessLog writes queued access and agent-call events to Redis in pipelined batches.
+// While Redis is unreachable they are kept (up to accessBacklogMax, oldest dropped first)
+// and written once it answers again, in their order; live subscribers (plugins, event
+// streams of this gateway) get each event once, when it is first taken from the queue.
+// A batch that failed half-way is written again whole, so an event may be stored twice
+// after an outage, never lost while the backlog has room.
 func (s *Service) runAccessLog() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		batch := make([]store.Event, 0, 256)
+		var backlog []store.Event
+		fresh := make([]store.Event, 0, 256)
+		lost := int64(0)
 		flush := func() {
-			if len(batch) == 0 {
-				return
+			if len(fresh) > 0 {
+				s.publishEvents(fresh)
+				backlog = append(backlog, fresh...)
+				fresh = fresh[:0]
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := s.store.AppendEvents(ctx, batch); err != nil {
-				s.log.Warn("access events lost", "count", len(batch), "err", err)
+			if over := len(backlog) - accessBacklogMax; over > 0 {
+				backlog = append(backlog[:0:0], backlog[over:]...)
+				s.preview.dropped.Add(int64(over))
+				lost += int64(over)
 			}
-			cancel()
-			s.publishEvents(batch)
-			batch = batch[:0]
+			for len(backlog) > 0 {
+				n := min(len(backlog), 512)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := s.store.AppendEvents(ctx, backlog[:n])
+				cancel()
+				if err != nil {
+					if !errors.Is(err, store.ErrUnavailable) {
+						s.log.Warn("access events lost", "count", n, "err", err)
+						backlog = backlog[n:]
+						continue
+					}
+					if !errors.Is(err, store.ErrFailFast) {
+						s.log.Debug("redis unreachable: access events kept for later", "pending", len(backlog))
+					}
+					return
+				}
+				backlog = backlog[n:]
+			}
+			backlog = nil // release a backlog grown during an outage
+			if lost > 0 {
+				s.log.Warn("access events dropped while redis was unreachable (backlog full)", "count", lost)
+				lost = 0
+			}
 		}
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
 			case ev := <-s.preview.events:
-				batch = append(batch, ev)
-				if len(batch) == cap(batch) {
+				fresh = append(fresh, ev)
+				if len(fresh) == cap(fresh) {
 					flush()
 				}
 			case <-t.C:
 				flush()
 			case <-s.stop:
 				for len(s.preview.events) > 0 {
-					batch = append(batch, <-s.preview.events)
+					fresh = append(fresh, <-s.preview.events)
 				}
 				flush()
+				if len(backlog) > 0 {
+					s.log.Warn("access events lost at shutdown: redis unreachable", "count", len(backlog))
+				}
 				return
 			}
 		}

@@ -212,6 +212,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
 		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
+		EgressPolicy: egressPolicyOf(spec.Egress),
 	}
 	// The record comes first, so that no other gateway adopts the container as an orphan;
 	// writing it also enforces the concurrency quota atomically across gateways.

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/web"
@@ -79,6 +80,7 @@ func New(svc *gateway.Service, opts Options) *Handler {
 func (h *Handler) routes() []route {
 	return []route{
 		{method: "GET", path: "/health", handler: h.health, public: true},
+		{method: "GET", path: "/ready", handler: h.ready, public: true},
 		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
 		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
 		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
@@ -316,6 +318,27 @@ func resourceFor(action string, r *http.Request, c gateway.Caller) gateway.Resou
 	return res
 }
 
+// health is liveness: it answers as long as the process serves requests, whatever Redis
+// does, so that a probe never restarts a gateway that keeps proxying through an outage.
 func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+}
+
+// ready is readiness: 200 while the state store answers, 503 STORE::UNAVAILABLE while
+// it does not (the lifecycle API answers 503 then, the proxy serves from memory).
+func (h *Handler) ready(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
+	st := h.svc.Store()
+	if err := st.Ready(r.Context()); err != nil {
+		msg := "the state store (Redis) does not answer; lifecycle API calls answer 503 until it does, known sandboxes stay reachable"
+		if since := st.DownSince(); !since.IsZero() {
+			msg += " (unreachable since " + since.UTC().Format(time.RFC3339) + ")"
+		}
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: gateway.CodeStoreUnavailable, Message: msg})
+		return
+	}
+	kind := "redis"
+	if st.Embedded() {
+		kind = "embedded"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "store": kind})
 }

@@ -33,6 +33,9 @@ type Sandbox struct {
 	AccessToken      string            `json:"accessToken,omitempty"`
 	Pool             string            `json:"pool,omitempty"`
 	Batch            string            `json:"batch,omitempty"`
+	// EgressPolicy is the effective egress policy its enforcer last accepted (at create,
+	// claim or through the egress API): what a restored enforcer starts with.
+	EgressPolicy json.RawMessage `json:"egressPolicy,omitempty"`
 	// PoolVersion is the template version a warm sandbox was built from.
 	PoolVersion int64 `json:"poolVersion,omitempty"`
 	// Rev counts updates; Update refuses a write based on a stale read.

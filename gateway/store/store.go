@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +30,10 @@ type Store struct {
 	rdb      *redis.Client
 	embedded *miniredis.Miniredis
 	prefix   string
+	// health tracks Redis's answers (health.go); probe is a client without the
+	// fail-fast hook, for readiness checks.
+	health health
+	probe  *redis.Client
 
 	// blocking serves blocking reads (live event streams) on connections of its own.
 	blockingOnce sync.Once
@@ -77,12 +80,21 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
-	ro.DialTimeout = 2 * time.Second
-	ro.ReadTimeout = 3 * time.Second
-	ro.WriteTimeout = 3 * time.Second
+	// Tight deadlines: a frozen Redis must cost a request about a second, not many
+	// (health.go). One retry covers a pooled connection that died with a Redis restart.
+	ro.DialTimeout = dialTimeout
+	ro.ReadTimeout = CommandTimeout
+	ro.WriteTimeout = CommandTimeout
+	ro.PoolTimeout = poolTimeout
+	ro.MaxRetries = 1
+	ro.MinRetryBackoff, ro.MaxRetryBackoff = 8*time.Millisecond, 64*time.Millisecond
 	ro.PoolSize = 64
 	ro.MinIdleConns = 4
+	probeOpts := *ro
+	probeOpts.PoolSize, probeOpts.MinIdleConns, probeOpts.MaxRetries = 2, 0, 0
+	s.probe = redis.NewClient(&probeOpts)
 	s.rdb = redis.NewClient(ro)
+	s.rdb.AddHook(healthHook{&s.health})
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		// Not fatal: the gateway starts and answers 503 until Redis comes back.
 		log.Warn("redis does not answer yet; requests get 503 until it does", "addr", ro.Addr, "err", err)
@@ -129,6 +141,7 @@ func (s *Store) Close() error {
 	if s.blocking != nil {
 		_ = s.blocking.Close()
 	}
+	_ = s.probe.Close()
 	err := s.rdb.Close()
 	if s.embedded != nil {
 		s.embedded.Close()
@@ -141,10 +154,21 @@ func wrap(err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return err
 	}
-	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, redis.ErrClosed) || strings.Contains(err.Error(), "connection refused") ||
-		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "LOADING") {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if unreachable(err) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
+}
+
+// isConnectionMessage recognizes connection failures that reach us only as text.
+func isConnectionMessage(msg string) bool {
+	for _, s := range []string{"connection refused", "connection reset", "EOF", "LOADING", "broken pipe", "i/o timeout"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
