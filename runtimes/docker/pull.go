@@ -183,6 +183,15 @@ func (r *Runtime) pull(ctx context.Context, image string, auth *runtimes.ImageAu
 		}
 		progress(sum)
 	}
+	if progress != nil {
+		// An image whose layers the engine already had reports no layer lines: the
+		// final figures come from the image itself.
+		if inspect, err := r.cli.ImageInspect(ctx, image); err == nil && inspect.RootFS.Layers != nil {
+			n := len(inspect.RootFS.Layers)
+			size := inspect.Size
+			progress(PullProgress{Layers: n, LayersDone: n, BytesTotal: size, BytesCompleted: size})
+		}
+	}
 	r.log.Info("pulled image", "image", image)
 	return nil
 }
