@@ -373,6 +373,9 @@ func TestImagePullRegistries(t *testing.T) {
 	g = e.startGateway("SANDGATE_PULL=never")
 	r = g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": ref}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
 	expectError(t, r, http.StatusBadRequest, "SANDBOX::IMAGE_NOT_FOUND")
+	// Half a credential is a client mistake, refused before anything runs.
+	r = g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": ref, "auth": map[string]string{"username": "u"}}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+	expectError(t, r, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
 
 	g = e.startGateway("SANDGATE_PULL=missing", "SANDGATE_IMAGE_REGISTRIES="+reg.Addr)
 	removeImageAtCleanup(t, ref)
