@@ -4,7 +4,7 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: gvisor all deps build agent sandgate web images plugins k8s k8s-up k8s-down run test test-unit test-e2e bench clean
+.PHONY: gvisor all deps build agent sandgate web images plugins k8s registry k8s-up k8s-down run test test-unit test-e2e bench clean
 
 all: build
 
@@ -43,6 +43,11 @@ plugins:
 k8s: deps
 	@scripts/k8s.sh build >/dev/null
 
+## registry: the reference container registry (distribution/v3) the image pull tests run on
+## loopback, built from the Go module proxy and cached outside the repo
+registry: deps
+	@scripts/registry.sh build >/dev/null
+
 ## k8s-up: start that control plane on loopback (3 kwok nodes); prints the kubeconfig path last
 k8s-up: deps
 	@scripts/k8s.sh up
@@ -56,7 +61,7 @@ run: deps build images
 	@scripts/run.sh
 
 ## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis
-test: deps build images plugins k8s
+test: deps build images plugins k8s registry
 	@scripts/test.sh
 
 ## bench: hot-path figures, each beside its raw baseline

@@ -118,6 +118,7 @@ func TestGatewayRBACIsPodsOnlyInTheSandboxNamespace(t *testing.T) {
 	allowed := map[string][]string{
 		"pods":     {"get", "list", "watch", "create", "delete"},
 		"pods/log": {"get"},
+		"secrets":  {"create", "delete"},
 	}
 	granted := map[string]bool{}
 	for _, rule := range role.Rules {

@@ -33,6 +33,7 @@ const (
 	CodeNotRunning        = "SANDBOX::NOT_RUNNING"
 	CodeNotPaused         = "SANDBOX::NOT_PAUSED"
 	CodeImageNotFound     = "SANDBOX::IMAGE_NOT_FOUND"
+	CodeImagePullFailed   = "SANDBOX::IMAGE_PULL_FAILED"
 	CodeStartFailed       = "SANDBOX::START_FAILED"
 	CodeRuntimeError      = "SANDBOX::RUNTIME_ERROR"
 	CodeStoreUnavailable  = "STORE::UNAVAILABLE"

@@ -69,6 +69,14 @@ type Config struct {
 	// CreateConcurrency bounds cold creates running at once on this gateway; more wait
 	// their turn instead of thrashing the engine.
 	CreateConcurrency int
+	// PullImages is true when the runtime pulls images it lacks (SANDGATE_PULL=missing),
+	// PullAlways when it pulls on every create (SANDGATE_PULL=always); both false: never.
+	// They only decide what admission is told (request.imageLocal) and the pool's pull.
+	PullImages bool
+	PullAlways bool
+	// CheckRegistries makes admission learn whether an image is already on the engine, for
+	// the registries rule (SANDGATE_IMAGE_REGISTRIES set): one engine call per create.
+	CheckRegistries bool
 }
 
 // Defaults fills zero fields of c.

@@ -38,7 +38,25 @@ type PoolStatus struct {
 	Allocated int64 `json:"allocated"`
 	Available int64 `json:"available"`
 	Starting  int64 `json:"starting"`
+	// Image is the pull of the template's image that the pool's creation started (on
+	// the gateway that took it); absent when the image was already on the engine.
+	Image *PoolImagePull `json:"image,omitempty"`
 }
+
+// PoolImagePull is the progress of a pool's one pull of its image: state Pulling, Ready
+// or Failed (message then has the registry's reason; the pool makes no members).
+type PoolImagePull struct {
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
+	runtimes.PullProgress
+}
+
+// Pool image pull states.
+const (
+	PoolImagePulling = "Pulling"
+	PoolImageReady   = "Ready"
+	PoolImageFailed  = "Failed"
+)
 
 // PoolView is the API form of a pool.
 type PoolView struct {
@@ -86,10 +104,11 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err := s.validatePool(req); err != nil {
 		return nil, err
 	}
-	if err := s.checkImage(ctx, req.Template.Image.URI); err != nil {
+	pull, err := s.poolImage(ctx, req.Template)
+	if err != nil {
 		return nil, err
 	}
-	tmpl, _ := json.Marshal(req.Template)
+	tmpl, _ := json.Marshal(withoutImageAuth(req.Template))
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	p := &store.Pool{Tenant: caller.Tenant, Name: req.Name, Template: tmpl, Capacity: req.CapacitySpec, Version: 1, CreatedAt: now, UpdatedAt: now}
 	if err := s.store.PutPool(ctx, p, true); err != nil {
@@ -98,8 +117,99 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 		}
 		return nil, err
 	}
-	s.kickPools()
+	if pull != nil {
+		s.startPoolPull(store.PoolKey(p.Tenant, p.Name), req.Template, pull)
+	} else {
+		s.kickPools()
+	}
 	return s.poolView(ctx, p)
+}
+
+// withoutImageAuth is a template as it is stored: registry credentials are used for the
+// pool's pull only and never written to the store.
+func withoutImageAuth(t *CreateRequest) *CreateRequest {
+	if t == nil || t.Image == nil || t.Image.Auth == nil {
+		return t
+	}
+	c := *t
+	c.Image = &ImageSpec{URI: t.Image.URI}
+	return &c
+}
+
+// imagePuller is a runtime that pulls images itself (Docker).
+type imagePuller interface {
+	HasImage(ctx context.Context, image string) (bool, error)
+	Pull(ctx context.Context, image string, auth *runtimes.ImageAuth, progress func(runtimes.PullProgress)) error
+}
+
+// poolImage decides how a new pool gets its image: nil when it is on the engine (or the
+// runtime pulls on its own nodes), a puller when this gateway must pull it first, and
+// IMAGE_NOT_FOUND when it is missing and pulling is off.
+func (s *Service) poolImage(ctx context.Context, tmpl *CreateRequest) (imagePuller, error) {
+	image := tmpl.Image.URI
+	ip, ok := s.runtime.(imagePuller)
+	if !ok || !s.cfg.PullImages {
+		return nil, s.checkImage(ctx, image)
+	}
+	if !s.cfg.PullAlways {
+		if has, err := ip.HasImage(ctx, image); err == nil && has {
+			return nil, nil
+		}
+	}
+	return ip, nil
+}
+
+// startPoolPull pulls a new pool's image once, in the background, with the template's
+// credentials; the pool's status shows the progress, and the manager fills the pool only
+// once the pull is done.
+func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip imagePuller) {
+	st := &PoolImagePull{State: PoolImagePulling}
+	s.pools.mu.Lock()
+	if s.pools.pulls == nil {
+		s.pools.pulls = map[string]*PoolImagePull{}
+	}
+	s.pools.pulls[key] = st
+	s.pools.mu.Unlock()
+	var auth *runtimes.ImageAuth
+	if a := tmpl.Image.Auth; a != nil && a.Username != "" {
+		auth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
+	}
+	image := tmpl.Image.URI
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		err := ip.Pull(ctx, image, auth, func(p runtimes.PullProgress) {
+			s.pools.mu.Lock()
+			st.PullProgress = p
+			s.pools.mu.Unlock()
+		})
+		s.pools.mu.Lock()
+		if err != nil {
+			st.State = PoolImageFailed
+			st.Message = runtimeCreateError(image, err).Error()
+		} else {
+			st.State = PoolImageReady
+		}
+		s.pools.mu.Unlock()
+		if err != nil {
+			s.log.Warn("pool image pull failed", "pool", key, "image", image, "err", err)
+		}
+		s.kickPools()
+	}()
+}
+
+// poolPull is a copy of a pool's pull status (nil when it made none).
+func (s *Service) poolPull(key string) *PoolImagePull {
+	s.pools.mu.Lock()
+	defer s.pools.mu.Unlock()
+	st, ok := s.pools.pulls[key]
+	if !ok {
+		return nil
+	}
+	c := *st
+	return &c
 }
 
 // checkImage fails early when a pool's image is not on the host.
@@ -132,9 +242,11 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	if err != nil {
 		return nil, err
 	}
-	tmpl, _ := json.Marshal(req.Template)
-	if string(tmpl) != string(p.Template) {
-		if err := s.checkImage(ctx, req.Template.Image.URI); err != nil {
+	tmpl, _ := json.Marshal(withoutImageAuth(req.Template))
+	var pull imagePuller
+	changed := string(tmpl) != string(p.Template)
+	if changed {
+		if pull, err = s.poolImage(ctx, req.Template); err != nil {
 			return nil, err
 		}
 		p.Version++
@@ -145,8 +257,23 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	if err := s.store.PutPool(ctx, p, false); err != nil {
 		return nil, err
 	}
-	s.kickPools()
+	if pull != nil {
+		s.startPoolPull(store.PoolKey(p.Tenant, p.Name), req.Template, pull)
+	} else {
+		if changed {
+			// A new template without a pull of its own: an older pull no longer applies.
+			s.clearPoolPull(store.PoolKey(p.Tenant, p.Name))
+		}
+		s.kickPools()
+	}
 	return s.poolView(ctx, p)
+}
+
+// clearPoolPull forgets a pool's pull status.
+func (s *Service) clearPoolPull(key string) {
+	s.pools.mu.Lock()
+	delete(s.pools.pulls, key)
+	s.pools.mu.Unlock()
 }
 
 func (s *Service) lookupPool(ctx context.Context, caller Caller, name string) (*store.Pool, error) {
@@ -196,6 +323,7 @@ func (s *Service) DeletePool(ctx context.Context, caller Caller, name string) er
 	if err != nil {
 		return err
 	}
+	s.clearPoolPull(store.PoolKey(p.Tenant, p.Name))
 	s.removeWarm(ctx, p, ids)
 	return nil
 }
@@ -227,7 +355,8 @@ func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error
 	starting := int64(s.startingCount(store.PoolKey(p.Tenant, p.Name)))
 	return &PoolView{
 		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity,
-		Status:    PoolStatus{Total: c.Available + c.Allocated + starting, Allocated: c.Allocated, Available: c.Available, Starting: starting},
+		Status: PoolStatus{Total: c.Available + c.Allocated + starting, Allocated: c.Allocated, Available: c.Available, Starting: starting,
+			Image: s.poolPull(store.PoolKey(p.Tenant, p.Name))},
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 	}, nil
 }
@@ -237,7 +366,8 @@ func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error
 // poolState is this gateway's view of the pools it manages.
 type poolState struct {
 	mu       sync.Mutex
-	starting map[string]int // pool key → warm creates in flight
+	starting map[string]int            // pool key → warm creates in flight
+	pulls    map[string]*PoolImagePull // pool key → the pull its creation started here
 	kick     chan struct{}
 	sem      chan struct{}
 	// lastHealth is when warm members were last compared with the runtime.
@@ -305,6 +435,10 @@ func (s *Service) managePoolsOnce(ctx context.Context) {
 
 func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string]runtimes.Instance) {
 	key := store.PoolKey(p.Tenant, p.Name)
+	if pull := s.poolPull(key); pull != nil && pull.State != PoolImageReady {
+		// Members wait for the pool's one pull (and a failed pull makes none).
+		return
+	}
 	ready, err := s.store.ReadyMembers(ctx, p.Tenant, p.Name)
 	if err != nil {
 		return

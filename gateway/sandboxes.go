@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -250,7 +251,17 @@ func runtimeCreateError(image string, err error) error {
 	}
 	if errors.Is(err, runtimes.ErrImageNotFound) {
 		return &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
-			Message: fmt.Sprintf("image %q is not present on this host (sandgate does not pull from registries; build or load it first)", image), Cause: err}
+			Message: fmt.Sprintf("image %q is not present on this host and this gateway does not pull (SANDGATE_PULL=never); build or load it first", image), Cause: err}
+	}
+	var pe *runtimes.PullError
+	if errors.As(err, &pe) {
+		// The registry's reason goes to the caller: it is what they need to fix the
+		// name or the credentials (which it never contains).
+		status := http.StatusBadGateway
+		if pe.Denied {
+			status = http.StatusBadRequest
+		}
+		return &Error{Status: status, Code: CodeImagePullFailed, Message: fmt.Sprintf("pulling image %q failed: %s", image, pe.Reason), Cause: err}
 	}
 	if engineRefused(err) {
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidParameter, Message: "the engine refused the request: " + err.Error(), Cause: err}
@@ -357,6 +368,15 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 		return spec, invalid("platform.os %q: only linux is supported", req.Platform.OS)
 	}
 	spec.Image = strings.TrimSpace(req.Image.URI)
+	if a := req.Image.Auth; a != nil && (a.Username != "" || a.Password != "") {
+		if a.Username == "" || a.Password == "" {
+			return spec, invalid("image.auth: username and password are both required")
+		}
+		if _, err := reference.ParseNormalizedNamed(spec.Image); err != nil {
+			return spec, invalid("image.uri %q: %v", spec.Image, err)
+		}
+		spec.ImageAuth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
+	}
 	spec.Entrypoint = req.Entrypoint
 	spec.Env = req.Env
 	return spec, nil

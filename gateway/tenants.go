@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -120,12 +121,15 @@ func (s *Service) tenantQuotas(ctx context.Context, tenant string) (store.Quotas
 
 // admissionRequest is what the admission policy needs of a create.
 type admissionRequest struct {
-	Image       string
-	CPUMillis   int64
-	MemoryBytes int64
-	Timeout     *int64
-	Count       int
-	Runtime     string
+	Image string
+	// ImageRegistry and ImageLocal feed the registries rule (see policy.CreateRequest).
+	ImageRegistry string
+	ImageLocal    bool
+	CPUMillis     int64
+	MemoryBytes   int64
+	Timeout       *int64
+	Count         int
+	Runtime       string
 }
 
 // admit checks a create of req.Count sandboxes against the tenant's quotas (Rego) and
@@ -142,6 +146,10 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 	if req.CPUMillis == 0 {
 		req.CPUMillis = q.DefaultCPUMillis
 	}
+	if req.Image != "" {
+		req.ImageRegistry = imageRegistry(req.Image)
+		req.ImageLocal = s.imageWillNotBePulled(ctx, req.Image)
+	}
 	if req.MemoryBytes == 0 {
 		req.MemoryBytes = q.DefaultMemoryBytes
 	}
@@ -150,8 +158,9 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 			MaxConcurrent: q.MaxConcurrent, MaxCPUMillis: q.MaxCPUMillis, MaxMemoryBytes: q.MaxMemoryBytes,
 			MaxTimeoutSeconds: q.MaxTimeoutSeconds, MaxBatchSize: q.MaxBatchSize, AllowedImages: q.AllowedImages, Runtime: q.Runtime,
 		}},
-		Usage:   usage,
-		Request: policy.CreateRequest{Image: req.Image, CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, TimeoutSeconds: req.Timeout, Count: req.Count, Runtime: req.Runtime},
+		Usage: usage,
+		Request: policy.CreateRequest{Image: req.Image, CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, TimeoutSeconds: req.Timeout, Count: req.Count, Runtime: req.Runtime,
+			ImageRegistry: req.ImageRegistry, ImageLocal: req.ImageLocal},
 	}
 	d := s.policy.Admit(ctx, in)
 	if !d.Allow {
@@ -314,4 +323,37 @@ func (s *Service) RevokeKey(ctx context.Context, tenant, id string) error {
 		return Errorf(http.StatusNotFound, CodeKeyNotFound, "key %s not found", id)
 	}
 	return err
+}
+
+// imageRegistry is the registry host an image reference names: "docker.io" for a bare
+// name (python:3.12, sandgate/base:1), else its first component (127.0.0.1:5000,
+// ghcr.io). An unparsable reference gives "" (the runtime refuses it later).
+func imageRegistry(image string) string {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return ""
+	}
+	return reference.Domain(named)
+}
+
+// imageWillNotBePulled reports whether a create of image uses what the engine holds:
+// always when the gateway never pulls, never when it always pulls, else when the engine
+// has the image. The engine is asked only when the registries rule needs the answer.
+func (s *Service) imageWillNotBePulled(ctx context.Context, image string) bool {
+	switch {
+	case !s.cfg.PullImages && !s.cfg.PullAlways:
+		return true
+	case s.cfg.PullAlways:
+		return false
+	case !s.cfg.CheckRegistries:
+		return false
+	}
+	type imageChecker interface {
+		HasImage(ctx context.Context, image string) (bool, error)
+	}
+	if ic, ok := s.runtime.(imageChecker); ok {
+		has, err := ic.HasImage(ctx, image)
+		return err == nil && has
+	}
+	return false
 }

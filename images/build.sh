@@ -53,4 +53,7 @@ fi
 # The code interpreter image (Jupyter) is built by its own script when present.
 if [ -x "$HERE/code-interpreter.sh" ]; then
 	"$HERE/code-interpreter.sh" "$VERSION"
+	# The same image under the name OpenSandbox's code-interpreter SDKs default to
+	# (SANDGATE_OPENSANDBOX_ALIAS=off skips it).
+	"$HERE/opensandbox-alias.sh" "$VERSION"
 fi

@@ -184,6 +184,12 @@ type CreateRequest struct {
 	// Runtime is the runtime the sandbox will really run with (the gateway
 	// fills in its default when the caller names none).
 	Runtime string `json:"runtime,omitempty"`
+	// ImageRegistry is the registry host the image is named under ("docker.io" for a
+	// bare name such as python:3.12); ImageLocal is true when the create will not pull
+	// (the engine holds the image, or the gateway never pulls). The registries rule
+	// (platform data allowed_registries) applies only to images that will be pulled.
+	ImageRegistry string `json:"imageRegistry,omitempty"`
+	ImageLocal    bool   `json:"imageLocal,omitempty"`
 }
 
 // AdmissionInput is the input of the admission policy.

@@ -6,6 +6,7 @@ package runtimes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -29,15 +30,20 @@ const (
 var (
 	ErrNotFound      = errors.New("sandbox not found in runtime")
 	ErrImageNotFound = errors.New("image not found")
-	ErrUnavailable   = errors.New("runtime unavailable")
+	// ErrImagePull wraps a pull the registry refused or that failed (see PullError).
+	ErrImagePull   = errors.New("image pull failed")
+	ErrUnavailable = errors.New("runtime unavailable")
 )
 
 // Spec is what the core asks a runtime to start.
 type Spec struct {
-	ID         string
-	Tenant     string
-	Pool       string
-	Image      string
+	ID     string
+	Tenant string
+	Pool   string
+	Image  string
+	// ImageAuth, when set, are the registry credentials for pulling Image for this
+	// create only: a runtime never stores them (not in labels, records or logs).
+	ImageAuth  *ImageAuth
 	Entrypoint []string
 	Env        map[string]string
 	// Labels are extra labels; the runtime adds the sandgate.io/* ones itself.
@@ -57,6 +63,36 @@ type Spec struct {
 	// "runsc" for gVisor); empty uses the runtime's configured default. The core sets it
 	// from the tenant's settings or an admitted create request, never from raw input.
 	Runtime string
+}
+
+// ImageAuth are registry credentials (OpenSandbox's image.auth).
+type ImageAuth struct {
+	Username string
+	Password string
+}
+
+// PullError is a pull that failed: Reason is the registry's (or the engine's) own
+// explanation, safe to show the caller (it never holds the credentials). Denied is true
+// when the registry refused (bad credentials, unknown repository or tag), false when it
+// could not be reached or the pull broke off.
+type PullError struct {
+	Image  string
+	Reason string
+	Denied bool
+}
+
+func (e *PullError) Error() string { return fmt.Sprintf("pull %s: %s", e.Image, e.Reason) }
+
+// Unwrap makes errors.Is(err, ErrImagePull) true.
+func (e *PullError) Unwrap() error { return ErrImagePull }
+
+// PullProgress is what a pull reports while it runs: its layers, how many are done, and
+// the bytes so far of those whose size the engine knows.
+type PullProgress struct {
+	Layers         int   `json:"layers"`
+	LayersDone     int   `json:"layersDone"`
+	BytesTotal     int64 `json:"bytesTotal"`
+	BytesCompleted int64 `json:"bytesCompleted"`
 }
 
 // EgressSpec is what the runtime needs to start a sandbox's egress enforcer.

@@ -118,6 +118,14 @@ type App struct {
 	// never reach, in addition to those found at start: every address of the host's
 	// interfaces and, on Docker, the host's address on every network of the engine.
 	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
+	// ImagePull says when a create pulls its image from a registry: "missing" (default:
+	// only images the engine lacks), "never" or "always" (SANDGATE_PULL). Docker only;
+	// Kubernetes nodes pull as the pod's imagePullPolicy says.
+	ImagePull string `json:"image_pull,omitempty"`
+	// ImageRegistries are the registry hosts images may be pulled from (empty: any),
+	// enforced by the Rego admission rule on platform data allowed_registries
+	// (SANDGATE_IMAGE_REGISTRIES, comma-separated).
+	ImageRegistries []string `json:"image_registries,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -180,6 +188,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if d := a.EgressDefaultAction; d != "" && d != "allow" && d != "deny" {
 		return fmt.Errorf("egress_default_action %q: want allow or deny", d)
 	}
+	pull, err := docker.ParsePullPolicy(a.ImagePull)
+	if err != nil {
+		return fmt.Errorf("image_pull: %w", err)
+	}
+	a.ImagePull = string(pull)
 	if a.AgentBinary == "" {
 		exe, err := os.Executable()
 		if err == nil {
@@ -201,7 +214,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		case "docker":
 			var d *docker.Runtime
 			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
-				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on", Logger: slogger})
+				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
+				Pull: docker.PullPolicy(a.ImagePull), Logger: slogger})
 			if err == nil {
 				rt, dockerRT = d, d
 			}
@@ -254,6 +268,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 			RenewCooldown:   time.Duration(a.RenewCooldown),
 			PoolFallback:    a.PoolFallback,
 			PoolConcurrency: a.PoolConcurrency,
+			PullImages:      a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
+			PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
+			CheckRegistries: len(a.ImageRegistries) > 0,
 		}, st, rt, pol, slogger)
 		host, err := a.startPlugins(bg, svc, slogger)
 		if err != nil {
@@ -304,7 +321,8 @@ func (a *App) resolveSecrets() error {
 func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
-		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst)
+		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst) +
+		fmt.Sprintf("|%s|%q", a.ImagePull, a.ImageRegistries)
 }
 
 // gatewayAddresses lists what the platform denies as the gateway's own: the operator's
@@ -352,6 +370,9 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 	}
 	if a.EgressDefaultAction != "" {
 		data["default_action"] = a.EgressDefaultAction
+	}
+	if len(a.ImageRegistries) > 0 {
+		data["allowed_registries"] = a.ImageRegistries
 	}
 	return data
 }

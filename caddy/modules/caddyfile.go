@@ -61,6 +61,8 @@ func init() {
 //		egress_always_deny       <target,target,…>
 //		egress_always_allow      <target,target,…>
 //		egress_gateway_addresses <ip-or-cidr,…>   # beside the host's own addresses and its Docker bridges'
+//		image_pull       never|missing|always   # docker: when a create pulls its image
+//		image_registries <host,host,…>    # registries images may be pulled from (empty: any)
 //		plugin_cache_dir <dir>            # compiled WASM plugins survive restarts
 //		plugin_timeout   <duration>       # default deadline of a plugin hook call
 //	}
@@ -88,10 +90,12 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"plugin_cache_dir": &app.PluginCacheDir,
 			"kubeconfig":       &app.Kubeconfig, "namespace": &app.Namespace, "k8s_agent_image": &app.K8sAgentImage,
 			"k8s_gvisor_runtime_class": &app.K8sGVisorRuntimeClass,
+			"image_pull":               &app.ImagePull,
 		}
 		lists := map[string]*[]string{
 			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,
 			"egress_gateway_addresses": &app.EgressGatewayAddresses,
+			"image_registries":         &app.ImageRegistries,
 		}
 		if p, ok := lists[name]; ok {
 			// Comma-separated, so that one environment variable holds the whole list.

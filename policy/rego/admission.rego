@@ -96,6 +96,26 @@ deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
 	msg := sprintf("image %q is not allowed on this platform", [req.image])
 }
 
+# The operator's registries allowlist (data.sandgate.platform.allowed_registries, set
+# from SANDGATE_IMAGE_REGISTRIES): an image the create would pull must be named under one
+# of them. request.imageRegistry is the reference's registry host ("docker.io" for a
+# bare name); request.imageLocal is true when nothing will be pulled (the engine holds
+# the image, or the gateway never pulls), and such a create is not a pull.
+deny contains {"code": "ADMISSION::REGISTRY_NOT_ALLOWED", "message": msg} if {
+	allowed := object.get(platform, "allowed_registries", [])
+	is_array(allowed)
+	count(allowed) > 0
+	not object.get(req, "imageLocal", false)
+	registry := object.get(req, "imageRegistry", "")
+	not registry_allowed(allowed, registry)
+	msg := sprintf("image %q would be pulled from registry %q, which this platform does not pull from (allowed: %s)", [object.get(req, "image", ""), registry, concat(", ", allowed)])
+}
+
+registry_allowed(allowed, registry) if {
+	some r in allowed
+	lower(r) == lower(registry)
+}
+
 image_matches(patterns) if {
 	some pattern in patterns
 	glob.match(pattern, ["/"], req.image)

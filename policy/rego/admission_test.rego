@@ -194,3 +194,35 @@ test_operator_rule_adds_denial if {
 	ds := denials(base) with admission.deny as extra
 	ds == extra
 }
+
+# --- registries ---
+
+registries := {"allowed_registries": ["127.0.0.1:5000", "GHCR.io"]}
+
+test_registry_allowed if {
+	doc := with_request(base, {"image": "127.0.0.1:5000/sandgate/base:test", "imageRegistry": "127.0.0.1:5000"})
+	ds := denials(doc) with data.sandgate.platform as registries
+	count(ds) == 0
+	doc2 := with_request(base, {"image": "ghcr.io/x/y:1", "imageRegistry": "ghcr.io"})
+	ds2 := denials(doc2) with data.sandgate.platform as registries
+	count(ds2) == 0
+}
+
+test_registry_not_allowed if {
+	doc := with_request(base, {"image": "python:3.12", "imageRegistry": "docker.io"})
+	ds := denials(doc) with data.sandgate.platform as registries
+	ds == {{"code": "ADMISSION::REGISTRY_NOT_ALLOWED", "message": `image "python:3.12" would be pulled from registry "docker.io", which this platform does not pull from (allowed: 127.0.0.1:5000, GHCR.io)`}}
+}
+
+test_registry_rule_skips_images_that_are_not_pulled if {
+	doc := with_request(base, {"image": "sandgate/base:1", "imageRegistry": "docker.io", "imageLocal": true})
+	ds := denials(doc) with data.sandgate.platform as registries
+	count(ds) == 0
+}
+
+test_no_registries_means_any if {
+	doc := with_request(base, {"image": "python:3.12", "imageRegistry": "docker.io"})
+	count(denials(doc)) == 0
+	ds := denials(doc) with data.sandgate.platform as {"allowed_registries": []}
+	count(ds) == 0
+}

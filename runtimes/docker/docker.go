@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -71,7 +72,9 @@ type Options struct {
 	// NoEgress turns egress enforcement off: specs' EgressSpecs are ignored and sandboxes
 	// reach whatever the host's network lets them reach. Enforcement is on by default.
 	NoEgress bool
-	Logger   *slog.Logger
+	// Pull says when a create pulls its image from a registry (empty: PullMissing).
+	Pull   PullPolicy
+	Logger *slog.Logger
 }
 
 // Runtime is the Docker implementation of runtimes.Runtime.
@@ -83,6 +86,9 @@ type Runtime struct {
 	agentMu  sync.Mutex
 	agentTar []byte
 	agentMod time.Time
+
+	pulls     pulls
+	pullCount atomic.Int64
 }
 
 // capabilities the sandbox's processes keep: enough for a package manager and a
@@ -196,11 +202,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	if err != nil {
 		return runtimes.Instance{}, err
 	}
-	if _, err := r.cli.ImageInspect(ctx, spec.Image); err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return runtimes.Instance{}, fmt.Errorf("image %q is not present on the engine: %w", spec.Image, runtimes.ErrImageNotFound)
-		}
-		return runtimes.Instance{}, fmt.Errorf("inspect image %q: %w", spec.Image, err)
+	if err := r.ensureImage(ctx, spec.Image, spec.ImageAuth); err != nil {
+		return runtimes.Instance{}, err
 	}
 	labels := map[string]string{}
 	for k, v := range spec.Labels {

@@ -435,17 +435,13 @@ func (r *Runtime) MissingEnforcers(ctx context.Context, instances []runtimes.Ins
 }
 
 // RestoreEnforcer replaces the enforcer sidecar of a running workload whose enforcer is
-// gone, with the given policy (the one the gateway last installed) and token. It reuses
-// the create path (prepareEgress, startEgress) without starting the entrypoint again:
-// the workload's processes keep running, and its drop rules, which belong to its network
-// namespace, stay in force until the new enforcer has installed its table.
+// gone, with the given policy (the one the gateway last installed) and token, through
+// RestoreEgress: the workload's processes keep running, and its drop rules, which belong
+// to its network namespace, stay in force until the new enforcer has installed its
+// table.
 func (r *Runtime) RestoreEnforcer(ctx context.Context, id, egressToken string, egress runtimes.EgressSpec) error {
 	if r.opts.NoEgress {
 		return errors.New("egress enforcement is turned off on this runtime")
-	}
-	archive, err := r.agentArchive()
-	if err != nil {
-		return err
 	}
 	res, err := r.cli.ContainerInspect(ctx, containerName(id), client.ContainerInspectOptions{})
 	if err != nil {
@@ -455,27 +451,5 @@ func (r *Runtime) RestoreEnforcer(ctx context.Context, id, egressToken string, e
 	if inst.State != runtimes.StateRunning || inst.Labels[labelEgress] == "" {
 		return fmt.Errorf("sandbox %s is %s (enforced: %t): no enforcer to restore", id, inst.State, inst.Labels[labelEgress] != "")
 	}
-	// What is left of the old sidecar (a stopped container, one stuck in its restart)
-	// goes first: the name is the sandbox's.
-	r.removeEgress(ctx, id)
-	// A killed sidecar is removed by the engine itself (AutoRemove), asynchronously:
-	// its name is free only once that finished.
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
-		_, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
-		if cerrdefs.IsNotFound(err) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the old egress enforcer of sandbox %s is still being removed: %w", id, ctx.Err())
-		case <-time.After(delay):
-		}
-	}
-	spec := runtimes.Spec{ID: id, Tenant: inst.Tenant, Image: inst.Image, EgressToken: egressToken, Egress: &egress}
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, archive)
-	if err != nil {
-		return err
-	}
-	// No entrypoint in spec: startEgress starts the sidecar and waits for its rules only.
-	return r.startEgress(ctx, spec, res.Container.ID, sidecarID)
+	return r.RestoreEgress(ctx, runtimes.Spec{ID: id, Tenant: inst.Tenant, Image: inst.Image, EgressToken: egressToken, Egress: &egress})
 }

@@ -300,13 +300,20 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 
 	changed, unwatch := r.watch(spec.ID)
 	defer unwatch()
-	if _, err := r.client.CoreV1().Pods(r.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	created, err := r.client.CoreV1().Pods(r.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return runtimes.Instance{}, fmt.Errorf("create pod %s: a pod of that name exists already: %w", pod.Name, err)
 		}
 		return runtimes.Instance{}, fmt.Errorf("create pod %s: %w", pod.Name, err)
 	}
-	inst, err := r.waitStarted(ctx, spec.ID, changed)
+	if spec.ImageAuth != nil {
+		err = r.createPullSecret(ctx, spec, created)
+	}
+	var inst runtimes.Instance
+	if err == nil {
+		inst, err = r.waitStarted(ctx, spec.ID, changed)
+	}
 	if err != nil {
 		delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -402,9 +409,20 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 // stops it within DeleteGracePeriod.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	grace := int64(r.opts.DeleteGracePeriod / time.Second)
+	// Only a pod made with image.auth has a pull secret (the informer's copy says so,
+	// without another API call for every other sandbox).
+	withSecret := false
+	if pod, err := r.pods.Get(PodName(id)); err == nil && len(pod.Spec.ImagePullSecrets) > 0 {
+		withSecret = true
+	}
 	err := r.client.CoreV1().Pods(r.opts.Namespace).Delete(ctx, PodName(id), metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete pod %s: %w", PodName(id), err)
+	}
+	// The garbage collector would remove it with the pod; removing it now does not leave
+	// credentials behind for the grace period (or on a cluster without a collector).
+	if withSecret {
+		return r.deletePullSecret(ctx, id)
 	}
 	return nil
 }

@@ -236,6 +236,11 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 	if runtimeClass != "" {
 		pod.Spec.RuntimeClassName = &runtimeClass
 	}
+	if spec.ImageAuth != nil {
+		// The kubelet pulls with these credentials; the secret itself is made right
+		// after the pod (it is owned by it), and the kubelet retries until it is there.
+		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: PullSecretName(spec.ID)}}
+	}
 	if r.opts.PriorityClassName != "" {
 		pod.Spec.PriorityClassName = r.opts.PriorityClassName
 	}

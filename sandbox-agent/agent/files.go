@@ -427,62 +427,90 @@ type replaceItem struct {
 	New string `json:"new"`
 }
 
+// replaceResult is one path's entry in the verbose answer of POST /files/replace.
+type replaceResult struct {
+	ReplacedCount int `json:"replacedCount"`
+}
+
+// handleReplace replaces every occurrence of old with new in each named file. With
+// ?verbose=true the 200 body maps each path to its replacedCount (0 when nothing
+// matched), which the SDKs' replaceContentsDetailed decode; without it the body is empty.
 func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) {
+	verbose := false
+	if v := r.URL.Query().Get("verbose"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, "verbose must be true or false, got "+strconv.Quote(v))
+			return
+		}
+		verbose = b
+	}
 	var req map[string]replaceItem
 	if !decodeJSON(w, r, &req) {
 		return
 	}
+	out := make(map[string]replaceResult, len(req))
 	for _, p := range sortedKeys(req) {
-		if err := replaceInFile(p, req[p].Old, req[p].New); err != nil {
+		n, err := replaceInFile(p, req[p].Old, req[p].New)
+		if err != nil {
 			writeFSError(w, err)
 			return
 		}
+		out[p] = replaceResult{ReplacedCount: n}
+	}
+	if verbose {
+		writeJSON(w, http.StatusOK, out)
+		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
 // replaceInFile rewrites p with every occurrence of old replaced by new, streaming
-// through a temporary file beside it, and keeps p's mode and ownership.
-func replaceInFile(p, old, new string) error {
+// through a temporary file beside it, and keeps p's mode and ownership. It returns the
+// number of occurrences replaced; with none, p is left untouched (not even its mtime).
+func replaceInFile(p, old, new string) (int, error) {
 	if old == "" {
-		return fmt.Errorf("replace %s: old must not be empty: %w", p, errBadRequest)
+		return 0, fmt.Errorf("replace %s: old must not be empty: %w", p, errBadRequest)
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if fi.IsDir() {
-		return &os.PathError{Op: "replace", Path: p, Err: syscall.EISDIR}
+		return 0, &os.PathError{Op: "replace", Path: p, Err: syscall.EISDIR}
 	}
 	in, err := os.Open(p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer in.Close()
 	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".replace-*")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer os.Remove(tmp.Name())
-	if err := streamReplace(tmp, in, []byte(old), []byte(new)); err != nil {
+	n, err := streamReplace(tmp, in, []byte(old), []byte(new))
+	if err != nil || n == 0 {
 		tmp.Close()
-		return err
+		return 0, err
 	}
 	_ = tmp.Chmod(fi.Mode().Perm())
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		_ = tmp.Chown(int(st.Uid), int(st.Gid))
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return 0, err
 	}
-	return os.Rename(tmp.Name(), p)
+	return n, os.Rename(tmp.Name(), p)
 }
 
 // streamReplace copies r to w replacing old with new, holding at most one buffer plus
-// len(old)-1 bytes of carry (a match may straddle two reads).
-func streamReplace(w io.Writer, r io.Reader, old, new []byte) error {
+// len(old)-1 bytes of carry (a match may straddle two reads). It returns how many
+// occurrences it replaced.
+func streamReplace(w io.Writer, r io.Reader, old, new []byte) (int, error) {
 	buf := make([]byte, 0, 64<<10+len(old))
 	chunk := make([]byte, 64<<10)
+	count := 0
 	for {
 		n, rerr := r.Read(chunk)
 		buf = append(buf, chunk[:n]...)
@@ -492,23 +520,24 @@ func streamReplace(w io.Writer, r io.Reader, old, new []byte) error {
 				break
 			}
 			if _, err := w.Write(buf[:i]); err != nil {
-				return err
+				return count, err
 			}
 			if _, err := w.Write(new); err != nil {
-				return err
+				return count, err
 			}
+			count++
 			buf = append(buf[:0], buf[i+len(old):]...)
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {
-				return rerr
+				return count, rerr
 			}
 			_, err := w.Write(buf)
-			return err
+			return count, err
 		}
 		if keep := len(old) - 1; len(buf) > keep {
 			if _, err := w.Write(buf[:len(buf)-keep]); err != nil {
-				return err
+				return count, err
 			}
 			buf = append(buf[:0], buf[len(buf)-keep:]...)
 		}

@@ -239,6 +239,57 @@ func TestFilesReplace(t *testing.T) {
 	a.wantError(http.MethodPost, "/files/replace", map[string]any{small: map[string]string{"old": "", "new": "x"}}, 400, agent.CodeInvalidRequest)
 	a.wantError(http.MethodPost, "/files/replace", map[string]any{filepath.Join(dir, "nope"): map[string]string{"old": "a", "new": "b"}}, 404, agent.CodeFileNotFound)
 	a.wantError(http.MethodPost, "/files/replace", map[string]any{dir: map[string]string{"old": "a", "new": "b"}}, 400, agent.CodeIsADirectory)
+	a.wantError(http.MethodPost, "/files/replace?verbose=maybe", map[string]any{small: map[string]string{"old": "a", "new": "b"}}, 400, agent.CodeInvalidRequest)
+	if b, _ := os.ReadFile(small); string(b) != "host=0.0.0.0:8080 0.0.0.0" {
+		t.Fatalf("a refused replace changed the file: %q", b)
+	}
+}
+
+// TestFilesReplaceVerbose: with ?verbose=true the answer counts the replacements per
+// path (0, 1 and 3 here), as the SDKs' replaceContentsDetailed decode it; a file with no
+// match is not rewritten.
+func TestFilesReplaceVerbose(t *testing.T) {
+	a := newTestAgent(t, agent.Config{})
+	dir := t.TempDir()
+	none, one, three := filepath.Join(dir, "none.txt"), filepath.Join(dir, "one.txt"), filepath.Join(dir, "three.txt")
+	writeFile(t, none, "nothing here")
+	writeFile(t, one, "a cat")
+	writeFile(t, three, "cat cat\ncat")
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(none, old, old); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]struct {
+		ReplacedCount *int `json:"replacedCount"`
+	}
+	a.mustJSON(http.MethodPost, "/files/replace?verbose=true", map[string]any{
+		none:  map[string]string{"old": "cat", "new": "dog"},
+		one:   map[string]string{"old": "cat", "new": "dog"},
+		three: map[string]string{"old": "cat", "new": "dog"},
+	}, 200, &got)
+	counts := map[string]int{}
+	for p, r := range got {
+		if r.ReplacedCount == nil {
+			t.Fatalf("%s: no replacedCount in the answer", p)
+		}
+		counts[p] = *r.ReplacedCount
+	}
+	if diff := cmp.Diff(map[string]int{none: 0, one: 1, three: 3}, counts); diff != "" {
+		t.Fatalf("replacedCount (-want +got):\n%s", diff)
+	}
+	for p, want := range map[string]string{none: "nothing here", one: "a dog", three: "dog dog\ndog"} {
+		if b, _ := os.ReadFile(p); string(b) != want {
+			t.Fatalf("%s: %q, want %q", p, b, want)
+		}
+	}
+	if fi, _ := os.Stat(none); !fi.ModTime().Equal(old) {
+		t.Fatalf("a file with no match was rewritten (mtime %v, want %v)", fi.ModTime(), old)
+	}
+	// Without verbose the 200 stays empty, as before.
+	status, body := a.do(http.MethodPost, "/files/replace", map[string]any{one: map[string]string{"old": "dog", "new": "cat"}})
+	if status != 200 || len(body) != 0 {
+		t.Fatalf("plain replace: %d %q, want an empty 200", status, body)
+	}
 }
 
 // uploadPart is one (metadata, file) pair of a multipart upload.

@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -766,6 +767,37 @@ func fileTests(t *testing.T, agentOf *agent, probes []peakProbe) {
 		if got := a.mustCall(200, "GET", "/files/download?path="+url.QueryEscape(a1), nil).Body; string(got) != "bye alpha\nbye again\n" {
 			t.Fatalf("after replace: %q", got)
 		}
+	})
+
+	t.Run("replace detailed counts 0, 1 and 3 matches", func(t *testing.T) {
+		// The SDKs' replaceContentsDetailed send ?verbose=true and decode
+		// {path: {replacedCount}}; an empty 200 fails them.
+		a := agentOf.as(t)
+		none, one, three := dir+"/r0.txt", dir+"/r1.txt", dir+"/r3.txt"
+		uploadFiles(t, a, []uploadSpec{
+			{path: none, mode: 644, data: []byte("no match here")},
+			{path: one, mode: 644, data: []byte("one cat")},
+			{path: three, mode: 644, data: []byte("cat, cat\nand cat")},
+		})
+		r := a.mustCall(200, "POST", "/files/replace?verbose=true", map[string]any{
+			none:  map[string]string{"old": "cat", "new": "dog"},
+			one:   map[string]string{"old": "cat", "new": "dog"},
+			three: map[string]string{"old": "cat", "new": "dog"},
+		})
+		var got map[string]map[string]int
+		if err := json.Unmarshal(r.Body, &got); err != nil {
+			t.Fatalf("verbose replace answered %q: %v", r.Body, err)
+		}
+		want := map[string]map[string]int{none: {"replacedCount": 0}, one: {"replacedCount": 1}, three: {"replacedCount": 3}}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("verbose replace answered %s, want %v", r.Body, want)
+		}
+		for p, content := range map[string]string{none: "no match here", one: "one dog", three: "dog, dog\nand dog"} {
+			if b := a.mustCall(200, "GET", "/files/download?path="+url.QueryEscape(p), nil).Body; string(b) != content {
+				t.Fatalf("%s after replace: %q, want %q", p, b, content)
+			}
+		}
+		a.mustCall(200, "DELETE", "/files?"+url.Values{"path": {none, one, three}}.Encode(), nil)
 	})
 
 	t.Run("move", func(t *testing.T) {

@@ -190,6 +190,10 @@ func (e *env) startGateway(extra ...string) *gateway {
 		"SANDGATE_MIN_TIMEOUT=1s",
 		"SANDGATE_SYNC_INTERVAL=500ms",
 		"SANDGATE_FAILED_RETENTION=1h",
+		// No test pulls from a registry it did not start: an image missing on the host
+		// stays SANDBOX::IMAGE_NOT_FOUND unless a test turns pulling on (SANDGATE_PULL in
+		// its extra env wins: the last value of a variable counts).
+		"SANDGATE_PULL=never",
 	}
 	if e.Redis != nil {
 		env = append(env, "SANDGATE_REDIS_URL="+e.Redis.URL)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The container registry sandgate's image pull tests run on loopback: the reference
+# registry (github.com/distribution/distribution/v3 cmd/registry), built from source
+# through the Go module proxy at the version test/registry/go.mod pins, and cached outside
+# the repository like the Kubernetes binaries (scripts/k8s.sh).
+#
+#   scripts/registry.sh build   build it unless cached; print the binary's path
+#
+# Environment:
+#   SANDGATE_REGISTRY_CACHE  where it is cached (default /var/cache/sandgate/registry/<version>)
+#
+# The tests (test/e2e TestImagePull*) run it themselves on 127.0.0.1 with htpasswd auth and
+# a storage directory of their own, and stop it in t.Cleanup.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODDIR="$ROOT/test/registry"
+VERSION=$(awk '$1 == "require" && $2 == "github.com/distribution/distribution/v3" {print $3}' "$MODDIR/go.mod")
+CACHE=${SANDGATE_REGISTRY_CACHE:-/var/cache/sandgate/registry/$VERSION}
+
+log() { echo "registry: $*" >&2; }
+
+build() {
+	mkdir -p "$CACHE"
+	exec 9>"$CACHE/.lock"
+	flock 9
+	if [ -x "$CACHE/registry" ] && [ "$(cat "$CACHE/registry.version" 2>/dev/null)" = "$VERSION" ]; then
+		echo "$CACHE/registry"
+		return
+	fi
+	log "building distribution/v3 cmd/registry $VERSION (a few minutes the first time)"
+	local start tmp
+	start=$(date +%s)
+	tmp=$(mktemp -d "$CACHE/.build.XXXXXX")
+	if ! (cd "$MODDIR" && GOWORK=off CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false -mod=mod" \
+		go build -o "$tmp/registry" github.com/distribution/distribution/v3/cmd/registry) >&2; then
+		rm -rf "$tmp"
+		log "building the registry failed"
+		exit 1
+	fi
+	mv "$tmp/registry" "$CACHE/registry"
+	echo "$VERSION" >"$CACHE/registry.version"
+	rm -rf "$tmp"
+	log "built $CACHE/registry in $(($(date +%s) - start))s"
+	echo "$CACHE/registry"
+}
+
+case "${1:-}" in
+build) build ;;
+*)
+	echo "usage: $0 build" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,384 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/sandgate/sandgate/test/testenv"
+)
+
+// testRegistry is a real container registry (distribution/v3, built by
+// scripts/registry.sh) on loopback, started by the test that uses it.
+type testRegistry struct {
+	Addr string // 127.0.0.1:port
+	logs *bytes.Buffer
+	mu   *sync.Mutex
+}
+
+// syncWriter guards the registry's log buffer.
+type syncWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// Logs is what the registry has logged so far.
+func (r *testRegistry) Logs() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logs.String()
+}
+
+// ManifestRequests counts the registry's answered requests for repo's manifest tag (the
+// push's included).
+func (r *testRegistry) ManifestRequests(repo, tag string) int {
+	n := 0
+	for _, line := range strings.Split(r.Logs(), "\n") {
+		if strings.Contains(line, "/v2/"+repo+"/manifests/"+tag) && strings.Contains(line, "response completed") {
+			n++
+		}
+	}
+	return n
+}
+
+// startRegistry runs the registry on a free loopback port; with a user it demands
+// htpasswd basic auth. It is stopped, and its storage removed, in t.Cleanup.
+func startRegistry(t *testing.T, user, password string) *testRegistry {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(repoRoot, "scripts", "registry.sh"), "build").Output()
+	if err != nil {
+		t.Fatalf("scripts/registry.sh build (make registry): %v", err)
+	}
+	bin := strings.TrimSpace(string(out))
+	dir := t.TempDir()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	auth := ""
+	if user != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: sandgate-test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
+	}
+	config := fmt.Sprintf(`version: 0.1
+log:
+  level: info
+  formatter: text
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+%s`, filepath.Join(dir, "storage"), addr, auth)
+	cfg := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &testRegistry{Addr: addr, logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	cmd := exec.Command(bin, "serve", cfg)
+	cmd.Stdout, cmd.Stderr = syncWriter{r.mu, r.logs}, syncWriter{r.mu, r.logs}
+	// The registry reports no telemetry and reaches nothing but its own directory.
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("registry %s logs:\n%s", addr, testenv.Tail(r.Logs(), 6000))
+		}
+	})
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/v2/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200 || resp.StatusCode == 401
+	}, "the registry to answer on "+addr)
+	return r
+}
+
+// push tags sandgate/base as addr/sandgate/base:tag and pushes it with the docker CLI,
+// logging in (with a config directory of the test's own, not the user's) when user is
+// set. Every tag it makes is removed in t.Cleanup.
+func (r *testRegistry) push(t *testing.T, user, password string, tags ...string) {
+	t.Helper()
+	cfgDir := t.TempDir()
+	docker := func(args ...string) {
+		t.Helper()
+		// Setup, not the subject: a push that breaks off on a loaded machine ("unexpected
+		// EOF") is tried again, three times at most.
+		var out []byte
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			cmd := exec.Command("docker", args...)
+			cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+cfgDir)
+			if out, err = cmd.CombinedOutput(); err == nil || args[0] != "push" {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("docker %s: %v\n%s", args[0], err, out)
+		}
+	}
+	if user != "" {
+		cmd := exec.Command("docker", "login", "--username", user, "--password-stdin", r.Addr)
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+cfgDir)
+		cmd.Stdin = strings.NewReader(password)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("docker login %s: %v\n%s", r.Addr, err, out)
+		}
+	}
+	for _, tag := range tags {
+		ref := r.Addr + "/sandgate/base:" + tag
+		docker("tag", baseImage, ref)
+		docker("push", ref)
+		// The engine must not keep the pushed tag: the creates below are to pull it.
+		docker("rmi", ref)
+		removeImageAtCleanup(t, ref)
+	}
+}
+
+// removeImageAtCleanup removes a tag a test made or pulled (never another one).
+func removeImageAtCleanup(t *testing.T, ref string) {
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", ref).Run() })
+}
+
+func imagePresent(ref string) bool {
+	return exec.Command("docker", "image", "inspect", ref).Run() == nil
+}
+
+// TestImagePull: creates from an image the host does not have pull it from the registry
+// it names, with image.auth for that pull only, sharing one pull between concurrent
+// creates and answering a refused pull with the registry's reason.
+func TestImagePull(t *testing.T) {
+	const user, password = "puller", "s3cret-pull-pass"
+	reg := startRegistry(t, user, password)
+	open := startRegistry(t, "", "")
+	reg.push(t, user, password, "test", "wrong", "anon", "concurrent", "pool")
+	open.push(t, "", "", "open")
+
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway("SANDGATE_PULL=missing")
+	create := func(image string, auth map[string]string) response {
+		t.Helper()
+		img := map[string]any{"uri": image}
+		if auth != nil {
+			img["auth"] = auth
+		}
+		return g.do("POST", "/v1/sandboxes", map[string]any{"image": img, "entrypoint": []string{"tail", "-f", "/dev/null"}, "timeout": 600})
+	}
+	started := func(t *testing.T, r response) string {
+		t.Helper()
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON(t)["id"].(string)
+		t.Cleanup(func() { g.do("DELETE", "/v1/sandboxes/"+id, nil) })
+		return id
+	}
+	good := map[string]string{"username": user, "password": password}
+
+	t.Run("right credentials pull the image", func(t *testing.T) {
+		ref := reg.Addr + "/sandgate/base:test"
+		id := started(t, create(ref, good))
+		if !imagePresent(ref) {
+			t.Fatalf("%s is not on the engine after the create", ref)
+		}
+		out := g.agent(id).as(t).run("cat /etc/debian_version")
+		if lastEvent(out).Type != "execution_complete" {
+			t.Fatalf("a command in the pulled sandbox: %v", eventTypes(out))
+		}
+		// The credentials are nowhere the gateway keeps or shows things.
+		got := g.do("GET", "/v1/sandboxes/"+id, nil)
+		inspect, _ := exec.Command("docker", "inspect", "sandgate-"+id).CombinedOutput()
+		for what, text := range map[string]string{"the sandbox's API view": string(got.Body), "the container": string(inspect), "the gateway's log": g.proc.Logs()} {
+			if strings.Contains(text, password) {
+				t.Fatalf("the registry password appears in %s", what)
+			}
+		}
+	})
+
+	t.Run("wrong credentials answer the registry's reason", func(t *testing.T) {
+		r := create(reg.Addr+"/sandgate/base:wrong", map[string]string{"username": user, "password": "not-the-password"})
+		expectError(t, r, http.StatusBadRequest, "SANDBOX::IMAGE_PULL_FAILED")
+		msg := r.JSON(t)["message"].(string)
+		if !strings.Contains(strings.ToLower(msg), "unauthorized") && !strings.Contains(strings.ToLower(msg), "authentication required") {
+			t.Fatalf("the message does not carry the registry's reason: %q", msg)
+		}
+		if strings.Contains(msg, "not-the-password") {
+			t.Fatalf("the message repeats the password: %q", msg)
+		}
+		if imagePresent(reg.Addr + "/sandgate/base:wrong") {
+			t.Fatal("the image was pulled with wrong credentials")
+		}
+	})
+
+	t.Run("anonymous", func(t *testing.T) {
+		// From a registry that demands credentials: refused, with its reason.
+		r := create(reg.Addr+"/sandgate/base:anon", nil)
+		expectError(t, r, http.StatusBadRequest, "SANDBOX::IMAGE_PULL_FAILED")
+		if msg := strings.ToLower(r.JSON(t)["message"].(string)); !strings.Contains(msg, "unauthorized") && !strings.Contains(msg, "authentication required") && !strings.Contains(msg, "no basic auth") {
+			t.Fatalf("anonymous pull from an authenticated registry: %q", msg)
+		}
+		// From an open one: pulled.
+		ref := open.Addr + "/sandgate/base:open"
+		removeImageAtCleanup(t, ref)
+		started(t, create(ref, nil))
+		if !imagePresent(ref) {
+			t.Fatalf("%s is not on the engine after an anonymous create", ref)
+		}
+	})
+
+	t.Run("an unknown tag answers the registry's reason", func(t *testing.T) {
+		r := create(reg.Addr+"/sandgate/base:no-such-tag", good)
+		expectError(t, r, http.StatusBadRequest, "SANDBOX::IMAGE_PULL_FAILED")
+		if msg := strings.ToLower(r.JSON(t)["message"].(string)); !strings.Contains(msg, "not found") && !strings.Contains(msg, "manifest unknown") {
+			t.Fatalf("pull of an unknown tag: %q", r.JSON(t)["message"])
+		}
+	})
+
+	t.Run("two concurrent creates of one new image make one pull", func(t *testing.T) {
+		ref := reg.Addr + "/sandgate/base:concurrent"
+		removeImageAtCleanup(t, ref)
+		pullsBefore := strings.Count(g.proc.Logs(), `"msg":"pulling image"`)
+		var wg sync.WaitGroup
+		results := make([]response, 2)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i] = g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": ref, "auth": good}, "entrypoint": []string{"tail", "-f", "/dev/null"}, "timeout": 600})
+			}()
+		}
+		wg.Wait()
+		for _, r := range results {
+			started(t, r)
+		}
+		if n := strings.Count(g.proc.Logs(), `"msg":"pulling image"`) - pullsBefore; n != 1 {
+			t.Fatalf("the gateway started %d pulls for two concurrent creates of %s, want 1", n, ref)
+		}
+		// The registry agrees: its manifest was fetched by one pull, as many times as
+		// the single pull of :test fetched its own.
+		if got, want := reg.ManifestRequests("sandgate/base", "concurrent"), reg.ManifestRequests("sandgate/base", "test"); got != want || got == 0 {
+			t.Fatalf("registry answered %d manifest requests for :concurrent, one pull (:test) makes %d", got, want)
+		}
+	})
+	t.Run("a pool pulls its image once at creation and shows the pull", func(t *testing.T) {
+		ref := reg.Addr + "/sandgate/base:pool"
+		removeImageAtCleanup(t, ref)
+		pullsBefore := strings.Count(g.proc.Logs(), `"msg":"pulling image"`)
+		r := g.do("POST", "/v1/pools", map[string]any{"name": "pulled",
+			"template":     map[string]any{"image": map[string]any{"uri": ref, "auth": good}, "entrypoint": []string{"tail", "-f", "/dev/null"}},
+			"capacitySpec": map[string]int{"bufferMin": 2, "bufferMax": 2, "poolMax": 2}})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("create pool: %d %s", r.Status, r.Body)
+		}
+		t.Cleanup(func() { g.do("DELETE", "/v1/pools/pulled", nil) })
+		if strings.Contains(string(r.Body), password) {
+			t.Fatalf("the pool's answer carries the password: %s", r.Body)
+		}
+		var last map[string]any
+		testenv.WaitFor(t, 3*time.Minute, func() bool {
+			last = g.do("GET", "/v1/pools/pulled", nil).JSON(t)
+			st := last["status"].(map[string]any)
+			return st["available"].(float64) == 2
+		}, "the pool to fill from its pulled image")
+		img, _ := last["status"].(map[string]any)["image"].(map[string]any)
+		if img["state"] != "Ready" || img["layers"].(float64) < 1 || img["layersDone"] != img["layers"] {
+			t.Fatalf("pool image pull status %v, want Ready with every layer done", img)
+		}
+		if n := strings.Count(g.proc.Logs(), `"msg":"pulling image"`) - pullsBefore; n != 1 {
+			t.Fatalf("the pool started %d pulls, want 1 (at its creation)", n)
+		}
+		raw, _ := json.Marshal(last)
+		if strings.Contains(string(raw), password) || strings.Contains(string(raw), `"auth"`) {
+			t.Fatalf("the pool keeps the credentials: %s", raw)
+		}
+	})
+
+	t.Run("a pool whose pull fails says why and makes no members", func(t *testing.T) {
+		r := g.do("POST", "/v1/pools", map[string]any{"name": "unpullable",
+			"template":     map[string]any{"image": map[string]any{"uri": reg.Addr + "/sandgate/base:wrong", "auth": map[string]string{"username": user, "password": "bad"}}, "entrypoint": []string{"tail", "-f", "/dev/null"}},
+			"capacitySpec": map[string]int{"bufferMax": 1, "poolMax": 1}})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("create pool: %d %s", r.Status, r.Body)
+		}
+		t.Cleanup(func() { g.do("DELETE", "/v1/pools/unpullable", nil) })
+		var img map[string]any
+		testenv.WaitFor(t, time.Minute, func() bool {
+			img, _ = g.do("GET", "/v1/pools/unpullable", nil).JSON(t)["status"].(map[string]any)["image"].(map[string]any)
+			return img["state"] == "Failed"
+		}, "the pool's pull to fail")
+		if msg, _ := img["message"].(string); !strings.Contains(strings.ToLower(msg), "unauthorized") && !strings.Contains(strings.ToLower(msg), "authentication required") {
+			t.Fatalf("failed pool pull message: %q", msg)
+		}
+		if st := g.do("GET", "/v1/pools/unpullable", nil).JSON(t)["status"].(map[string]any); st["total"].(float64) != 0 {
+			t.Fatalf("a pool whose image failed to pull has members: %v", st)
+		}
+	})
+}
+
+// TestImagePullRegistries: with SANDGATE_IMAGE_REGISTRIES set, admission (Rego) refuses a
+// create that would pull from another registry, before any pull, while images the engine
+// already has stay usable; SANDGATE_PULL=never keeps IMAGE_NOT_FOUND.
+func TestImagePullRegistries(t *testing.T) {
+	reg := startRegistry(t, "", "")
+	reg.push(t, "", "", "allowlist")
+	ref := reg.Addr + "/sandgate/base:allowlist"
+	e := newEnv(t, startRedis(t))
+
+	g := e.startGateway("SANDGATE_PULL=missing", "SANDGATE_IMAGE_REGISTRIES=127.0.0.1:1,ghcr.io")
+	pushed := reg.ManifestRequests("sandgate/base", "allowlist") // the push's own
+	r := g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": ref}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+	expectError(t, r, http.StatusForbidden, "ADMISSION::REGISTRY_NOT_ALLOWED")
+	if strings.Contains(g.proc.Logs(), `"msg":"pulling image"`) || reg.ManifestRequests("sandgate/base", "allowlist") != pushed {
+		t.Fatal("a create refused by the registries rule still pulled")
+	}
+	// sandgate/base is on the engine: no pull, so no registry to check.
+	id := g.createSandbox(map[string]any{})
+	g.do("DELETE", "/v1/sandboxes/"+id, nil)
+	g.Stop()
+
+	g = e.startGateway("SANDGATE_PULL=never")
+	r = g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": ref}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+	expectError(t, r, http.StatusBadRequest, "SANDBOX::IMAGE_NOT_FOUND")
+	// Half a credential is a client mistake, refused before anything runs.
+	r = g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": ref, "auth": map[string]string{"username": "u"}}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+	expectError(t, r, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
+
+	g = e.startGateway("SANDGATE_PULL=missing", "SANDGATE_IMAGE_REGISTRIES="+reg.Addr)
+	removeImageAtCleanup(t, ref)
+	id = g.createSandbox(map[string]any{"image": map[string]any{"uri": ref}})
+	g.do("DELETE", "/v1/sandboxes/"+id, nil)
+}
