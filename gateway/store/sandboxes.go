@@ -33,6 +33,9 @@ type Sandbox struct {
 	AccessToken      string            `json:"accessToken,omitempty"`
 	Pool             string            `json:"pool,omitempty"`
 	Batch            string            `json:"batch,omitempty"`
+	// Owner names the gateway whose create is making this sandbox while it is Pending;
+	// when that gateway's heartbeat lapses, another takes the record over (Alive).
+	Owner string `json:"owner,omitempty"`
 	// PoolVersion is the template version a warm sandbox was built from.
 	PoolVersion int64 `json:"poolVersion,omitempty"`
 	// Rev counts updates; Update refuses a write based on a stale read.

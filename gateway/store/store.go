@@ -29,6 +29,8 @@ type Store struct {
 	rdb      *redis.Client
 	embedded *miniredis.Miniredis
 	prefix   string
+	// clusterFile keeps the embedded store's cluster id across restarts.
+	clusterFile string
 
 	// blocking serves blocking reads (live event streams) on connections of its own.
 	blockingOnce sync.Once
@@ -41,7 +43,10 @@ type Options struct {
 	URL string
 	// Prefix namespaces every key (default "sg:"), so that tests can share one server.
 	Prefix string
-	Logger *slog.Logger
+	// ClusterFile is where the embedded store keeps its cluster id (ClusterID) across
+	// restarts; empty uses DefaultClusterFile(Prefix). Unused with Redis.
+	ClusterFile string
+	Logger      *slog.Logger
 }
 
 // Open connects to Redis, or starts the embedded store when no URL is given.
@@ -61,6 +66,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("start embedded store: %w", err)
 		}
 		s.embedded = m
+		s.clusterFile = opts.ClusterFile
+		if s.clusterFile == "" {
+			s.clusterFile = DefaultClusterFile(s.prefix)
+		}
 		url = "redis://" + m.Addr()
 		log.Info("no Redis configured: using the embedded in-process store (state is lost when the gateway stops)", "addr", m.Addr())
 	}
