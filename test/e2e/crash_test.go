@@ -359,7 +359,9 @@ func TestCrashOnly(t *testing.T) {
 	t.Run("create_overlapping_outage_leaves_no_pending_within_10s", func(t *testing.T) {
 		rs := startRedis(t)
 		e := newEnv(t, rs)
-		g := e.startGateway()
+		// A longer ready timeout stretches how long the old patience rule left the
+		// record Pending (ready timeout + 30 s), so the bound below tells the two apart.
+		g := e.startGateway("SANDGATE_READY_TIMEOUT=60s")
 		rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rs.URL, "redis://"), "/0")})
 		defer rdb.Close()
 		// The outage must catch the create between its record and its end: retry
@@ -371,13 +373,14 @@ func TestCrashOnly(t *testing.T) {
 			done := fireCreates(g, 1, nil)
 			waitFor(t, 2*time.Minute, func() bool { return containsState(g.listed(), "Pending") }, "the create's Pending record")
 			// Freeze Redis (a real one, paused by its own command) long enough for the
-			// create to fail on it.
-			if err := rdb.Do(context.Background(), "CLIENT", "PAUSE", "8000", "ALL").Err(); err != nil {
+			// create's last write and its clean-up to fail on it, client retries
+			// included.
+			if err := rdb.Do(context.Background(), "CLIENT", "PAUSE", "30000", "ALL").Err(); err != nil {
 				t.Fatalf("pause redis: %v", err)
 			}
 			paused := time.Now()
 			<-done
-			time.Sleep(time.Until(paused.Add(8 * time.Second))) // the pause's end
+			time.Sleep(time.Until(paused.Add(30 * time.Second))) // the pause's end
 			listed := g.listed()
 			if !containsState(listed, "Running") {
 				break
