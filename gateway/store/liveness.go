@@ -22,7 +22,14 @@ import (
 // (Options.ClusterFile), which lets a restarted gateway recognise its own sandboxes.
 func (s *Store) ClusterID(ctx context.Context) (string, error) {
 	if s.embedded != nil && s.clusterFile != "" {
-		return clusterFromFile(s.clusterFile)
+		id, err := clusterFromFile(s.clusterFile)
+		if err == nil {
+			return id, nil
+		}
+		// Without a writable file the id lives only as long as this process: a restart
+		// then leaves this run's sandboxes alone (neither adopted nor removed).
+		s.log.Warn("cannot keep the embedded store's cluster id in a file; a restart will not recognise this run's sandboxes", "file", s.clusterFile, "err", err)
+		s.clusterFile = ""
 	}
 	key := s.Key("cluster")
 	if err := s.rdb.SetNX(ctx, key, randomID(), 0).Err(); err != nil {

@@ -31,6 +31,7 @@ type Store struct {
 	prefix   string
 	// clusterFile keeps the embedded store's cluster id across restarts.
 	clusterFile string
+	log         *slog.Logger
 
 	// blocking serves blocking reads (live event streams) on connections of its own.
 	blockingOnce sync.Once
@@ -55,7 +56,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{prefix: opts.Prefix}
+	s := &Store{prefix: opts.Prefix, log: log}
 	if s.prefix == "" {
 		s.prefix = "sg:"
 	}
