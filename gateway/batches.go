@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
@@ -86,7 +87,7 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 	if err := s.admitClaim(ctx, caller, tmpl, claimReq, req.Count); err != nil {
 		return nil, err
 	}
-	b := &store.Batch{ID: uuid.NewString(), Tenant: caller.Tenant, Count: req.Count, PoolRef: req.PoolRef, CreatedAt: time.Now().UTC()}
+	b := &store.Batch{ID: uuid.NewString(), Tenant: caller.Tenant, Count: req.Count, PoolRef: req.PoolRef, CreatedAt: time.Now().UTC(), Queued: map[string]string{}}
 	sources := map[string]string{}
 	var warm []*store.Sandbox
 	if pool != nil {
@@ -107,8 +108,17 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 		sources[id] = "cold"
 		cold = append(cold, id)
 	}
-	if err := s.store.PutBatch(ctx, b); err != nil {
+	// The cold members are durable work: written with the batch, under this gateway's
+	// heartbeat, so that another gateway makes them if this one dies.
+	work, err := json.Marshal(batchWork{Caller: caller, Template: tmpl, Request: claimReq})
+	if err != nil {
 		return nil, err
+	}
+	if err := s.store.PutBatchWork(ctx, b, work, s.owner, cold); err != nil {
+		return nil, err
+	}
+	for _, id := range cold {
+		b.Queued[id] = s.owner
 	}
 	if len(cold) > 0 {
 		s.startColdMembers(caller, b, tmpl, claimReq, cold)
@@ -143,9 +153,10 @@ func (s *Service) startColdMembers(caller Caller, b *store.Batch, tmpl, req Crea
 			if _, err := s.coldFromTemplate(ctx, caller, tmpl, req, id, b.ID); err != nil {
 				e := MemberError(err)
 				s.log.Warn("batch member failed", "batch", b.ID, "member", id, "code", e.Code, "err", err)
-				_ = s.store.SetMemberError(ctx, b.ID, id, e)
+				_, _ = s.store.FailMember(ctx, b.ID, id, s.owner, e)
 				return
 			}
+			_, _ = s.store.FinishMember(ctx, b.ID, id, s.owner)
 			if _, _, err := s.store.GetBatch(ctx, b.ID); errors.Is(err, store.ErrNotFound) {
 				s.discard(ctx, id) // deleted while this member started
 			}
@@ -209,7 +220,7 @@ func (s *Service) batchView(ctx context.Context, b *store.Batch, errs map[string
 		case errs[id].Code != "":
 			e := errs[id]
 			m.Status = Status{State: StateFailed, Reason: e.Code, Message: e.Message}
-		case time.Since(b.CreatedAt) < s.cfg.ReadyTimeout+2*time.Minute && sources[id] != "pool":
+		case b.Queued[id] != "":
 			m.Status = Status{State: StatePending, Reason: "QUEUED", Message: "waiting for a cold start"}
 		default:
 			m.Status = Status{State: StateTerminated, Reason: "DELETED", Message: "the sandbox was deleted or expired"}

@@ -158,6 +158,8 @@ type Service struct {
 	ttlDecider TTLDecider
 	// watch fans sandbox changes out to live lists (watch.go).
 	watch watchHub
+	// crash is the state of crash-only recovery (takeover.go).
+	crash crashState
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -208,6 +210,7 @@ func (s *Service) Runtime() runtimes.Runtime { return s.runtime }
 
 // Start reconciles once with the runtime, then runs the reaper and the sync loop.
 func (s *Service) Start(ctx context.Context) {
+	s.runHeartbeat()
 	if err := s.Reconcile(ctx, true); err != nil {
 		s.log.Warn("startup reconciliation failed; the sync loop retries", "err", err)
 	}
@@ -249,6 +252,8 @@ func (s *Service) Stop() {
 	s.wg.Wait()
 	_ = s.store.ReleaseLease(context.Background(), leaseName, s.owner)
 	_ = s.store.ReleaseLease(context.Background(), "pools", s.owner)
+	// What this gateway leaves queued is taken over at once, not after heartbeatTTL.
+	_ = s.store.EndHeartbeat(context.Background(), s.owner)
 }
 
 func randomToken(n int) string {

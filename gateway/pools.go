@@ -352,7 +352,11 @@ func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error
 	if err != nil {
 		return nil, err
 	}
-	starting := int64(s.startingCount(store.PoolKey(p.Tenant, p.Name)))
+	// The count the pool manager publishes, so that every replica reports the same.
+	starting, err := s.store.StartingCount(ctx, store.PoolKey(p.Tenant, p.Name))
+	if err != nil {
+		return nil, err
+	}
 	return &PoolView{
 		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity,
 		Status: PoolStatus{Total: c.Available + c.Allocated + starting, Allocated: c.Allocated, Available: c.Available, Starting: starting,
@@ -373,6 +377,23 @@ type poolState struct {
 	// lastHealth is when warm members were last compared with the runtime.
 	lastHealth time.Time
 }
+
+// publishStarting shares this manager's counts of starting members with every replica;
+// they lapse within startingTTL of the manager's death.
+func (s *Service) publishStarting(ctx context.Context) {
+	s.pools.mu.Lock()
+	counts := make(map[string]int, len(s.pools.starting))
+	for k, n := range s.pools.starting {
+		counts[k] = n
+	}
+	s.pools.mu.Unlock()
+	if err := s.store.PublishStarting(ctx, counts, startingTTL); err != nil {
+		s.log.Debug("publish starting pool members", "err", err)
+	}
+}
+
+// startingTTL bounds how long a dead pool manager's starting counts are reported.
+const startingTTL = 3 * time.Second
 
 func (s *Service) startingCount(key string) int {
 	s.pools.mu.Lock()
@@ -415,7 +436,11 @@ func (s *Service) managePoolsOnce(ctx context.Context) {
 		return
 	}
 	pools, err := s.store.ListPools(ctx, "")
-	if err != nil || len(pools) == 0 {
+	if err != nil {
+		return
+	}
+	s.publishStarting(ctx)
+	if len(pools) == 0 {
 		return
 	}
 	var live map[string]runtimes.Instance
@@ -564,6 +589,9 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 		return err
 	}
 	spec.Egress = egress
+	if err := s.labelCluster(ctx, &spec); err != nil {
+		return err
+	}
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		return err

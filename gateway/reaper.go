@@ -14,8 +14,11 @@ import (
 // leaseName guards the reaper and the reconciler: with several gateways, one does the work.
 const leaseName = "reaper"
 
+// holdLease takes or renews the lease. It lapses after three missed renewals (at
+// least 3 s), so that a dead gateway's reconciling moves to a peer within seconds.
 func (s *Service) holdLease(ctx context.Context) bool {
-	ok, err := s.store.AcquireLease(ctx, leaseName, s.owner, 10*time.Second)
+	ttl := max(3*min(s.cfg.ReapInterval, s.cfg.SyncInterval), heartbeatTTL)
+	ok, err := s.store.AcquireLease(ctx, leaseName, s.owner, ttl)
 	return err == nil && ok
 }
 
@@ -134,11 +137,19 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	if !s.holdLease(ctx) {
 		return nil
 	}
+	cluster, err := s.clusterID(ctx)
+	if err != nil {
+		return err
+	}
 	instances, err := s.runtime.List(ctx)
 	if err != nil {
 		return err
 	}
 	records, err := s.store.ListSandboxes(ctx, "")
+	if err != nil {
+		return err
+	}
+	alive, err := s.liveOwners(ctx, records)
 	if err != nil {
 		return err
 	}
@@ -156,12 +167,19 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	for _, rec := range records {
 		inst, exists := byID[rec.ID]
 		delete(byID, rec.ID)
+		if s.takeOverPending(ctx, rec, alive) {
+			continue
+		}
 		s.syncRecord(ctx, rec, inst, exists, now)
 	}
 	s.checkEnforcers(ctx, instances, records, now)
+	s.takeOverBatches(ctx)
 	for id, inst := range byID {
 		if warm[id] {
 			continue // the pool manager looks after its warm members
+		}
+		if !ownInstance(inst, cluster) {
+			continue // another store's sandbox on the same engine (or one from before cluster labels)
 		}
 		s.adoptOrRemove(ctx, inst, now, startup)
 	}
@@ -182,7 +200,9 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 	}
 	switch rec.State {
 	case StatePending:
-		// A create in flight owns its record; one stuck far past the ready timeout lost its gateway.
+		// A create in flight owns its record (takeOverPending handles one whose gateway
+		// is gone); one without an owner, or stuck far past the ready timeout, lost its
+		// gateway.
 		if now.Sub(rec.CreatedAt) > s.cfg.ReadyTimeout+30*time.Second {
 			s.log.Warn("removing a sandbox whose creation never finished", "id", rec.ID)
 			s.discard(ctx, rec.ID)
@@ -259,6 +279,10 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 		return
 	}
 	inst = full
+	if !inst.Complete {
+		s.removeHalfMade(ctx, inst)
+		return
+	}
 	state := StateRunning
 	if inst.State == runtimes.StatePaused {
 		state = StatePaused
@@ -281,4 +305,15 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	}
 	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
 	s.emit(ctx, rec, "sandbox.adopted", nil)
+}
+
+// removeHalfMade removes a record-less sandbox whose create did not go all the way (its
+// gateway died during it): its enforcer may not run and its entrypoint may never have
+// started, so adopting it would hand out an unenforced sandbox, or list a dead one as
+// Running. Nobody is waiting for it: the create that made it failed with its gateway.
+func (s *Service) removeHalfMade(ctx context.Context, inst runtimes.Instance) {
+	s.log.Warn("removing a sandbox whose creation never finished (no enforcer running or no entrypoint started)", "id", inst.ID, "state", inst.State)
+	if err := s.runtime.Delete(ctx, inst.ID); err != nil {
+		s.log.Warn("remove half-made sandbox", "id", inst.ID, "err", err)
+	}
 }

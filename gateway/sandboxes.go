@@ -208,12 +208,16 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	spec.Egress = egress
+	if err := s.labelCluster(ctx, &spec); err != nil {
+		return nil, err
+	}
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
 		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
 		EgressPolicy: egressPolicyOf(spec.Egress),
+		Owner:        s.owner,
 	}
 	// The record comes first, so that no other gateway adopts the container as an orphan;
 	// writing it also enforces the concurrency quota atomically across gateways.
@@ -225,7 +229,9 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	}
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
-		_ = s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID)
+		if derr := s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID); derr != nil {
+			s.rememberGhost(spec.ID)
+		}
 		return nil, runtimeCreateError(spec.Image, err)
 	}
 	if err := s.waitReady(ctx, inst); err != nil {
@@ -305,7 +311,10 @@ func (s *Service) discard(ctx context.Context, id string) {
 	if err := s.runtime.Delete(ctx, id); err != nil {
 		s.log.Warn("remove failed sandbox", "id", id, "err", err)
 	}
-	_ = s.store.DeleteSandbox(ctx, id)
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		// The store is unreachable: delete the record once it answers again.
+		s.rememberGhost(id)
+	}
 }
 
 func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {

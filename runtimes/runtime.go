@@ -18,6 +18,9 @@ const (
 	LabelExpiresAt = "sandgate.io/expires-at"
 	LabelPool      = "sandgate.io/pool"
 	LabelCreatedAt = "sandgate.io/created-at"
+	// LabelCluster names the store (the deployment) that owns a sandbox: a gateway adopts
+	// and removes only the sandboxes of its own cluster, never another's on the same engine.
+	LabelCluster = "sandgate.io/cluster"
 )
 
 // AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.
@@ -133,6 +136,12 @@ type Instance struct {
 	CreatedAt   time.Time
 	// Message carries the runtime's explanation when the sandbox stopped (exit code, OOM, logs).
 	Message string
+	// Complete reports, from the runtime's own evidence, that the sandbox's create went
+	// all the way: its entrypoint was started and, when it has an egress enforcer, the
+	// enforcer runs. A runtime sets it in Inspect (List may leave it false). A sandbox that
+	// is not complete was left half-made by a create that died, and must never be
+	// adopted as it is.
+	Complete bool
 }
 
 // Runtime runs sandboxes. Implementations must be safe for concurrent use.

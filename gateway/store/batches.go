@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,8 @@ type Batch struct {
 	PoolRef   string    `json:"poolRef,omitempty"`
 	Members   []string  `json:"members"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Queued maps each member still to be made to the gateway making it (GetBatch).
+	Queued map[string]string `json:"-"`
 }
 
 // MemberError records why one member of a batch failed.
@@ -30,21 +33,100 @@ func (s *Store) batchKey(id string) string { return s.Key("batch", id) }
 
 // PutBatch writes a batch record; its member errors live beside it and are kept.
 func (s *Store) PutBatch(ctx context.Context, b *Batch) error {
+	return s.PutBatchWork(ctx, b, nil, "", nil)
+}
+
+// PutBatchWork writes a batch record together with the durable work of its members
+// still to be made: work is the (gateway-defined) description of how to make them,
+// owner the gateway making them now. Each queued member stays listed until it is
+// made (FinishMember) or fails (SetMemberError); a gateway whose owner's heartbeat
+// lapsed takes it over (TakeMember), so no member vanishes with its gateway.
+func (s *Store) PutBatchWork(ctx context.Context, b *Batch, work []byte, owner string, queued []string) error {
 	body, err := json.Marshal(b)
 	if err != nil {
 		return err
 	}
 	pipe := s.rdb.TxPipeline()
 	pipe.HSet(ctx, s.batchKey(b.ID), "json", body, "tenant", b.Tenant)
+	if len(queued) > 0 {
+		fields := []any{"work", work}
+		for _, m := range queued {
+			fields = append(fields, "queued:"+m, owner)
+		}
+		pipe.HSet(ctx, s.batchKey(b.ID), fields...)
+		pipe.SAdd(ctx, s.openBatches(), b.ID)
+	}
 	pipe.ZAdd(ctx, s.Key("tenant", b.Tenant, "batches"), redis.Z{Score: float64(b.CreatedAt.UnixMilli()), Member: b.ID})
 	_, err = pipe.Exec(ctx)
 	return wrap(err)
 }
 
-// SetMemberError records a failed member.
+func (s *Store) openBatches() string { return s.Key("batches", "open") }
+
+// OpenBatches lists the batches with members still queued.
+func (s *Store) OpenBatches(ctx context.Context) ([]string, error) {
+	ids, err := s.rdb.SMembers(ctx, s.openBatches()).Result()
+	return ids, wrap(err)
+}
+
+// BatchWork returns the work description stored with a batch.
+func (s *Store) BatchWork(ctx context.Context, id string) ([]byte, error) {
+	w, err := s.rdb.HGet(ctx, s.batchKey(id), "work").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("batch %s work: %w", id, ErrNotFound)
+	}
+	return w, wrap(err)
+}
+
+var settleMemberScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'queued:' .. ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], 'queued:' .. ARGV[1])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error:' .. ARGV[1], ARGV[3]) end
+return 1
+`)
+
+// FinishMember records that gateway owner made a queued member. It reports false when
+// the member is no longer owner's (another gateway took it over).
+func (s *Store) FinishMember(ctx context.Context, batchID, member, owner string) (bool, error) {
+	n, err := settleMemberScript.Run(ctx, s.rdb, []string{s.batchKey(batchID)}, member, owner, "").Int()
+	return n == 1, wrap(err)
+}
+
+// FailMember records why gateway owner could not make a queued member, if the member
+// is still owner's.
+func (s *Store) FailMember(ctx context.Context, batchID, member, owner string, e MemberError) (bool, error) {
+	body, _ := json.Marshal(e)
+	n, err := settleMemberScript.Run(ctx, s.rdb, []string{s.batchKey(batchID)}, member, owner, body).Int()
+	return n == 1, wrap(err)
+}
+
+var takeMemberScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'queued:' .. ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'queued:' .. ARGV[1], ARGV[3])
+return redis.call('HINCRBY', KEYS[1], 'takeovers:' .. ARGV[1], 1)
+`)
+
+// TakeMember moves a queued member from gateway from (gone) to gateway to, if from
+// still holds it; it returns how many times the member has been taken over so far,
+// 0 when someone else got there first.
+func (s *Store) TakeMember(ctx context.Context, batchID, member, from, to string) (int, error) {
+	n, err := takeMemberScript.Run(ctx, s.rdb, []string{s.batchKey(batchID)}, member, from, to).Int()
+	return n, wrap(err)
+}
+
+// CloseBatch takes a batch off the open list once none of its members is queued.
+func (s *Store) CloseBatch(ctx context.Context, id string) error {
+	return wrap(s.rdb.SRem(ctx, s.openBatches(), id).Err())
+}
+
+// SetMemberError records a failed member; it is no longer queued.
 func (s *Store) SetMemberError(ctx context.Context, batchID, member string, e MemberError) error {
 	body, _ := json.Marshal(e)
-	return wrap(s.rdb.HSet(ctx, s.batchKey(batchID), "error:"+member, body).Err())
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, s.batchKey(batchID), "error:"+member, body)
+	pipe.HDel(ctx, s.batchKey(batchID), "queued:"+member)
+	_, err := pipe.Exec(ctx)
+	return wrap(err)
 }
 
 // GetBatch returns a batch and the errors of its failed members.
@@ -62,7 +144,11 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, map[string]Mem
 		return nil, nil, fmt.Errorf("decode batch: %w", err)
 	}
 	errs := map[string]MemberError{}
+	b.Queued = map[string]string{}
 	for k, v := range all {
+		if m, ok := strings.CutPrefix(k, "queued:"); ok {
+			b.Queued[m] = v
+		}
 		if len(k) > 6 && k[:6] == "error:" {
 			var e MemberError
 			if json.Unmarshal([]byte(v), &e) == nil {
@@ -77,6 +163,7 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, map[string]Mem
 func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
 	pipe := s.rdb.TxPipeline()
 	pipe.Del(ctx, s.batchKey(b.ID))
+	pipe.SRem(ctx, s.openBatches(), b.ID)
 	pipe.ZRem(ctx, s.Key("tenant", b.Tenant, "batches"), b.ID)
 	_, err := pipe.Exec(ctx)
 	if errors.Is(err, redis.Nil) {

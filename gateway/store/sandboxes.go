@@ -36,6 +36,9 @@ type Sandbox struct {
 	// EgressPolicy is the effective egress policy its enforcer last accepted (at create,
 	// claim or through the egress API): what a restored enforcer starts with.
 	EgressPolicy json.RawMessage `json:"egressPolicy,omitempty"`
+	// Owner names the gateway whose create is making this sandbox while it is Pending;
+	// when that gateway's heartbeat lapses, another takes the record over (Alive).
+	Owner string `json:"owner,omitempty"`
 	// PoolVersion is the template version a warm sandbox was built from.
 	PoolVersion int64 `json:"poolVersion,omitempty"`
 	// Rev counts updates; Update refuses a write based on a stale read.

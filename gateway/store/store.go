@@ -34,6 +34,9 @@ type Store struct {
 	// fail-fast hook, for readiness checks.
 	health health
 	probe  *redis.Client
+	// clusterFile keeps the embedded store's cluster id across restarts.
+	clusterFile string
+	log         *slog.Logger
 
 	// blocking serves blocking reads (live event streams) on connections of its own.
 	blockingOnce sync.Once
@@ -46,7 +49,10 @@ type Options struct {
 	URL string
 	// Prefix namespaces every key (default "sg:"), so that tests can share one server.
 	Prefix string
-	Logger *slog.Logger
+	// ClusterFile is where the embedded store keeps its cluster id (ClusterID) across
+	// restarts; empty uses DefaultClusterFile(Prefix). Unused with Redis.
+	ClusterFile string
+	Logger      *slog.Logger
 }
 
 // Open connects to Redis, or starts the embedded store when no URL is given.
@@ -55,7 +61,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{prefix: opts.Prefix}
+	s := &Store{prefix: opts.Prefix, log: log}
 	if s.prefix == "" {
 		s.prefix = "sg:"
 	}
@@ -74,6 +80,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		s.embedded = m
 		url = "redis://:" + password + "@" + m.Addr()
+		s.clusterFile = opts.ClusterFile
+		if s.clusterFile == "" {
+			s.clusterFile = DefaultClusterFile(s.prefix)
+		}
 		log.Info("no Redis configured: using the embedded in-process store (state is lost when the gateway stops)", "addr", m.Addr())
 	}
 	ro, err := redis.ParseURL(url)

@@ -426,8 +426,15 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (runtimes.Instance, er
 		return runtimes.Instance{}, fmt.Errorf("inspect container: %w", err)
 	}
 	inst := r.instance(res.Container)
+	live := inst.State == runtimes.StateRunning || inst.State == runtimes.StatePaused
 	if inst.Labels[labelEgress] != "" {
-		inst.EgressToken = r.egressToken(ctx, id)
+		var complete bool
+		complete, inst.EgressToken = r.enforcement(ctx, id)
+		inst.Complete = live && complete
+	} else {
+		// Without an enforcer the entrypoint is the container's command: it runs when
+		// the container does.
+		inst.Complete = live
 	}
 	return inst, nil
 }

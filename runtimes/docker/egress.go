@@ -34,6 +34,7 @@ package docker
 // workload posing as its enforcer learns nothing usable and is not believed.
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -159,7 +160,52 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		r.removeEgress(ctx, spec.ID)
 		return err
 	}
-	return r.startEntrypoint(ctx, addr, spec.AgentToken, spec.Entrypoint)
+	if err := r.startEntrypoint(ctx, addr, spec.AgentToken, spec.Entrypoint); err != nil {
+		return err
+	}
+	return r.markStarted(ctx, workloadID)
+}
+
+// startedMarker is written into the workload once its entrypoint runs behind a healthy
+// enforcer. Labels cannot change after a container is made, so this file is how the
+// runtime tells, after a gateway died mid-create, a finished sandbox from a half-made
+// one. The workload can write there too, but only once its entrypoint runs, and a
+// sandbox is complete only with its enforcer running besides (Inspect checks both).
+const startedMarker = agentDir + "/started"
+
+func (r *Runtime) markStarted(ctx context.Context, workloadID string) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: "started", Typeflag: tar.TypeReg, Mode: 0o444, Size: 0})
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("pack start marker: %w", err)
+	}
+	if _, err := r.cli.CopyToContainer(ctx, workloadID, client.CopyToContainerOptions{
+		DestinationPath: agentDir, Content: &buf,
+	}); err != nil {
+		return fmt.Errorf("mark the sandbox started: %w", err)
+	}
+	return nil
+}
+
+// enforcement reports whether a workload with an enforcer is complete: its enforcer
+// sidecar runs and its entrypoint was started; it also returns the enforcer's token.
+func (r *Runtime) enforcement(ctx context.Context, id string) (complete bool, token string) {
+	res, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
+	if err != nil || res.Container.Config == nil {
+		return false, ""
+	}
+	for _, kv := range res.Container.Config.Env {
+		if v, ok := strings.CutPrefix(kv, envEgressToken+"="); ok {
+			token = v
+		}
+	}
+	running := res.Container.State != nil && res.Container.State.Running
+	if !running {
+		return false, token
+	}
+	_, err = r.cli.ContainerStatPath(ctx, containerName(id), client.ContainerStatPathOptions{Path: startedMarker})
+	return err == nil, token
 }
 
 // RestoreEgress gives a running workload a new enforcer sidecar (removing the old one,
@@ -311,21 +357,6 @@ func egressCall(ctx context.Context, method, url, header, value string, body any
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, data, nil
-}
-
-// egressToken reads the enforcer's API token from its sidecar (the workload never holds
-// it: its processes could read PID 1's environment).
-func (r *Runtime) egressToken(ctx context.Context, id string) string {
-	res, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
-	if err != nil || res.Container.Config == nil {
-		return ""
-	}
-	for _, kv := range res.Container.Config.Env {
-		if v, ok := strings.CutPrefix(kv, envEgressToken+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the

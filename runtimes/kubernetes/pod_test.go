@@ -37,7 +37,7 @@ func TestPodRoundTrip(t *testing.T) {
 	want := runtimes.Instance{
 		ID: spec.ID, Tenant: spec.Tenant, Pool: "warm", Image: "python:3.12", Entrypoint: spec.Entrypoint,
 		State: runtimes.StateRunning, Address: "10.0.0.7", AgentToken: "agent-tok", EgressToken: "egress-tok",
-		ExpiresAt: &exp, CreatedAt: spec.CreatedAt,
+		ExpiresAt: &exp, CreatedAt: spec.CreatedAt, Complete: true,
 	}
 	inst.Labels = nil
 	if diff := cmp.Diff(want, inst); diff != "" {

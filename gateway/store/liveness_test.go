@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestClusterID(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	a, err := s.ClusterID(ctx)
+	if err != nil || a == "" {
+		t.Fatalf("cluster id: %q, %v", a, err)
+	}
+	if b, _ := s.ClusterID(ctx); b != a {
+		t.Fatalf("cluster id changed: %q then %q", a, b)
+	}
+
+	// The embedded store keeps its id in a file, so that a restart finds it again.
+	file := filepath.Join(t.TempDir(), "sub", "cluster")
+	var ids []string
+	for i := 0; i < 2; i++ {
+		e, err := Open(ctx, Options{ClusterFile: file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := e.ClusterID(ctx)
+		e.Close()
+		if err != nil || id == "" {
+			t.Fatalf("embedded cluster id: %q, %v", id, err)
+		}
+		ids = append(ids, id)
+	}
+	if ids[0] != ids[1] {
+		t.Fatalf("embedded store restarted with another cluster id: %v", ids)
+	}
+	if ids[0] == a {
+		t.Fatalf("two stores share cluster id %q", a)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	if err := s.Heartbeat(ctx, "g1", 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	alive, err := s.Alive(ctx, []string{"g1", "g2"})
+	if err != nil || !alive["g1"] || alive["g2"] {
+		t.Fatalf("alive = %v, %v; want g1 only", alive, err)
+	}
+	time.Sleep(600 * time.Millisecond) // past the TTL: Redis expires the key
+	if alive, _ := s.Alive(ctx, []string{"g1"}); alive["g1"] {
+		t.Fatal("g1 still alive after its heartbeat lapsed")
+	}
+	_ = s.Heartbeat(ctx, "g1", time.Minute)
+	_ = s.EndHeartbeat(ctx, "g1")
+	if alive, _ := s.Alive(ctx, []string{"g1"}); alive["g1"] {
+		t.Fatal("g1 still alive after EndHeartbeat")
+	}
+}
+
+func TestBatchWork(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	b := &Batch{ID: "b1", Tenant: "t", Count: 3, Members: []string{"m1", "m2", "m3"}, CreatedAt: time.Now()}
+	if err := s.PutBatchWork(ctx, b, []byte(`{"w":1}`), "g1", []string{"m1", "m2", "m3"}); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := s.OpenBatches(ctx); len(open) != 1 || open[0] != "b1" {
+		t.Fatalf("open batches = %v", open)
+	}
+	if w, err := s.BatchWork(ctx, "b1"); err != nil || string(w) != `{"w":1}` {
+		t.Fatalf("work = %s, %v", w, err)
+	}
+	// Only the owner settles a member; a takeover moves it and counts.
+	if ok, _ := s.FinishMember(ctx, "b1", "m1", "g2"); ok {
+		t.Fatal("g2 finished g1's member")
+	}
+	if ok, _ := s.FinishMember(ctx, "b1", "m1", "g1"); !ok {
+		t.Fatal("g1 could not finish its member")
+	}
+	if n, _ := s.TakeMember(ctx, "b1", "m2", "g1", "g2"); n != 1 {
+		t.Fatalf("first takeover counted %d", n)
+	}
+	if n, _ := s.TakeMember(ctx, "b1", "m2", "g1", "g3"); n != 0 {
+		t.Fatal("a second gateway took over a member already taken")
+	}
+	if ok, _ := s.FailMember(ctx, "b1", "m2", "g1", MemberError{Code: "X", Message: "x"}); ok {
+		t.Fatal("the old owner failed a member taken from it")
+	}
+	if ok, _ := s.FailMember(ctx, "b1", "m2", "g2", MemberError{Code: "X", Message: "x"}); !ok {
+		t.Fatal("the new owner could not fail its member")
+	}
+	got, errs, err := s.GetBatch(ctx, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Queued) != 1 || got.Queued["m3"] != "g1" {
+		t.Fatalf("queued = %v, want m3 by g1", got.Queued)
+	}
+	if errs["m2"].Code != "X" {
+		t.Fatalf("errors = %v", errs)
+	}
+	if err := s.DeleteBatch(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := s.OpenBatches(ctx); len(open) != 0 {
+		t.Fatalf("deleted batch still open: %v", open)
+	}
+}
+
+func TestPublishStarting(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	if err := s.PublishStarting(ctx, map[string]int{"t/p": 3, "t/q": 0}, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.StartingCount(ctx, "t/p"); n != 3 {
+		t.Fatalf("starting = %d, want 3", n)
+	}
+	if n, _ := s.StartingCount(ctx, "t/q"); n != 0 {
+		t.Fatalf("starting = %d, want 0", n)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if n, _ := s.StartingCount(ctx, "t/p"); n != 0 {
+		t.Fatalf("a lapsed count still reads %d", n)
+	}
+}

@@ -1,0 +1,246 @@
+package gateway
+
+// Crash-only recovery: what a gateway leaves half-done when it dies is finished or
+// removed by another gateway (or by itself restarted), never adopted as it is.
+//
+//   - Identity. Every sandbox carries the id of the store that owns it
+//     (runtimes.LabelCluster); reconciliation adopts or removes only its own store's.
+//   - Liveness. Each gateway renews a heartbeat (store.Heartbeat); the work it has in
+//     flight names it: a Pending record (Sandbox.Owner), a batch member still queued.
+//     Once the heartbeat lapses, the reconciler takes that work over.
+//   - Ghosts. A record this gateway meant to delete while the store was unreachable is
+//     remembered and deleted as soon as the store answers again.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Heartbeats: renewed every heartbeatEvery, a gateway counts as gone heartbeatTTL after
+// its last renewal. The bound on a takeover is heartbeatTTL plus one reconcile pass.
+const (
+	heartbeatEvery = time.Second
+	heartbeatTTL   = 3 * time.Second
+)
+
+// CodeGatewayLost is the cause of a batch member given up because its gateways died.
+const CodeGatewayLost = "SANDBOX::GATEWAY_LOST"
+
+// maxTakeovers is how many times a batch member is taken over from a dead gateway
+// before it is given up as Failed (a member whose creation kills its gateway every time
+// must not take down every gateway in turn).
+const maxTakeovers = 3
+
+// crashState is what the recovery needs to remember between passes.
+type crashState struct {
+	mu      sync.Mutex
+	cluster string
+	// ghosts are records whose deletion the store did not take; retried every pass.
+	ghosts map[string]bool
+}
+
+// clusterID returns this gateway's store identity, fetched once.
+func (s *Service) clusterID(ctx context.Context) (string, error) {
+	s.crash.mu.Lock()
+	defer s.crash.mu.Unlock()
+	if s.crash.cluster != "" {
+		return s.crash.cluster, nil
+	}
+	id, err := s.store.ClusterID(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the store's cluster id: %w", err)
+	}
+	s.crash.cluster = id
+	return id, nil
+}
+
+// labelCluster adds this gateway's cluster label to a spec.
+func (s *Service) labelCluster(ctx context.Context, spec *runtimes.Spec) error {
+	id, err := s.clusterID(ctx)
+	if err != nil {
+		return err
+	}
+	labels := make(map[string]string, len(spec.Labels)+1)
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	labels[runtimes.LabelCluster] = id
+	spec.Labels = labels
+	return nil
+}
+
+// ownInstance says whether a sandbox without a record belongs to this gateway's store:
+// another store's sandboxes on the same engine are neither adopted nor removed, and
+// neither are unlabelled ones. (A sandbox with a record in this store is this store's,
+// whatever its labels: its id is a random UUID.)
+func ownInstance(inst runtimes.Instance, cluster string) bool {
+	return inst.Labels[runtimes.LabelCluster] == cluster
+}
+
+// runHeartbeat renews this gateway's heartbeat and retries its ghosts until Stop.
+func (s *Service) runHeartbeat() {
+	beat := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), heartbeatEvery)
+		defer cancel()
+		if err := s.store.Heartbeat(ctx, s.owner, heartbeatTTL); err != nil {
+			s.log.Debug("heartbeat", "err", err)
+		}
+	}
+	beat()
+	s.loop(heartbeatEvery, func(ctx context.Context) {
+		beat()
+		s.retryGhosts(ctx)
+	})
+}
+
+// rememberGhost notes a record whose deletion failed.
+func (s *Service) rememberGhost(id string) {
+	s.crash.mu.Lock()
+	defer s.crash.mu.Unlock()
+	if s.crash.ghosts == nil {
+		s.crash.ghosts = map[string]bool{}
+	}
+	s.crash.ghosts[id] = true
+}
+
+// retryGhosts deletes the records a store outage kept this gateway from deleting: a
+// create that overlapped the start of an outage is gone within a pass of the store's
+// return, not left Pending until someone's patience runs out.
+func (s *Service) retryGhosts(ctx context.Context) {
+	s.crash.mu.Lock()
+	ids := make([]string, 0, len(s.crash.ghosts))
+	for id := range s.crash.ghosts {
+		ids = append(ids, id)
+	}
+	s.crash.mu.Unlock()
+	for _, id := range ids {
+		if err := s.store.DeleteSandbox(ctx, id); err != nil {
+			continue
+		}
+		_ = s.runtime.Delete(ctx, id)
+		s.log.Info("removed the record of a create that failed while the store was unreachable", "id", id)
+		s.crash.mu.Lock()
+		delete(s.crash.ghosts, id)
+		s.crash.mu.Unlock()
+	}
+}
+
+// liveOwners reports which gateways named by Pending records still beat.
+func (s *Service) liveOwners(ctx context.Context, records []*store.Sandbox) (map[string]bool, error) {
+	var owners []string
+	for _, rec := range records {
+		if rec.State == StatePending && rec.Owner != "" {
+			owners = append(owners, rec.Owner)
+		}
+	}
+	return s.store.Alive(ctx, owners)
+}
+
+// takeOverPending handles a Pending record whose creating gateway is gone: its create
+// will never finish, and its container (if any) may lack its enforcer or its
+// entrypoint, so both go. A batch member's record goes too; takeOverBatches makes the
+// member again. It reports whether it took the record over.
+func (s *Service) takeOverPending(ctx context.Context, rec *store.Sandbox, alive map[string]bool) bool {
+	if rec.State != StatePending || rec.Owner == "" || rec.Owner == s.owner || alive[rec.Owner] {
+		return false
+	}
+	s.log.Warn("taking over a sandbox whose creating gateway is gone: removing it", "id", rec.ID, "owner", rec.Owner, "batch", rec.Batch)
+	s.routes.drop(rec.ID)
+	if err := s.runtime.Delete(ctx, rec.ID); err != nil {
+		s.log.Warn("remove a dead gateway's sandbox", "id", rec.ID, "err", err)
+		return true
+	}
+	if err := s.store.DeleteSandbox(ctx, rec.ID); err != nil {
+		s.rememberGhost(rec.ID)
+	}
+	return true
+}
+
+// batchWork is what a gateway needs to make a batch's queued members: stored with the
+// batch, so that any gateway can.
+type batchWork struct {
+	Caller   Caller        `json:"caller"`
+	Template CreateRequest `json:"template"`
+	Request  CreateRequest `json:"request"`
+}
+
+// takeOverBatches makes again the queued members of open batches whose gateway is gone;
+// a member taken over too often ends Failed with the cause.
+func (s *Service) takeOverBatches(ctx context.Context) {
+	ids, err := s.store.OpenBatches(ctx)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		b, _, err := s.store.GetBatch(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			_ = s.store.CloseBatch(ctx, id)
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if len(b.Queued) == 0 {
+			_ = s.store.CloseBatch(ctx, id)
+			continue
+		}
+		owners := make([]string, 0, len(b.Queued))
+		for _, o := range b.Queued {
+			owners = append(owners, o)
+		}
+		alive, err := s.store.Alive(ctx, owners)
+		if err != nil {
+			return
+		}
+		var take []string
+		for member, owner := range b.Queued {
+			if owner == s.owner || alive[owner] {
+				continue
+			}
+			if rec, err := s.store.GetSandbox(ctx, member); err == nil {
+				if rec.State != StatePending {
+					// Made, its gateway died before it said so.
+					_, _ = s.store.FinishMember(ctx, b.ID, member, owner)
+					continue
+				}
+				s.takeOverPending(ctx, rec, alive)
+			} else if !errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			n, err := s.store.TakeMember(ctx, b.ID, member, owner, s.owner)
+			if err != nil || n == 0 {
+				continue
+			}
+			if n > maxTakeovers {
+				e := store.MemberError{Code: CodeGatewayLost, Message: fmt.Sprintf("the gateways making this member died %d times; it was given up", n-1)}
+				_, _ = s.store.FailMember(ctx, b.ID, member, s.owner, e)
+				continue
+			}
+			take = append(take, member)
+		}
+		if len(take) == 0 {
+			continue
+		}
+		var w batchWork
+		raw, err := s.store.BatchWork(ctx, b.ID)
+		if err == nil {
+			err = json.Unmarshal(raw, &w)
+		}
+		if err != nil {
+			for _, member := range take {
+				e := store.MemberError{Code: CodeGatewayLost, Message: "its gateway died and the batch's template could not be read back"}
+				_, _ = s.store.FailMember(ctx, b.ID, member, s.owner, e)
+			}
+			continue
+		}
+		s.log.Info("taking over batch members of a gateway that is gone", "batch", b.ID, "count", len(take))
+		s.startColdMembers(w.Caller, b, w.Template, w.Request, take)
+	}
+}
