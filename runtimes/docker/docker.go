@@ -550,10 +550,18 @@ func (r *Runtime) HasImage(ctx context.Context, image string) (bool, error) {
 // Delete implements runtimes.Runtime.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	// The enforcer has its own PID namespace and a restart policy: it does not end with
-	// the workload, so it is removed explicitly, and first, so that no window exists in
-	// which it runs in a namespace whose workload is gone.
-	r.removeEgress(ctx, id)
+	// the workload, so it is removed explicitly. Both removals run at once (each is a
+	// kill plus a filesystem teardown, and a burst of expiries waits for the slower of
+	// the two, not their sum); Delete returns only when both are done, so no sidecar
+	// outlives a deleted sandbox. Either order is safe: the nftables table belongs to
+	// the network namespace, so the workload stays closed while its enforcer goes.
+	egressRemoved := make(chan struct{})
+	go func() {
+		defer close(egressRemoved)
+		r.removeEgress(ctx, id)
+	}()
 	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	<-egressRemoved
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		// A removal already in progress finishes by itself.
 		if strings.Contains(err.Error(), "already in progress") {
