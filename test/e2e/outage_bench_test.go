@@ -60,7 +60,7 @@ func BenchmarkExpiryBurst20(b *testing.B) {
 	})
 	// The same engine work without the gateway: 20 workloads on a bridge network, each
 	// with a sidecar in its network namespace (as an enforced sandbox has), removed at
-	// once, sidecar first, then workload, as the Docker runtime does.
+	// once, each pair's sidecar and workload side by side, as the Docker runtime does.
 	b.Run("raw-docker-rm-20-pairs", func(b *testing.B) {
 		network := "sg-bench-rm-" + randomHex(4)
 		if out, err := exec.Command("docker", "network", "create", network).CombinedOutput(); err != nil {
@@ -96,8 +96,10 @@ func BenchmarkExpiryBurst20(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_ = exec.Command("docker", "rm", "-f", pair[0]).Run()
+					side := make(chan struct{})
+					go func() { _ = exec.Command("docker", "rm", "-f", pair[0]).Run(); close(side) }()
 					_ = exec.Command("docker", "rm", "-f", pair[1]).Run()
+					<-side
 					mu.Lock()
 					all = append(all, time.Since(start))
 					mu.Unlock()
