@@ -22,7 +22,7 @@ echo "== gateway end to end: creates and claims (10x)"
 go test -count=1 -run '^$' -bench 'ColdCreate|PoolClaim' -benchtime 10x -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: batches of 100 (1x)"
 go test -count=1 -run '^$' -bench 'Batch100' -benchtime 1x -timeout 30m ./test/e2e/ 2>&1 | filter
-echo "== gateway end to end: faults: a burst of 20 expiries, proxied calls through a 15s Redis outage, takeover of a killed gate's work (1x)"
+echo "== gateway end to end: faults: a burst of 20 expiries, proxied calls through a 15s Redis outage, takeover of a killed gateway's work (1x)"
 go test -count=1 -run '^$' -bench 'ExpiryBurst20|RedisOutage15s|GatewayTakeover' -benchtime 1x -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== Kubernetes runtime on the local control plane: batches of 100 and 1000, warm and cold (1x)"
 go test -count=1 -run '^$' -bench 'K8sBatch' -benchtime 1x -timeout 45m ./test/k8s/ 2>&1 | filter
