@@ -138,24 +138,25 @@ func killMidCreates(t *testing.T, e *env, extra ...string) (kept []string) {
 		// One create that finishes: complete sandboxes must survive the recovery.
 		kept = append(kept, g.createSandbox(map[string]any{"timeout": 600}))
 		before++
-		done := fireCreates(g, 8, nil)
+		done := fireCreates(g, 12, nil)
 		waitFor(t, 3*time.Minute, func() bool {
 			select {
 			case <-done:
 				return true
 			default:
 			}
-			// Kill once workloads have started (some behind their enforcer, some not
-			// yet) and others are still being made.
+			// Kill once a workload has started while others are still being made: one
+			// docker call per look, so that the kill lands while creates are in flight.
+			out, _ := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", "{{.State}}").Output()
 			running, others := 0, 0
-			for _, f := range e.facts() {
-				if f.Workload == "running" {
+			for _, st := range strings.Fields(string(out)) {
+				if st == "running" {
 					running++
 				} else {
 					others++
 				}
 			}
-			return running >= before+2 && others > 0
+			return running >= before+1 && others > 0
 		}, "workloads of the creates to start")
 		g.proc.Kill()
 		<-done
