@@ -58,7 +58,21 @@ func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) 
 	if keyID == "" {
 		return "", store.ErrNotFound
 	}
-	return s.store.KeyHashByID(ctx, keyID)
+	hash, err := s.store.KeyHashByID(ctx, keyID)
+	switch {
+	case err == nil:
+		s.keyBindings.Store(keyID, hash)
+	case errors.Is(err, store.ErrNotFound):
+		s.keyBindings.Delete(keyID)
+	case errors.Is(err, store.ErrUnavailable):
+		// Through a Redis outage the proxy keeps serving known sandboxes (routes.go):
+		// a key this gateway saw answer before the outage stays bound to it, and a
+		// revocation made meanwhile takes effect with the first answer after it.
+		if known, ok := s.keyBindings.Load(keyID); ok {
+			return known.(string), nil
+		}
+	}
+	return hash, err
 }
 
 // VerifyAccessValue checks an access header value against sb's current secret and

@@ -145,7 +145,10 @@ type Service struct {
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
 	routes  *routeCache
-	preview previewState
+	// keyBindings holds the last stored hash seen per key id (accesstoken.go): the
+	// fallback of access header checks while the store is unavailable.
+	keyBindings sync.Map
+	preview     previewState
 	// expiries tracks removals for expiry under way (reaper.go).
 	expiries expirySet
 	// enforcerRestores tracks enforcer restores under way (enforcer.go).

@@ -154,7 +154,14 @@ func TestRedisOutageDataPlane(t *testing.T) {
 	g := e.startGateway()
 	id := g.createSandbox(map[string]any{"timeout": 3600})
 	startPreviewServer(t, g, id)
-	p := g.proxyClient(id)
+	// The access header is fetched with a tenant's key, as an SDK user's would be: its
+	// check reads the key's binding from Redis, which must not stop the data plane.
+	member := g.withTenantKey(g.createTenant("outage-"+randomHex(3), nil), "member")
+	memberID := member.createSandbox(map[string]any{"timeout": 3600})
+	p, mp := g.proxyClient(id), member.proxyClient(memberID)
+	if st, body, err := mp.get(44772, "/ping"); err != nil || st != 200 {
+		t.Fatalf("agent ping with the tenant key's access header before the outage: %d %v %s", st, err, body)
+	}
 	if st, body, err := p.get(44772, "/ping"); err != nil || st != 200 {
 		t.Fatalf("agent ping before the outage: %d %v %s", st, err, body)
 	}
@@ -168,12 +175,13 @@ func TestRedisOutageDataPlane(t *testing.T) {
 			for _, c := range []struct {
 				port int
 				path string
-			}{{44772, "/ping"}, {previewPort, "/headers"}} {
+				via  *proxyClient
+			}{{44772, "/ping", p}, {previewPort, "/headers", p}, {44772, "/ping", mp}} {
 				calls++
-				st, body, err := p.get(c.port, c.path)
+				st, body, err := c.via.get(c.port, c.path)
 				if err != nil || st != 200 {
 					failures = append(failures, fmt.Sprintf("port %d %s: %d %v %s", c.port, c.path, st, err, body))
-				} else if c.port == 44772 {
+				} else if c.port == 44772 && c.via == p {
 					servedPings++
 				}
 			}
