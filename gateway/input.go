@@ -133,28 +133,13 @@ func engineRefused(err error) bool {
 	return cerrdefs.IsInvalidArgument(err) && !errors.Is(err, errors.ErrUnsupported)
 }
 
-// validateCreateInput checks the fields of a create that need no runtime: image
-// reference, timeout, metadata, env, entrypoint, credentialProxy.
+// validateCreateInput checks the fields of a create that need no runtime: the image
+// reference, then what a claim checks too.
 func (s *Service) validateCreateInput(req CreateRequest) error {
 	if err := validateImageRef(strings.TrimSpace(req.Image.URI)); err != nil {
 		return err
 	}
-	if err := s.validateTimeoutSeconds(req.Timeout); err != nil {
-		return err
-	}
-	if err := validateMetadata(req.Metadata, false); err != nil {
-		return err
-	}
-	if err := validateMetadataSize(req.Metadata); err != nil {
-		return err
-	}
-	if err := validateEnv(req.Env); err != nil {
-		return err
-	}
-	if err := validateProcessStrings(req.Entrypoint, req.Env); err != nil {
-		return err
-	}
-	return validateCredentialProxy(req.CredentialProxy)
+	return s.validateClaimInput(req)
 }
 
 // validateClaimInput checks what a pool claim (or a batch's claim) adds to its pool's
