@@ -49,6 +49,10 @@ type Config struct {
 	PublicURL string
 	// PreviewDomain, when set, makes endpoints of non-agent ports host-mode URLs.
 	PreviewDomain string
+	// ClusterID, when set, is the identity carried by this deployment's sandboxes
+	// (runtimes.LabelCluster) instead of the id kept in the store: configuration
+	// outlives a lost store, so a gateway on an empty store still adopts its own.
+	ClusterID string
 	// MaxPoolSize caps a pool's poolMax.
 	MaxPoolSize int
 	// PoolWait is how long a claim from an empty pool waits for a refill.

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -52,6 +53,10 @@ func (s *Service) clusterID(ctx context.Context) (string, error) {
 	defer s.crash.mu.Unlock()
 	if s.crash.cluster != "" {
 		return s.crash.cluster, nil
+	}
+	if s.cfg.ClusterID != "" {
+		s.crash.cluster = s.cfg.ClusterID
+		return s.cfg.ClusterID, nil
 	}
 	id, err := s.store.ClusterID(ctx)
 	if err != nil {
@@ -243,4 +248,15 @@ func (s *Service) takeOverBatches(ctx context.Context) {
 		s.log.Info("taking over batch members of a gateway that is gone", "batch", b.ID, "count", len(take))
 		s.startColdMembers(w.Caller, b, w.Template, w.Request, take)
 	}
+}
+
+// clusterIDPattern is what a label value may hold (Docker and Kubernetes alike).
+var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// CheckClusterID refuses a configured cluster id that cannot be a label value.
+func CheckClusterID(id string) error {
+	if id != "" && !clusterIDPattern.MatchString(id) {
+		return fmt.Errorf("cluster_id %q: want a label value (letters, digits, '-', '_', '.'; at most 63; starting and ending with a letter or digit)", id)
+	}
+	return nil
 }

@@ -88,6 +88,10 @@ type App struct {
 	// PreviewDomain is the domain of host-mode preview URLs, a registrable domain of
 	// its own (never the console's site).
 	PreviewDomain string `json:"preview_domain,omitempty"`
+	// ClusterID names the deployment whose sandboxes this gateway owns (the
+	// sandgate.io/cluster label). Empty: an id made once and kept in the store. Set it
+	// to recover the sandboxes of a deployment whose store was lost.
+	ClusterID string `json:"cluster_id,omitempty"`
 	// OCIRuntime is the engine runtime of every sandbox ("runc", "runsc"); empty uses the
 	// engine's default. A tenant's quota or a create's extensions.runtime may ask for another.
 	OCIRuntime string `json:"oci_runtime,omitempty"`
@@ -185,6 +189,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := gateway.CheckPreviewDomain(a.PreviewDomain, a.PublicURL, a.PublicAddress); err != nil {
 		return err
 	}
+	if err := gateway.CheckClusterID(a.ClusterID); err != nil {
+		return err
+	}
 	if d := a.EgressDefaultAction; d != "" && d != "allow" && d != "deny" {
 		return fmt.Errorf("egress_default_action %q: want allow or deny", d)
 	}
@@ -264,6 +271,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			PublicAddress:   a.PublicAddress,
 			PublicURL:       strings.TrimSuffix(a.PublicURL, "/"),
 			PreviewDomain:   a.PreviewDomain,
+			ClusterID:       a.ClusterID,
 			PoolWait:        time.Duration(a.PoolWait),
 			RenewCooldown:   time.Duration(a.RenewCooldown),
 			PoolFallback:    a.PoolFallback,
@@ -322,7 +330,7 @@ func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
 		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst) +
-		fmt.Sprintf("|%s|%q", a.ImagePull, a.ImageRegistries)
+		fmt.Sprintf("|%s|%q|%s", a.ImagePull, a.ImageRegistries, a.ClusterID)
 }
 
 // gatewayAddresses lists what the platform denies as the gateway's own: the operator's

@@ -48,6 +48,7 @@ func init() {
 //		sync_interval    <duration>
 //		public_address   <host[:port]>
 //		public_url       <http(s)://host[:port]>   # https: cookies are Secure behind a TLS proxy
+//		cluster_id       <label value>    # whose sandboxes this gateway owns (default: kept in the store)
 //		preview_domain   <domain>
 //		policy_dir       <dir>
 //		oci_runtime      runc|runsc
@@ -83,7 +84,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 		strings := map[string]*string{
 			"api_key": &app.APIKey, "api_key_file": &app.APIKeyFile, "redis_url": &app.RedisURL, "redis_prefix": &app.RedisPrefix,
 			"runtime": &app.Runtime, "docker_host": &app.DockerHost, "docker_network": &app.DockerNetwork,
-			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "public_url": &app.PublicURL, "preview_domain": &app.PreviewDomain,
+			"agent_binary": &app.AgentBinary, "public_address": &app.PublicAddress, "public_url": &app.PublicURL, "preview_domain": &app.PreviewDomain, "cluster_id": &app.ClusterID,
 			"pool_fallback": &app.PoolFallback, "policy_dir": &app.PolicyDir,
 			"oci_runtime": &app.OCIRuntime, "read_only_rootfs": &app.ReadOnlyRootfs,
 			"egress": &app.Egress, "egress_default_action": &app.EgressDefaultAction,

@@ -267,6 +267,9 @@ func startGateway(t testing.TB, namespace string, extra ...string) *gateway {
 		"SANDGATE_RUNTIME=kubernetes",
 		"SANDGATE_KUBECONFIG=" + kubeconfig,
 		"SANDGATE_NAMESPACE=" + namespace,
+		// One deployment per namespace: a gateway on a fresh store (its own Redis
+		// prefix) owns the namespace's sandboxes as its predecessor did.
+		"SANDGATE_CLUSTER_ID=k8s-test-" + namespace,
 		"SANDGATE_MIN_TIMEOUT=1s",
 		"SANDGATE_SYNC_INTERVAL=500ms",
 		"SANDGATE_FAILED_RETENTION=1h",
