@@ -23,6 +23,13 @@ if ! docker info >/dev/null 2>&1; then
 	done
 	docker info >/dev/null 2>&1 || { echo "deps: dockerd did not come up; see /var/log/sandgate-dockerd.log" >&2; tail -20 /var/log/sandgate-dockerd.log >&2; exit 1; }
 fi
+# Every sandbox holds some 70 host tasks (two agents with their reserved threads, two
+# shims): the 32768 of an old kernel default run out near 450 sandboxes, and then fork
+# fails host-wide. 4194304 is what most distributions set today.
+if [ "$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 0)" -lt 4194304 ] && [ "$(id -u)" -eq 0 ]; then
+	echo "deps: raising kernel.pid_max to 4194304 (was $(cat /proc/sys/kernel/pid_max))"
+	sysctl -qw kernel.pid_max=4194304 || echo "deps: could not raise kernel.pid_max; many sandboxes at once may exhaust it" >&2
+fi
 # gVisor is opt-in: its build takes about 20 minutes on two cores (make gvisor).
 if [ "${SANDGATE_GVISOR:-0}" = 1 ]; then
 	"$(dirname "$0")/gvisor.sh"
