@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -40,9 +39,8 @@ const enforcerRestoreAttempts = 3
 // enforcerRestores holds the restores under way, so that a slow one is not started
 // twice, and counts failed attempts per sandbox.
 type enforcerRestores struct {
-	mu       sync.Mutex
-	ids      map[string]bool
-	failures map[string]int
+	inFlight
+	failures map[string]int // guarded by inFlight.mu
 }
 
 // failed counts a failed attempt for id and reports whether it was the last allowed.
@@ -63,25 +61,6 @@ func (e *enforcerRestores) failed(id string) bool {
 func (e *enforcerRestores) succeeded(id string) {
 	e.mu.Lock()
 	delete(e.failures, id)
-	e.mu.Unlock()
-}
-
-func (e *enforcerRestores) begin(id string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.ids == nil {
-		e.ids = map[string]bool{}
-	}
-	if e.ids[id] {
-		return false
-	}
-	e.ids[id] = true
-	return true
-}
-
-func (e *enforcerRestores) end(id string) {
-	e.mu.Lock()
-	delete(e.ids, id)
 	e.mu.Unlock()
 }
 

@@ -33,38 +33,44 @@ func (s *Service) holdLease(ctx context.Context) bool {
 // reapConcurrency bounds expiry removals running at once.
 const reapConcurrency = 16
 
-// expirySet holds the sandboxes whose removal for expiry is under way on this gateway.
+// expirySet holds the sandboxes whose removal for expiry is under way on this gateway;
+// sem bounds how many run at once.
 type expirySet struct {
-	mu  sync.Mutex
-	ids map[string]bool
+	inFlight
 	sem chan struct{}
 }
 
-// begin claims id for removal; false when a removal of it is already running.
-func (e *expirySet) begin(id string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.ids == nil {
-		e.ids = map[string]bool{}
-		e.sem = make(chan struct{}, reapConcurrency)
+// inFlight is a set of sandbox ids with work under way on this gateway (an expiry
+// removal, an enforcer restore), so that a slow one is not started twice.
+type inFlight struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// begin claims id; false when work on it is already under way.
+func (f *inFlight) begin(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ids == nil {
+		f.ids = map[string]bool{}
 	}
-	if e.ids[id] {
+	if f.ids[id] {
 		return false
 	}
-	e.ids[id] = true
+	f.ids[id] = true
 	return true
 }
 
-func (e *expirySet) end(id string) {
-	e.mu.Lock()
-	delete(e.ids, id)
-	e.mu.Unlock()
+func (f *inFlight) end(id string) {
+	f.mu.Lock()
+	delete(f.ids, id)
+	f.mu.Unlock()
 }
 
-func (e *expirySet) has(id string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.ids[id]
+func (f *inFlight) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[id]
 }
 
 // expiring reports whether rec is the reaper's to remove: its removal is under way, or
