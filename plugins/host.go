@@ -120,6 +120,13 @@ type routes struct {
 	ttl    map[string]*slot   // tenant → its decide_ttl plugin
 }
 
+// defaultIfUnset sets *v to def when it is zero or negative (an option left unset).
+func defaultIfUnset[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // NewHost creates a host. ctx is used only for setting up.
 func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	if opts.MaxMemoryPages == 0 {
@@ -131,27 +138,13 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	if opts.MaxMemoryPages < pagesPerMiB {
 		return nil, fmt.Errorf("plugins: MaxMemoryPages %d is below 1 MiB", opts.MaxMemoryPages)
 	}
-	if opts.DefaultDeadline <= 0 {
-		opts.DefaultDeadline = defaultDeadline
-	}
-	if opts.PoolSize <= 0 {
-		opts.PoolSize = defaultPoolSize
-	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = defaultQueueSize
-	}
-	if opts.MaxModuleBytes <= 0 {
-		opts.MaxModuleBytes = DefaultMaxModuleBytes
-	}
-	if opts.CompileTimeout <= 0 {
-		opts.CompileTimeout = defaultCompileTimeout
-	}
-	if opts.MaxPluginsPerTenant <= 0 {
-		opts.MaxPluginsPerTenant = defaultMaxPlugins
-	}
-	if opts.MaxTenantMemoryMiB <= 0 {
-		opts.MaxTenantMemoryMiB = defaultTenantMemory
-	}
+	defaultIfUnset(&opts.DefaultDeadline, defaultDeadline)
+	defaultIfUnset(&opts.PoolSize, defaultPoolSize)
+	defaultIfUnset(&opts.QueueSize, defaultQueueSize)
+	defaultIfUnset(&opts.MaxModuleBytes, DefaultMaxModuleBytes)
+	defaultIfUnset(&opts.CompileTimeout, defaultCompileTimeout)
+	defaultIfUnset(&opts.MaxPluginsPerTenant, defaultMaxPlugins)
+	defaultIfUnset(&opts.MaxTenantMemoryMiB, defaultTenantMemory)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
