@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,17 +27,18 @@ import (
 // Docker's network isolation. With ICC on, the enforcer is the only thing between a
 // sandbox and the servers, which is exactly what these tests need to observe.
 
-// dnsQueryScript sends one A query over UDP or TCP to a given server and prints
-// "rcode=N ip ip…", or "error <kind>" when nothing answers.
-const dnsQueryScript = `import sys, socket, struct, random
-server, name, proto = sys.argv[1], sys.argv[2], sys.argv[3]
+// dnsProbeScript sends one query (qtype A or PTR) to server:port over udp or tcp and
+// prints "rcode=N an=M ips…", or "error <kind>" when nothing answers.
+const dnsProbeScript = `import sys, socket, struct, random
+server, port, name, qtype, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+qt = {'A': 1, 'PTR': 12}[qtype]
 q = struct.pack('>HHHHHH', random.randint(0, 65535), 0x0100, 1, 0, 0, 0)
-q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', 1, 1)
+q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', qt, 1)
 try:
     if proto == 'udp':
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(q, (server, 53)); r = s.recv(4096)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(q, (server, port)); r = s.recv(4096)
     else:
-        s = socket.create_connection((server, 53), timeout=3); s.sendall(struct.pack('>H', len(q)) + q)
+        s = socket.create_connection((server, port), timeout=3); s.sendall(struct.pack('>H', len(q)) + q)
         n = struct.unpack('>H', s.recv(2))[0]; r = b''
         while len(r) < n:
             r += s.recv(n - len(r))
@@ -59,7 +61,7 @@ for _ in range(an):
     if t == 1:
         ips.append(socket.inet_ntoa(r[i:i + 4]))
     i += l
-print(('rcode=%d ' % (r[3] & 15)) + ' '.join(ips))
+print(('rcode=%d an=%d ' % (r[3] & 15, an)) + ' '.join(ips))
 `
 
 // latencyScript times N DNS lookups (mode dns) or TCP connects (mode connect) inside a
@@ -158,7 +160,7 @@ func (w *egressWorld) sandbox(networkPolicy any) *egressSandbox {
 	}
 	id := w.g.createSandbox(req)
 	s := &egressSandbox{w: w, id: id, a: w.g.agent(id)}
-	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(dnsQueryScript)) + " | base64 -d > /tmp/dnsq.py && echo " +
+	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(dnsProbeScript)) + " | base64 -d > /tmp/dnsq.py && echo " +
 		base64.StdEncoding.EncodeToString([]byte(latencyScript)) + " | base64 -d > /tmp/latency.py")
 	return s
 }
@@ -169,11 +171,15 @@ func (s *egressSandbox) sh(cmd string) string {
 	return strings.TrimSpace(stdoutOf(s.a.run(cmd)))
 }
 
-// query asks server (an IP) for name over proto and returns "rcode=N ips…" or "error …".
+// query asks server (an IP) on port 53 for name's A records over proto and returns
+// "rcode=N ips…" or "error …".
 func (s *egressSandbox) query(server, name, proto string) string {
 	s.w.t.Helper()
-	return s.sh(fmt.Sprintf("python3 /tmp/dnsq.py %s %s %s", server, name, proto))
+	return answerCount.ReplaceAllString(s.sh(fmt.Sprintf("python3 /tmp/dnsq.py %s 53 %s A %s", server, name, proto)), "")
 }
+
+// answerCount is the " an=N" of dnsProbeScript's output, which query leaves out.
+var answerCount = regexp.MustCompile(` an=\d+`)
 
 // httpStatus fetches http://host:8000/ and returns the status code, "000" when no
 // connection could be made.
@@ -543,7 +549,7 @@ func TestEgressPoolClaim(t *testing.T) {
 	}
 	id := r.JSON(t)["id"].(string)
 	s := &egressSandbox{w: w, id: id, a: w.g.agent(id)}
-	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(dnsQueryScript)) + " | base64 -d > /tmp/dnsq.py")
+	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(dnsProbeScript)) + " | base64 -d > /tmp/dnsq.py")
 	if got := s.httpStatus("allowed.test"); got != "200" {
 		t.Fatalf("GET allowed.test from the claimed sandbox = %s, want 200", got)
 	}

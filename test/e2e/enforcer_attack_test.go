@@ -13,43 +13,6 @@ import (
 // Attacks of a hostile workload on its own egress enforcer (issue 13, items 2 and 3),
 // each run from inside a sandbox against servers the test started on its own network.
 
-// dnsProbeScript sends one query (qtype A or PTR) to server:port over udp or tcp and
-// prints "rcode=N an=M ips…", or "error <kind>" when nothing answers.
-const dnsProbeScript = `import sys, socket, struct, random
-server, port, name, qtype, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-qt = {'A': 1, 'PTR': 12}[qtype]
-q = struct.pack('>HHHHHH', random.randint(0, 65535), 0x0100, 1, 0, 0, 0)
-q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', qt, 1)
-try:
-    if proto == 'udp':
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(q, (server, port)); r = s.recv(4096)
-    else:
-        s = socket.create_connection((server, port), timeout=3); s.sendall(struct.pack('>H', len(q)) + q)
-        n = struct.unpack('>H', s.recv(2))[0]; r = b''
-        while len(r) < n:
-            r += s.recv(n - len(r))
-except Exception as e:
-    print('error', type(e).__name__); sys.exit(0)
-an = struct.unpack('>H', r[6:8])[0]
-i = 12
-while r[i] != 0:
-    i += r[i] + 1
-i += 5
-ips = []
-for _ in range(an):
-    if r[i] & 0xc0 == 0xc0:
-        i += 2
-    else:
-        while r[i] != 0:
-            i += r[i] + 1
-        i += 1
-    t, c, ttl, l = struct.unpack('>HHIH', r[i:i + 10]); i += 10
-    if t == 1:
-        ips.append(socket.inet_ntoa(r[i:i + 4]))
-    i += l
-print(('rcode=%d an=%d ' % (r[3] & 15, an)) + ' '.join(ips))
-`
-
 // resolverScript is a DNS server the test runs in its own container on the sandbox
 // network: it answers every A query with 192.0.2.53 (an address that is only data; no
 // packet goes there) on UDP 53 and on TCP 53 and 853.
@@ -121,15 +84,15 @@ print(' '.join(out))
 // install writes the attack scripts into the sandbox.
 func (s *egressSandbox) install() {
 	s.w.t.Helper()
-	for name, script := range map[string]string{"probe.py": dnsProbeScript, "fake.py": fakeEnforcerScript, "replay.py": replayScript} {
+	for name, script := range map[string]string{"fake.py": fakeEnforcerScript, "replay.py": replayScript} {
 		s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(script)) + " | base64 -d > /tmp/" + name)
 	}
 }
 
-// probe runs dnsProbeScript in the sandbox.
+// probe runs dnsProbeScript (installed by newEgressSandbox) in the sandbox.
 func (s *egressSandbox) probe(server string, port int, name, qtype, proto string) string {
 	s.w.t.Helper()
-	return s.sh(fmt.Sprintf("python3 /tmp/probe.py %s %d %s %s %s", server, port, name, qtype, proto))
+	return s.sh(fmt.Sprintf("python3 /tmp/dnsq.py %s %d %s %s %s", server, port, name, qtype, proto))
 }
 
 // sidecar is the name of the sandbox's enforcer container.
