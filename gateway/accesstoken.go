@@ -65,7 +65,7 @@ func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) 
 	case errors.Is(err, store.ErrNotFound):
 		s.keyBindings.Delete(keyID)
 	case errors.Is(err, store.ErrUnavailable):
-		// Through a Redis outage the proxy keeps serving known sandboxes (routes.go):
+		// Through a Redis outage the proxy keeps serving known sandboxes (recordcache.go):
 		// a key this gateway saw answer before the outage stays bound to it, and a
 		// revocation made meanwhile takes effect with the first answer after it.
 		if known, ok := s.keyBindings.Load(keyID); ok {

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 )
 
 // The event API: a tenant's event stream (sandbox lifecycle, agent calls, preview
@@ -142,4 +144,71 @@ func (s *Service) FollowEvents(ctx context.Context, q EventQuery, idle func() er
 		}
 	}
 	return nil
+}
+
+// RecordAgentCall notes, for the audit stream and plugins, a call that starts work in a
+// sandbox: a command, a code cell or a file upload through the agent API.
+func (s *Service) RecordAgentCall(sb *store.Sandbox, typ string, data map[string]any) {
+	ev := store.Event{Type: typ, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: data}
+	s.queueEvent(ev)
+}
+
+// queueEvent hands ev to the batched event writer without blocking; when the queue is
+// full the event is dropped and counted. The writer drains the queue into its backlog
+// while Redis is away (runAccessLog), so an outage alone does not fill it.
+func (s *Service) queueEvent(ev store.Event) {
+	select {
+	case s.preview.events <- ev:
+	default:
+		s.preview.dropped.Add(1)
+	}
+}
+
+// publishEvent hands ev to the tenant's on_event plugins. It never blocks: the host
+// queues the event per plugin and drops (and counts) what does not fit.
+func (s *Service) publishEvent(ev store.Event) {
+	ps := s.pluginState()
+	if ps == nil || ps.host == nil {
+		return
+	}
+	id := ev.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	var data any = ev.Data
+	if ev.Data == nil {
+		data = map[string]any{}
+	}
+	body, err := plugins.MarshalEvent(plugins.Event{ID: id, Type: ev.Type, Tenant: ev.Tenant, SandboxID: ev.SandboxID, Time: ev.Time, Data: data})
+	if err != nil {
+		s.log.Debug("event not encodable for plugins", "type", ev.Type, "err", err)
+		return
+	}
+	ps.host.OnEvent(ev.Tenant, body)
+}
+
+// publishEvents hands a batch of events to their tenants' on_event plugins.
+func (s *Service) publishEvents(evs []store.Event) {
+	for _, ev := range evs {
+		s.publishEvent(ev)
+	}
+}
+
+func (s *Service) emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any) {
+	ev := store.Event{Type: typ, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: data}
+	if _, err := s.store.AppendEvent(context.WithoutCancel(ctx), ev); err != nil {
+		s.log.Warn("append event", "type", typ, "sandbox", sb.ID, "err", err)
+	}
+	s.publishEvent(ev)
+}
+
+// emitAll writes several events in one round trip (a batch claim's sandbox.created).
+func (s *Service) emitAll(ctx context.Context, evs []store.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	if err := s.store.AppendEvents(context.WithoutCancel(ctx), evs); err != nil {
+		s.log.Warn("append events", "count", len(evs), "type", evs[0].Type, "err", err)
+	}
+	s.publishEvents(evs)
 }

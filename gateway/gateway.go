@@ -1,6 +1,41 @@
 // Package gateway is sandgate's service core: the sandbox lifecycle on top of a runtime
-// and the Redis store, the expiry reaper and the startup reconciler. It speaks plain Go;
-// the HTTP layer (gateway/api) and Caddy (caddy/) sit on top of it.
+// and the Redis store. It speaks plain Go; the HTTP layer (gateway/api) and Caddy
+// (caddy/) sit on top of it. Where each behaviour lives:
+//
+//	gateway.go       Config, Service, its background loops (Start/Stop)
+//	create.go        the cold create: validation into a runtimes.Spec, start, wait for the agent
+//	input.go         bad-input checks shared by create, claim and batch (4xx codes)
+//	validate.go      metadata, CPU and memory parsing
+//	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
+//	claim.go         the claim of warm pool members and their late binding
+//	pools.go         pool CRUD and the pool's image pull
+//	poolmanager.go   the pool manager keeping every pool between its bounds
+//	batches.go       batches of N sandboxes (claimed or cold), their durable member work
+//	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
+//	reaper.go        expiry: removing sandboxes past their expiresAt
+//	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
+//	lease.go         the lease that lets one gateway of several reap and reconcile
+//	takeover.go      crash-only recovery of a dead gateway's half-done work
+//	enforcer.go      restoring an egress enforcer that died
+//	egress.go        egress policy through Rego to the enforcer
+//	authenticate.go  API keys to callers
+//	authorize.go     the Rego access decision for API actions
+//	access.go        who may reach a sandbox's ports through the proxy
+//	accesstoken.go   the per-sandbox access header (sga1.<keyID>.<HMAC>) and its rotation
+//	publicaccess.go  publishing ports without credentials (sandbox.publish)
+//	previewlinks.go  signed preview links and cookies, and their keys
+//	previewdomain.go refusing a preview domain that shares a site with the console
+//	sessions.go      console sign-in sessions and CSRF
+//	renewonaccess.go proxied-request activity: access events and renew-on-access
+//	events.go        the event pipeline: emitted, queued, handed to plugins, read, followed
+//	audit.go         the tenant audit stream (policy decisions, plugin records)
+//	plugins.go       tenants' WASM plugins: management and keeping replicas in line
+//	policyadmin.go   tenants' Rego policy management
+//	tenants.go       tenant and key CRUD
+//	recordcache.go   the record (route) cache that serves the data plane through outages
+//	watch.go         live watches of sandbox changes
+//	agentclient.go   the HTTP client to sandbox agents
+//	errors.go        the core's error type and codes
 package gateway
 
 import (

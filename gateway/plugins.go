@@ -15,14 +15,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
@@ -30,10 +26,6 @@ import (
 
 // CodePluginsDisabled answers plugin routes of a gateway built without a plugin host.
 const CodePluginsDisabled = "PLUGIN::DISABLED"
-
-// auditStreamMax bounds each tenant's audit stream; older records are trimmed
-// approximately, like the event stream.
-const auditStreamMax = 100000
 
 // pluginSyncInterval is how often a replica compares the store's revision with the one
 // it last applied, to catch changes announced while its subscription was down.
@@ -102,36 +94,6 @@ func (s *Service) ensurePluginState() *pluginState {
 		s.runAuditWriter(ps)
 	}
 	return ps
-}
-
-// publishEvent hands ev to the tenant's on_event plugins. It never blocks: the host
-// queues the event per plugin and drops (and counts) what does not fit.
-func (s *Service) publishEvent(ev store.Event) {
-	ps := s.pluginState()
-	if ps == nil || ps.host == nil {
-		return
-	}
-	id := ev.ID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	var data any = ev.Data
-	if ev.Data == nil {
-		data = map[string]any{}
-	}
-	body, err := plugins.MarshalEvent(plugins.Event{ID: id, Type: ev.Type, Tenant: ev.Tenant, SandboxID: ev.SandboxID, Time: ev.Time, Data: data})
-	if err != nil {
-		s.log.Debug("event not encodable for plugins", "type", ev.Type, "err", err)
-		return
-	}
-	ps.host.OnEvent(ev.Tenant, body)
-}
-
-// publishEvents hands a batch of events to their tenants' on_event plugins.
-func (s *Service) publishEvents(evs []store.Event) {
-	for _, ev := range evs {
-		s.publishEvent(ev)
-	}
 }
 
 // pluginTTLDecider asks the sandbox's tenant's decide_ttl plugin. A tenant without one
@@ -475,200 +437,4 @@ func (s *Service) recordLoad(tenant, name string, err error) {
 	}
 	ps.loadErrors[tenant+"/"+name] = err.Error()
 	s.log.Warn("plugin did not load on this replica", "tenant", tenant, "plugin", name, "err", err)
-}
-
-// ---- audit stream ---------------------------------------------------------------------
-
-// AuditRecord is one entry of a tenant's audit stream.
-type AuditRecord struct {
-	// ID is the stream id; it is the cursor and the SSE event id.
-	ID string `json:"id"`
-	// Time is when the gateway received the record.
-	Time time.Time `json:"time"`
-	// Source is "plugin" for records a plugin emitted with emit_audit.
-	Source string `json:"source"`
-	// Record is the record itself, as the plugin wrote it.
-	Record json.RawMessage `json:"record"`
-}
-
-// AuditPage is one page of the audit stream.
-type AuditPage struct {
-	Items []AuditRecord `json:"items"`
-	// NextCursor continues the listing in the same order; absent at the end.
-	NextCursor string `json:"nextCursor,omitempty"`
-}
-
-// AuditQuery selects a page: records after Cursor (a stream id; empty: from the start,
-// or from the newest with Newest), at most Limit of them.
-type AuditQuery struct {
-	Cursor string
-	Limit  int
-	Newest bool
-}
-
-// auditEntry is a record waiting for the audit writer.
-type auditEntry struct {
-	tenant, source string
-	at             time.Time
-	record         []byte
-}
-
-func (s *Service) auditStream(tenant string) string { return s.store.Key("audit", tenant) }
-
-// RecordAudit takes an audit record a plugin of tenant emitted (the plugin host's Audit
-// callback). It never blocks: records are written to the tenant's audit stream in
-// batches in the background; a full queue drops and counts.
-func (s *Service) RecordAudit(tenant string, record []byte) {
-	ps := s.ensurePluginState()
-	select {
-	case ps.audit <- auditEntry{tenant: tenant, source: "plugin", at: time.Now().UTC(), record: record}:
-	default:
-		if n := ps.auditDropped.Add(1); n&(n-1) == 0 {
-			s.log.Warn("audit records dropped: the writer is behind", "dropped", n)
-		}
-	}
-}
-
-// runAuditWriter appends queued audit records to their tenants' streams in pipelined
-// batches and wakes live readers after each batch.
-func (s *Service) runAuditWriter(ps *pluginState) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		batch := make([]auditEntry, 0, 256)
-		flush := func() {
-			if len(batch) == 0 {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			pipe := s.store.Client().Pipeline()
-			for _, e := range batch {
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.auditStream(e.tenant), MaxLen: auditStreamMax, Approx: true,
-					Values: []any{"source", e.source, "time", e.at.Format(time.RFC3339Nano), "record", e.record}})
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				s.log.Warn("audit records lost", "count", len(batch), "err", err)
-			}
-			batch = batch[:0]
-			ps.wakeMu.Lock()
-			close(ps.auditWake)
-			ps.auditWake = make(chan struct{})
-			ps.wakeMu.Unlock()
-		}
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case ev := <-ps.audit:
-				batch = append(batch, ev)
-				if len(batch) == cap(batch) {
-					flush()
-				}
-			case <-t.C:
-				flush()
-			case <-s.stop:
-				for len(ps.audit) > 0 {
-					batch = append(batch, <-ps.audit)
-				}
-				flush()
-				return
-			}
-		}
-	}()
-}
-
-// AuditUpdates returns a channel closed when this replica next writes audit records; a
-// live reader waits on it (and polls, for records other replicas write).
-func (s *Service) AuditUpdates() <-chan struct{} {
-	ps := s.ensurePluginState()
-	ps.wakeMu.Lock()
-	defer ps.wakeMu.Unlock()
-	return ps.auditWake
-}
-
-// ValidAuditCursor reports whether c is a stream id ("ms-seq" or "ms").
-func ValidAuditCursor(c string) bool {
-	ms, seq, found := strings.Cut(c, "-")
-	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
-		return false
-	}
-	if found {
-		if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// ReadAudit returns a page of the caller's tenant's audit stream, oldest first (or
-// newest first with q.Newest); the cursor is exclusive.
-func (s *Service) ReadAudit(ctx context.Context, caller Caller, q AuditQuery) (*AuditPage, error) {
-	if q.Limit <= 0 {
-		q.Limit = 100
-	}
-	if q.Limit > 1000 {
-		return nil, invalid("limit must be between 1 and 1000, got %d", q.Limit)
-	}
-	if q.Cursor != "" && !ValidAuditCursor(q.Cursor) {
-		return nil, invalid("cursor %q is not a cursor this API returned", q.Cursor)
-	}
-	rdb := s.store.Client()
-	var msgs []redis.XMessage
-	var err error
-	if q.Newest {
-		end := "+"
-		if q.Cursor != "" {
-			end = "(" + q.Cursor
-		}
-		msgs, err = rdb.XRevRangeN(ctx, s.auditStream(caller.Tenant), end, "-", int64(q.Limit)+1).Result()
-	} else {
-		start := "-"
-		if q.Cursor != "" {
-			start = "(" + q.Cursor
-		}
-		msgs, err = rdb.XRangeN(ctx, s.auditStream(caller.Tenant), start, "+", int64(q.Limit)+1).Result()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: read audit stream: %v", store.ErrUnavailable, err)
-	}
-	page := &AuditPage{Items: make([]AuditRecord, 0, min(len(msgs), q.Limit))}
-	more := len(msgs) > q.Limit
-	if more {
-		msgs = msgs[:q.Limit]
-	}
-	for _, m := range msgs {
-		page.Items = append(page.Items, auditRecord(m))
-	}
-	if more {
-		page.NextCursor = msgs[len(msgs)-1].ID
-	}
-	return page, nil
-}
-
-func auditRecord(m redis.XMessage) AuditRecord {
-	r := AuditRecord{ID: m.ID}
-	r.Source, _ = m.Values["source"].(string)
-	if at, ok := m.Values["time"].(string); ok {
-		r.Time, _ = time.Parse(time.RFC3339Nano, at)
-	}
-	if rec, ok := m.Values["record"].(string); ok && json.Valid([]byte(rec)) {
-		r.Record = json.RawMessage(rec)
-	} else {
-		r.Record = json.RawMessage("null")
-	}
-	return r
-}
-
-// AuditTail returns the stream id of the tenant's newest audit record ("0-0" when none),
-// where a live reader with no cursor starts.
-func (s *Service) AuditTail(ctx context.Context, caller Caller) (string, error) {
-	msgs, err := s.store.Client().XRevRangeN(ctx, s.auditStream(caller.Tenant), "+", "-", 1).Result()
-	if err != nil {
-		return "", fmt.Errorf("%w: read audit stream: %v", store.ErrUnavailable, err)
-	}
-	if len(msgs) == 0 {
-		return "0-0", nil
-	}
-	return msgs[0].ID, nil
 }

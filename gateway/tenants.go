@@ -2,26 +2,14 @@ package gateway
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
-	"math"
 	"net/http"
 	"regexp"
 	"time"
 
-	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
-)
-
-// Key roles.
-const (
-	RoleAdmin       = "admin"
-	RoleTenantAdmin = "tenant-admin"
-	RoleMember      = "member"
-	RoleViewer      = "viewer"
 )
 
 // Tenancy error codes.
@@ -32,178 +20,6 @@ const (
 	CodeQuotaRate      = "QUOTA::CREATE_RATE"
 	CodeQuotaConcur    = "QUOTA::CONCURRENT_SANDBOXES"
 )
-
-// Resource names what an action is about, for the access policy.
-type Resource struct {
-	Kind   string
-	ID     string
-	Tenant string
-}
-
-// MissingKeyMessage answers a request without an API key. sandgate always needs one
-// (unlike an OpenSandbox server run with api_key = ""), so the answer says where it is.
-const MissingKeyMessage = "an API key is required in the OPEN-SANDBOX-API-KEY header (or X-API-Key, or Authorization: Bearer). " +
-	"sandgate always wants one: `make run` prints the platform key when it starts and keeps it in .sandgate/api-key " +
-	"(or set SANDGATE_API_KEY); an admin issues tenant keys with POST /v1/tenants/{id}/keys"
-
-// Authenticate resolves an API key: the configured platform key, or an issued key.
-func (s *Service) Authenticate(ctx context.Context, key string) (Caller, error) {
-	if key == "" {
-		return Caller{}, Errorf(http.StatusUnauthorized, CodeMissingAPIKey, "%s", MissingKeyMessage)
-	}
-	if admin, _ := s.adminKey.Load().(string); admin != "" && subtle.ConstantTimeCompare([]byte(key), []byte(admin)) == 1 {
-		return Caller{Tenant: DefaultTenant, Admin: true, KeyID: "admin", KeyRole: RoleAdmin}, nil
-	}
-	k, err := s.store.LookupKey(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
-		return Caller{}, Errorf(http.StatusUnauthorized, CodeInvalidAPIKey, "the API key is not valid")
-	}
-	if err != nil {
-		return Caller{}, err
-	}
-	return Caller{Tenant: k.Tenant, Admin: k.Role == RoleAdmin, KeyID: k.ID, KeyRole: k.Role}, nil
-}
-
-// SetAdminKey sets the platform admin key (tenant "default", role admin).
-func (s *Service) SetAdminKey(key string) { s.adminKey.Store(key) }
-
-// Authorize asks the Rego access policy whether caller may do action on res. A resource
-// of another tenant is reported as not found, never as forbidden. Every decision goes
-// to the tenant's audit stream with its id and input hash.
-func (s *Service) Authorize(ctx context.Context, caller Caller, action string, res Resource, method, path string, body any) error {
-	in := policy.AccessInput{
-		Principal: policy.Principal{Kind: credentialOf(ctx), ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
-		Tenant:    caller.Tenant,
-		Action:    action,
-		Resource:  policy.Resource{Kind: res.Kind, ID: res.ID, Tenant: res.Tenant},
-		Request:   policy.Request{Method: method, Path: path, Body: body},
-	}
-	d := s.policy.Access(ctx, in)
-	s.logDecision(caller.Tenant, action, d)
-	if d.Allow {
-		return nil
-	}
-	status := d.HTTPStatus()
-	if status == http.StatusNotFound {
-		return Errorf(http.StatusNotFound, d.Code, "not found")
-	}
-	if d.Code == policy.CodeEvaluationFailed {
-		s.log.Error("access policy failed; denying", "decision", d)
-	}
-	return &Error{Status: status, Code: d.Code, Message: d.Message}
-}
-
-// logDecision queues a policy decision for the audit stream (batched, off the request path).
-func (s *Service) logDecision(tenant, action string, d policy.Decision) {
-	typ := "policy.decision"
-	if !d.Allow {
-		typ = "policy.denied"
-	}
-	ev := store.Event{Type: typ, Tenant: tenant, Time: time.Now().UTC(), Data: map[string]any{
-		"action": action, "allow": d.Allow, "code": d.Code, "message": d.Message,
-		"decisionId": d.DecisionID, "inputHash": d.InputHash, "policyVersion": d.PolicyVersion,
-	}}
-	s.queueEvent(ev)
-}
-
-// tenantQuotas returns the quotas of a tenant (none for one without a record, such as
-// the platform's own "default").
-func (s *Service) tenantQuotas(ctx context.Context, tenant string) (store.Quotas, error) {
-	t, err := s.store.GetTenant(ctx, tenant)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Quotas{}, nil
-	}
-	if err != nil {
-		return store.Quotas{}, err
-	}
-	return t.Quotas, nil
-}
-
-// admissionRequest is what the admission policy needs of a create.
-type admissionRequest struct {
-	Image string
-	// ImageRegistry and ImageLocal feed the registries rule (see policy.CreateRequest).
-	ImageRegistry string
-	ImageLocal    bool
-	CPUMillis     int64
-	MemoryBytes   int64
-	Timeout       *int64
-	Count         int
-	Runtime       string
-}
-
-// admit checks a create of req.Count sandboxes against the tenant's quotas (Rego) and
-// takes that many tokens from its create-rate bucket (shared by every gateway).
-func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest) (store.Quotas, error) {
-	q, err := s.tenantQuotas(ctx, caller.Tenant)
-	if err != nil {
-		return q, err
-	}
-	usage, err := s.usage(ctx, caller.Tenant)
-	if err != nil {
-		return q, err
-	}
-	if req.CPUMillis == 0 {
-		req.CPUMillis = q.DefaultCPUMillis
-	}
-	if req.Image != "" {
-		req.ImageRegistry = imageRegistry(req.Image)
-		req.ImageLocal = s.imageWillNotBePulled(ctx, req.Image)
-	}
-	if req.MemoryBytes == 0 {
-		req.MemoryBytes = q.DefaultMemoryBytes
-	}
-	in := policy.AdmissionInput{
-		Tenant: policy.TenantQuotas{ID: caller.Tenant, Quotas: policy.Quotas{
-			MaxConcurrent: q.MaxConcurrent, MaxCPUMillis: q.MaxCPUMillis, MaxMemoryBytes: q.MaxMemoryBytes,
-			MaxTimeoutSeconds: q.MaxTimeoutSeconds, MaxBatchSize: q.MaxBatchSize, AllowedImages: q.AllowedImages, Runtime: q.Runtime,
-		}},
-		Usage: usage,
-		Request: policy.CreateRequest{Image: req.Image, CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, TimeoutSeconds: req.Timeout, Count: req.Count, Runtime: req.Runtime,
-			ImageRegistry: req.ImageRegistry, ImageLocal: req.ImageLocal},
-	}
-	d := s.policy.Admit(ctx, in)
-	if !d.Allow {
-		s.logDecision(caller.Tenant, "sandbox.create", d)
-		return q, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message}
-	}
-	if q.CreateRate > 0 {
-		burst := q.CreateBurst
-		if burst <= 0 {
-			burst = math.Max(1, q.CreateRate)
-		}
-		ok, left, err := s.store.TakeTokens(ctx, caller.Tenant, q.CreateRate, burst, max(req.Count, 1), time.Now())
-		if err != nil {
-			return q, err
-		}
-		if !ok {
-			wait := time.Duration((float64(max(req.Count, 1)) - left) / q.CreateRate * float64(time.Second))
-			return q, Errorf(http.StatusTooManyRequests, CodeQuotaRate, "create rate quota: %.3g sandboxes per second (burst %.3g) for tenant %s; %.2f tokens left, retry in %s",
-				q.CreateRate, burst, caller.Tenant, left, wait.Round(time.Millisecond))
-		}
-	}
-	return q, nil
-}
-
-// usage sums what a tenant holds now.
-func (s *Service) usage(ctx context.Context, tenant string) (policy.Usage, error) {
-	recs, err := s.store.ListSandboxes(ctx, tenant)
-	if err != nil {
-		return policy.Usage{}, err
-	}
-	u := policy.Usage{Sandboxes: int64(len(recs))}
-	for _, r := range recs {
-		if c, err := ParseCPU(r.ResourceLimits["cpu"]); err == nil {
-			u.CPUMillis += c
-		}
-		if m, err := ParseMemory(r.ResourceLimits["memory"]); err == nil {
-			u.MemoryBytes += m
-		}
-	}
-	return u, nil
-}
-
-// ---- tenants and keys ------------------------------------------------------------
 
 // TenantRequest is the body of POST /v1/tenants and PATCH /v1/tenants/{id}.
 type TenantRequest struct {
@@ -323,37 +139,4 @@ func (s *Service) RevokeKey(ctx context.Context, tenant, id string) error {
 		return Errorf(http.StatusNotFound, CodeKeyNotFound, "key %s not found", id)
 	}
 	return err
-}
-
-// imageRegistry is the registry host an image reference names: "docker.io" for a bare
-// name (python:3.12, sandgate/base:1), else its first component (127.0.0.1:5000,
-// ghcr.io). An unparsable reference gives "" (the runtime refuses it later).
-func imageRegistry(image string) string {
-	named, err := reference.ParseNormalizedNamed(image)
-	if err != nil {
-		return ""
-	}
-	return reference.Domain(named)
-}
-
-// imageWillNotBePulled reports whether a create of image uses what the engine holds:
-// always when the gateway never pulls, never when it always pulls, else when the engine
-// has the image. The engine is asked only when the registries rule needs the answer.
-func (s *Service) imageWillNotBePulled(ctx context.Context, image string) bool {
-	switch {
-	case !s.cfg.PullImages && !s.cfg.PullAlways:
-		return true
-	case s.cfg.PullAlways:
-		return false
-	case !s.cfg.CheckRegistries:
-		return false
-	}
-	type imageChecker interface {
-		HasImage(ctx context.Context, image string) (bool, error)
-	}
-	if ic, ok := s.runtime.(imageChecker); ok {
-		has, err := ic.HasImage(ctx, image)
-		return err == nil && has
-	}
-	return false
 }

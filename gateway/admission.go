@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/distribution/reference"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// tenantQuotas returns the quotas of a tenant (none for one without a record, such as
+// the platform's own "default").
+func (s *Service) tenantQuotas(ctx context.Context, tenant string) (store.Quotas, error) {
+	t, err := s.store.GetTenant(ctx, tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Quotas{}, nil
+	}
+	if err != nil {
+		return store.Quotas{}, err
+	}
+	return t.Quotas, nil
+}
+
+// admissionRequest is what the admission policy needs of a create.
+type admissionRequest struct {
+	Image string
+	// ImageRegistry and ImageLocal feed the registries rule (see policy.CreateRequest).
+	ImageRegistry string
+	ImageLocal    bool
+	CPUMillis     int64
+	MemoryBytes   int64
+	Timeout       *int64
+	Count         int
+	Runtime       string
+}
+
+// admit checks a create of req.Count sandboxes against the tenant's quotas (Rego) and
+// takes that many tokens from its create-rate bucket (shared by every gateway).
+func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest) (store.Quotas, error) {
+	q, err := s.tenantQuotas(ctx, caller.Tenant)
+	if err != nil {
+		return q, err
+	}
+	usage, err := s.usage(ctx, caller.Tenant)
+	if err != nil {
+		return q, err
+	}
+	if req.CPUMillis == 0 {
+		req.CPUMillis = q.DefaultCPUMillis
+	}
+	if req.Image != "" {
+		req.ImageRegistry = imageRegistry(req.Image)
+		req.ImageLocal = s.imageWillNotBePulled(ctx, req.Image)
+	}
+	if req.MemoryBytes == 0 {
+		req.MemoryBytes = q.DefaultMemoryBytes
+	}
+	in := policy.AdmissionInput{
+		Tenant: policy.TenantQuotas{ID: caller.Tenant, Quotas: policy.Quotas{
+			MaxConcurrent: q.MaxConcurrent, MaxCPUMillis: q.MaxCPUMillis, MaxMemoryBytes: q.MaxMemoryBytes,
+			MaxTimeoutSeconds: q.MaxTimeoutSeconds, MaxBatchSize: q.MaxBatchSize, AllowedImages: q.AllowedImages, Runtime: q.Runtime,
+		}},
+		Usage: usage,
+		Request: policy.CreateRequest{Image: req.Image, CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, TimeoutSeconds: req.Timeout, Count: req.Count, Runtime: req.Runtime,
+			ImageRegistry: req.ImageRegistry, ImageLocal: req.ImageLocal},
+	}
+	d := s.policy.Admit(ctx, in)
+	if !d.Allow {
+		s.logDecision(caller.Tenant, "sandbox.create", d)
+		return q, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message}
+	}
+	if q.CreateRate > 0 {
+		burst := q.CreateBurst
+		if burst <= 0 {
+			burst = math.Max(1, q.CreateRate)
+		}
+		ok, left, err := s.store.TakeTokens(ctx, caller.Tenant, q.CreateRate, burst, max(req.Count, 1), time.Now())
+		if err != nil {
+			return q, err
+		}
+		if !ok {
+			wait := time.Duration((float64(max(req.Count, 1)) - left) / q.CreateRate * float64(time.Second))
+			return q, Errorf(http.StatusTooManyRequests, CodeQuotaRate, "create rate quota: %.3g sandboxes per second (burst %.3g) for tenant %s; %.2f tokens left, retry in %s",
+				q.CreateRate, burst, caller.Tenant, left, wait.Round(time.Millisecond))
+		}
+	}
+	return q, nil
+}
+
+// usage sums what a tenant holds now.
+func (s *Service) usage(ctx context.Context, tenant string) (policy.Usage, error) {
+	recs, err := s.store.ListSandboxes(ctx, tenant)
+	if err != nil {
+		return policy.Usage{}, err
+	}
+	u := policy.Usage{Sandboxes: int64(len(recs))}
+	for _, r := range recs {
+		if c, err := ParseCPU(r.ResourceLimits["cpu"]); err == nil {
+			u.CPUMillis += c
+		}
+		if m, err := ParseMemory(r.ResourceLimits["memory"]); err == nil {
+			u.MemoryBytes += m
+		}
+	}
+	return u, nil
+}
+
+// imageRegistry is the registry host an image reference names: "docker.io" for a bare
+// name (python:3.12, sandgate/base:1), else its first component (127.0.0.1:5000,
+// ghcr.io). An unparsable reference gives "" (the runtime refuses it later).
+func imageRegistry(image string) string {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return ""
+	}
+	return reference.Domain(named)
+}
+
+// imageWillNotBePulled reports whether a create of image uses what the engine holds:
+// always when the gateway never pulls, never when it always pulls, else when the engine
+// has the image. The engine is asked only when the registries rule needs the answer.
+func (s *Service) imageWillNotBePulled(ctx context.Context, image string) bool {
+	switch {
+	case !s.cfg.PullImages && !s.cfg.PullAlways:
+		return true
+	case s.cfg.PullAlways:
+		return false
+	case !s.cfg.CheckRegistries:
+		return false
+	}
+	type imageChecker interface {
+		HasImage(ctx context.Context, image string) (bool, error)
+	}
+	if ic, ok := s.runtime.(imageChecker); ok {
+		has, err := ic.HasImage(ctx, image)
+		return err == nil && has
+	}
+	return false
+}
+
+// admissionFor describes a create of count sandboxes of spec for the admission policy.
+func admissionFor(spec runtimes.Spec, req CreateRequest, count int) admissionRequest {
+	return admissionRequest{Image: spec.Image, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Timeout: req.Timeout, Count: count, Runtime: req.Extensions["runtime"]}
+}

@@ -1,0 +1,235 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// createFromPool claims one warm sandbox of the named pool for the caller, waiting up to
+// PoolWait for a refill when the pool is empty, then falling back to a cold create (or
+// failing, as configured).
+func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName string, req CreateRequest) (*store.Sandbox, error) {
+	p, tmpl, err := s.claimTarget(ctx, caller, poolName, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admitClaim(ctx, caller, tmpl, req, 1); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(s.cfg.PoolWait)
+	for {
+		got, err := s.claim(ctx, caller, p, tmpl, req, 1, "")
+		if err != nil {
+			return nil, err
+		}
+		if len(got) == 1 {
+			return got[0], nil
+		}
+		s.kickPools()
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if s.cfg.PoolFallback == "fail" {
+		return nil, Errorf(http.StatusServiceUnavailable, CodePoolEmpty, "pool %q has no warm sandbox and none came within %s", poolName, s.cfg.PoolWait)
+	}
+	return s.coldFromTemplate(ctx, caller, tmpl, req, uuid.NewString(), "")
+}
+
+// claimTarget loads the pool and merges the request into its template for validation.
+func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName string, req CreateRequest) (*store.Pool, CreateRequest, error) {
+	var tmpl CreateRequest
+	p, err := s.lookupPool(ctx, caller, poolName)
+	if err != nil {
+		return nil, tmpl, err
+	}
+	if err := json.Unmarshal(p.Template, &tmpl); err != nil {
+		return nil, tmpl, fmt.Errorf("decode pool template: %w", err)
+	}
+	if err := s.validateClaimInput(req); err != nil {
+		return nil, tmpl, err
+	}
+
+	if err := s.ValidateEgressRequest(ctx, caller, req); err != nil {
+		return nil, tmpl, err
+	}
+	if req.Image != nil && req.Image.URI != "" && req.Image.URI != tmpl.Image.URI {
+		return nil, tmpl, invalid("image %q differs from pool %q's image %q", req.Image.URI, poolName, tmpl.Image.URI)
+	}
+	return p, tmpl, nil
+}
+
+// admitClaim runs the admission policy for count sandboxes of a pool's template.
+func (s *Service) admitClaim(ctx context.Context, caller Caller, tmpl, req CreateRequest, count int) error {
+	merged := tmpl
+	merged.Timeout = req.Timeout
+	merged.Extensions = req.Extensions
+	spec, err := s.validateCreate(merged)
+	if err != nil {
+		return err
+	}
+	_, err = s.admit(ctx, caller, admissionFor(spec, merged, count))
+	return err
+}
+
+// coldFromTemplate starts a sandbox of a pool's template (with the claim's fields) cold.
+func (s *Service) coldFromTemplate(ctx context.Context, caller Caller, tmpl, req CreateRequest, id, batch string) (*store.Sandbox, error) {
+	merged := tmpl
+	merged.Metadata = mergeMaps(tmpl.Metadata, req.Metadata)
+	merged.Env = mergeMaps(tmpl.Env, req.Env)
+	if len(req.Entrypoint) > 0 {
+		merged.Entrypoint = req.Entrypoint
+	}
+	merged.Timeout = req.Timeout
+	merged.Extensions = req.Extensions
+	if len(req.NetworkPolicy) > 0 {
+		merged.NetworkPolicy = req.NetworkPolicy
+	}
+	spec, err := s.validateCreate(merged)
+	if err != nil {
+		return nil, err
+	}
+	return s.createCold(ctx, caller, merged, spec, id, batch)
+}
+
+func mergeMaps(a, b map[string]string) map[string]string {
+	if len(a) == 0 && len(b) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// claim binds up to n warm members in one script, applies the claim's late-bound settings
+// through each agent, and replaces members that turn out dead. It returns what it got.
+func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl, req CreateRequest, n int, batch string) ([]*store.Sandbox, error) {
+	now := time.Now().UTC()
+	metadata := withEntry(mergeMaps(tmpl.Metadata, req.Metadata), MetadataPool, p.Name)
+	if batch != "" {
+		metadata[MetadataBatch] = batch
+	}
+	patch := store.ClaimPatch{
+		"tenant": caller.Tenant, "metadata": metadata, "createdAt": now, "lastTransitionAt": now,
+		"state": StateRunning, "extensions": req.Extensions,
+	}
+	if batch != "" {
+		patch["batch"] = batch
+	}
+	expires := ""
+	if req.Timeout != nil {
+		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
+		patch["expiresAt"] = exp
+		expires = fmt.Sprint(exp.UnixMilli())
+	} else if tmpl.Timeout != nil {
+		exp := now.Add(time.Duration(*tmpl.Timeout) * time.Second)
+		patch["expiresAt"] = exp
+		expires = fmt.Sprint(exp.UnixMilli())
+	} else if exp, err := s.defaultExpiry(ctx, caller.Tenant, now); err != nil {
+		return nil, err
+	} else if exp != nil {
+		patch["expiresAt"] = *exp
+		expires = fmt.Sprint(exp.UnixMilli())
+	}
+	entrypointChanged := len(req.Entrypoint) > 0 && strings.Join(req.Entrypoint, "\x00") != strings.Join(tmpl.Entrypoint, "\x00")
+	if entrypointChanged {
+		patch["entrypoint"] = req.Entrypoint
+	}
+	got, err := s.store.Claim(ctx, p.Tenant, p.Name, caller.Tenant, n, patch, now.UnixMilli(), expires)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) == 0 {
+		return nil, nil
+	}
+	s.kickPools()
+	// Late binding, in parallel: env for every later command, a new main process if asked.
+	alive := make([]*store.Sandbox, 0, len(got))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, sb := range got {
+		wg.Add(1)
+		go func(sb *store.Sandbox) {
+			defer wg.Done()
+			err := s.bindClaim(ctx, sb, req.Env, entrypointChanged)
+			if err == nil {
+				err = s.bindClaimEgress(ctx, caller, sb, req)
+			}
+			if err != nil {
+				s.log.Warn("claimed sandbox is dead; replacing it", "id", sb.ID, "pool", p.Name, "err", err)
+				s.discard(context.WithoutCancel(ctx), sb.ID)
+				return
+			}
+			mu.Lock()
+			alive = append(alive, sb)
+			mu.Unlock()
+		}(sb)
+	}
+	wg.Wait()
+	created := make([]store.Event, 0, len(alive))
+	for _, sb := range alive {
+		created = append(created, store.Event{Type: "sandbox.created", Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(),
+			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}})
+	}
+	s.emitAll(ctx, created)
+	if missing := len(got) - len(alive); missing > 0 {
+		more, err := s.claim(ctx, caller, p, tmpl, req, missing, batch)
+		if err != nil {
+			return alive, nil
+		}
+		alive = append(alive, more...)
+	}
+	return alive, nil
+}
+
+// memberAlive pings a claimed member's agent. A slow answer on a loaded host is not a
+// dead member: when the first ping fails but the runtime still reports the process
+// running, it gets a second, longer ping before it is given up.
+func (s *Service) memberAlive(ctx context.Context, sb *store.Sandbox) error {
+	err := s.pingAgent(ctx, sb.Address, sb.AgentToken, time.Second)
+	if err == nil {
+		return nil
+	}
+	inst, ierr := s.runtime.Inspect(ctx, sb.ID)
+	if ierr != nil || inst.State != runtimes.StateRunning {
+		return err
+	}
+	return s.pingAgent(ctx, sb.Address, sb.AgentToken, 5*time.Second)
+}
+
+// bindClaim applies the claim's env and entrypoint through the agent; with neither, it
+// pings, so that a dead member is never handed out.
+func (s *Service) bindClaim(ctx context.Context, sb *store.Sandbox, env map[string]string, entrypoint bool) error {
+	if len(env) == 0 && !entrypoint {
+		return s.memberAlive(ctx, sb)
+	}
+	if len(env) > 0 {
+		if err := s.callAgent(ctx, sb, http.MethodPut, "/sandgate/env", map[string]any{"envs": env}); err != nil {
+			return err
+		}
+	}
+	if entrypoint {
+		return s.callAgent(ctx, sb, http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": sb.Entrypoint})
+	}
+	return nil
+}

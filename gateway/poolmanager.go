@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// poolState is this gateway's view of the pools it manages.
+type poolState struct {
+	mu       sync.Mutex
+	starting map[string]int            // pool key → warm creates in flight
+	pulls    map[string]*PoolImagePull // pool key → the pull its creation started here
+	kick     chan struct{}
+	sem      chan struct{}
+	// lastHealth is when warm members were last compared with the runtime.
+	lastHealth time.Time
+}
+
+// publishStarting shares this manager's counts of starting members with every replica;
+// they lapse within startingTTL of the manager's death.
+func (s *Service) publishStarting(ctx context.Context) {
+	s.pools.mu.Lock()
+	counts := make(map[string]int, len(s.pools.starting))
+	for k, n := range s.pools.starting {
+		counts[k] = n
+	}
+	s.pools.mu.Unlock()
+	if err := s.store.PublishStarting(ctx, counts, startingTTL); err != nil {
+		s.log.Debug("publish starting pool members", "err", err)
+	}
+}
+
+// startingTTL bounds how long a dead pool manager's starting counts are reported.
+const startingTTL = 3 * time.Second
+
+func (s *Service) startingCount(key string) int {
+	s.pools.mu.Lock()
+	defer s.pools.mu.Unlock()
+	return s.pools.starting[key]
+}
+
+// kickPools asks the manager for a pass now instead of at its next tick.
+func (s *Service) kickPools() {
+	select {
+	case s.pools.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runPoolManager keeps every pool within its bounds while this gateway holds the lease.
+func (s *Service) runPoolManager() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(s.cfg.PoolInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			case <-s.pools.kick:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			s.managePoolsOnce(ctx)
+			cancel()
+		}
+	}()
+}
+
+func (s *Service) managePoolsOnce(ctx context.Context) {
+	ok, err := s.store.AcquireLease(ctx, "pools", s.owner, 10*time.Second)
+	if err != nil || !ok {
+		return
+	}
+	pools, err := s.store.ListPools(ctx, "")
+	if err != nil {
+		return
+	}
+	s.publishStarting(ctx)
+	if len(pools) == 0 {
+		return
+	}
+	var live map[string]runtimes.Instance
+	if time.Since(s.pools.lastHealth) > s.cfg.SyncInterval {
+		if insts, err := s.runtime.List(ctx); err == nil {
+			live = make(map[string]runtimes.Instance, len(insts))
+			for _, in := range insts {
+				live[in.ID] = in
+			}
+			s.pools.lastHealth = time.Now()
+		}
+	}
+	for _, p := range pools {
+		s.managePool(ctx, p, live)
+	}
+}
+
+func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string]runtimes.Instance) {
+	key := store.PoolKey(p.Tenant, p.Name)
+	if pull := s.poolPull(key); pull != nil && pull.State != PoolImageReady {
+		// Members wait for the pool's one pull (and a failed pull makes none).
+		return
+	}
+	ready, err := s.store.ReadyMembers(ctx, p.Tenant, p.Name)
+	if err != nil {
+		return
+	}
+	// Dead or outdated warm sandboxes leave the pool and are replaced.
+	var stale []string
+	if live != nil {
+		for _, id := range ready {
+			if in, ok := live[id]; !ok || in.State != runtimes.StateRunning {
+				stale = append(stale, id)
+			}
+		}
+	}
+	if len(stale) == 0 {
+		stale = s.outdatedMembers(ctx, p, ready)
+	}
+	if len(stale) > 0 {
+		s.log.Info("replacing warm sandboxes", "pool", p.Name, "count", len(stale))
+		s.removeWarm(ctx, p, stale)
+		ready, _ = s.store.ReadyMembers(ctx, p.Tenant, p.Name)
+	}
+	counts, err := s.store.CountPool(ctx, p.Tenant, p.Name)
+	if err != nil {
+		return
+	}
+	starting := int64(s.startingCount(key))
+	available := counts.Available + starting
+	total := counts.Available + counts.Allocated + starting
+	c := p.Capacity
+	want := int64(0)
+	if available < int64(c.BufferMin) || available < int64(c.BufferMax) {
+		want = int64(c.BufferMax) - available
+	}
+	if need := int64(c.PoolMin) - total; need > want {
+		want = need
+	}
+	if room := int64(c.PoolMax) - total; want > room {
+		want = room
+	}
+	if want > 0 {
+		s.fillPool(p, int(want))
+		return
+	}
+	// Too many idle: shrink to bufferMax, never below poolMin.
+	excess := counts.Available - int64(c.BufferMax)
+	if floor := total - int64(c.PoolMin); excess > floor {
+		excess = floor
+	}
+	if excess > 0 && int64(len(ready)) >= excess {
+		s.removeWarm(ctx, p, ready[len(ready)-int(excess):])
+	}
+}
+
+// outdatedMembers samples the warm records for ones built from an older template.
+func (s *Service) outdatedMembers(ctx context.Context, p *store.Pool, ready []string) []string {
+	var out []string
+	for _, id := range ready {
+		sb, err := s.store.GetSandbox(ctx, id)
+		if err == nil && sb.PoolVersion != 0 && sb.PoolVersion != p.Version {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// fillPool starts n warm sandboxes in the background, bounded by PoolConcurrency.
+func (s *Service) fillPool(p *store.Pool, n int) {
+	key := store.PoolKey(p.Tenant, p.Name)
+	var req CreateRequest
+	if err := json.Unmarshal(p.Template, &req); err != nil {
+		s.log.Error("pool template does not decode", "pool", key, "err", err)
+		return
+	}
+	spec, err := s.validateCreate(req)
+	if err != nil {
+		s.log.Error("pool template is invalid", "pool", key, "err", err)
+		return
+	}
+	s.pools.mu.Lock()
+	s.pools.starting[key] += n
+	s.pools.mu.Unlock()
+	for i := 0; i < n; i++ {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.pools.mu.Lock()
+				s.pools.starting[key]--
+				s.pools.mu.Unlock()
+			}()
+			select {
+			case s.pools.sem <- struct{}{}:
+			case <-s.stop:
+				return
+			}
+			defer func() { <-s.pools.sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadyTimeout+30*time.Second)
+			defer cancel()
+			if err := s.startWarm(ctx, p, req, spec); err != nil {
+				s.log.Warn("warm sandbox failed to start", "pool", key, "err", err)
+			}
+		}()
+	}
+}
+
+// startWarm starts one pool member and, once its agent answers, makes it available.
+func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateRequest, spec runtimes.Spec) error {
+	// The pool may have been deleted or changed while this start waited for its turn.
+	if cur, err := s.store.GetPool(ctx, p.Tenant, p.Name); err != nil || cur.Version != p.Version {
+		return nil
+	}
+	now := time.Now().UTC()
+	spec.ID = uuid.NewString()
+	spec.Tenant = p.Tenant
+	spec.Pool = p.Name
+	spec.CreatedAt = now
+	spec.AgentToken = randomToken(24)
+	spec.EgressToken = randomToken(24)
+	// Warm members start behind an enforcer with the template's policy (the platform
+	// default without one); a claim's own networkPolicy replaces it (bindClaimEgress).
+	egress, err := s.egressSpec(ctx, Caller{Tenant: p.Tenant}, spec.ID, req)
+	if err != nil {
+		return err
+	}
+	spec.Egress = egress
+	if err := s.labelCluster(ctx, &spec); err != nil {
+		return err
+	}
+	inst, err := s.runtime.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if err := s.waitReady(ctx, inst); err != nil {
+		_ = s.runtime.Delete(context.WithoutCancel(ctx), spec.ID)
+		return err
+	}
+	rec := &store.Sandbox{
+		ID: spec.ID, Tenant: p.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
+		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, State: StateRunning,
+		LastTransitionAt: now, CreatedAt: now, Address: inst.Address,
+		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
+		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egressPolicyOf(spec.Egress),
+	}
+	added, err := s.store.AddWarm(ctx, rec)
+	if err != nil || !added {
+		_ = s.runtime.Delete(context.WithoutCancel(ctx), spec.ID)
+		if err == nil {
+			err = fmt.Errorf("pool %s was deleted while a member started", p.Name)
+		}
+		return err
+	}
+	return nil
+}

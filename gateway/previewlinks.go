@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// previewState holds link keys and access bookkeeping.
+type previewState struct {
+	mu       sync.RWMutex
+	keys     map[string][]byte // kid → secret
+	current  string
+	loadedAt time.Time
+
+	activityMu   sync.Mutex
+	lastActivity map[string]time.Time
+
+	events  chan store.Event
+	dropped atomic.Int64
+}
+
+func newPreviewState() previewState {
+	return previewState{keys: map[string][]byte{}, lastActivity: map[string]time.Time{}, events: make(chan store.Event, 8192)}
+}
+
+// linkKeys returns the signing keys, loading (and on first use creating) them in Redis so
+// that every gateway signs and verifies alike. They are re-read every few seconds so that
+// a rotation on one gateway reaches the others without a restart.
+func (s *Service) linkKeys(ctx context.Context) (map[string][]byte, string, error) {
+	s.preview.mu.RLock()
+	keys, cur, at := s.preview.keys, s.preview.current, s.preview.loadedAt
+	s.preview.mu.RUnlock()
+	if cur != "" && time.Since(at) < 5*time.Second {
+		return keys, cur, nil
+	}
+	prevKeys, prevCur := keys, cur
+	raw, cur, err := s.store.LinkKeys(ctx)
+	if err != nil {
+		// Through a Redis outage the keys already loaded keep signing and verifying, so
+		// that previews keep working; a rotation made meanwhile is picked up after it.
+		if prevCur != "" && errors.Is(err, store.ErrUnavailable) {
+			return prevKeys, prevCur, nil
+		}
+		return nil, "", err
+	}
+	if cur == "" {
+		if _, err := s.store.RotateLinkKey(ctx, randomToken(4), randomToken(32)); err != nil {
+			return nil, "", err
+		}
+		raw, cur, err = s.store.LinkKeys(ctx)
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	keys = make(map[string][]byte, len(raw))
+	for kid, hexKey := range raw {
+		if b, err := hex.DecodeString(hexKey); err == nil {
+			keys[kid] = b
+		}
+	}
+	s.preview.mu.Lock()
+	s.preview.keys, s.preview.current, s.preview.loadedAt = keys, cur, time.Now()
+	s.preview.mu.Unlock()
+	return keys, cur, nil
+}
+
+// RotateLinkKeys makes a new signing key current; links signed with the previous key stay
+// valid until they expire, older ones stop working.
+func (s *Service) RotateLinkKeys(ctx context.Context, caller Caller) (string, error) {
+	if !caller.Admin {
+		return "", Errorf(http.StatusForbidden, CodeForbidden, "only the platform admin rotates signing keys")
+	}
+	kid, err := s.store.RotateLinkKey(ctx, randomToken(4), randomToken(32))
+	if err != nil {
+		return "", err
+	}
+	s.preview.mu.Lock()
+	s.preview.loadedAt = time.Time{}
+	s.preview.mu.Unlock()
+	return kid, nil
+}
+
+func linkMAC(key []byte, purpose, sandbox string, port int, exp int64) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%s|%s|%d|%d", purpose, sandbox, port, exp)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// signToken makes "kid.exp.mac", bound to purpose, sandbox, port and expiry.
+func (s *Service) signToken(ctx context.Context, purpose, sandbox string, port int, exp time.Time) (string, error) {
+	keys, cur, err := s.linkKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s.%d.%s", cur, exp.Unix(), linkMAC(keys[cur], purpose, sandbox, port, exp.Unix())), nil
+}
+
+// verifyToken checks a token made by signToken and returns its expiry.
+func (s *Service) verifyToken(ctx context.Context, purpose, token, sandbox string, port int) (time.Time, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "the link token is malformed")
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "the link token is malformed")
+	}
+	keys, _, err := s.linkKeys(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	key, ok := keys[parts[0]]
+	if !ok || !hmac.Equal([]byte(parts[2]), []byte(linkMAC(key, purpose, sandbox, port, exp))) {
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "the link is not valid for this sandbox and port (or its signing key was rotated out)")
+	}
+	expires := time.Unix(exp, 0)
+	if time.Now().After(expires) {
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkExpired, "the link expired at %s", expires.UTC().Format(time.RFC3339))
+	}
+	return expires, nil
+}
+
+// SignLink returns a token for a browser link to port of a sandbox, valid until exp.
+func (s *Service) SignLink(ctx context.Context, sandbox string, port int, exp time.Time) (string, error) {
+	return s.signToken(ctx, "link", sandbox, port, exp)
+}
+
+// VerifyLink checks a signed link token.
+func (s *Service) VerifyLink(ctx context.Context, token, sandbox string, port int) (time.Time, error) {
+	return s.verifyToken(ctx, "link", token, sandbox, port)
+}
+
+// SessionCookie turns a verified link into the value of the cookie that replaces it.
+func (s *Service) SessionCookie(ctx context.Context, sandbox string, port int, exp time.Time) (string, error) {
+	return s.signToken(ctx, "cookie", sandbox, port, exp)
+}
+
+// VerifyCookie checks a preview session cookie.
+func (s *Service) VerifyCookie(ctx context.Context, value, sandbox string, port int) error {
+	_, err := s.verifyToken(ctx, "cookie", value, sandbox, port)
+	return err
+}

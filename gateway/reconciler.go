@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// sweepEvery is how many reconcile passes go by between two sweeps of helper containers.
+const sweepEvery = 10
+
+// Reconcile makes Redis and the runtime agree: it adopts containers that carry sandgate's
+// labels but have no record, removes expired orphans, marks records whose container
+// vanished or stopped as Failed, and cleans up Failed records after FailedRetention.
+func (s *Service) Reconcile(ctx context.Context, startup bool) error {
+	if !s.holdLease(ctx) {
+		return nil
+	}
+	cluster, err := s.clusterID(ctx)
+	if err != nil {
+		return err
+	}
+	instances, err := s.runtime.List(ctx)
+	if err != nil {
+		return err
+	}
+	records, err := s.store.ListSandboxes(ctx, "")
+	if err != nil {
+		return err
+	}
+	alive, err := s.liveOwners(ctx, records)
+	if err != nil {
+		return err
+	}
+	warm, err := s.store.WarmIDs(ctx)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]runtimes.Instance, len(instances))
+	for _, inst := range instances {
+		if inst.ID != "" {
+			byID[inst.ID] = inst
+		}
+	}
+	now := time.Now().UTC()
+	for _, rec := range records {
+		inst, exists := byID[rec.ID]
+		delete(byID, rec.ID)
+		if s.takeOverPending(ctx, rec, alive) {
+			continue
+		}
+		s.syncRecord(ctx, rec, inst, exists, now)
+	}
+	s.checkEnforcers(ctx, instances, records, now)
+	s.takeOverBatches(ctx)
+	for id, inst := range byID {
+		if warm[id] {
+			continue // the pool manager looks after its warm members
+		}
+		if !ownInstance(inst, cluster) {
+			continue // another store's sandbox on the same engine (or one from before cluster labels)
+		}
+		s.adoptOrRemove(ctx, inst, now, startup)
+	}
+	// Leaked helpers are rare and listing them costs two engine calls: not every pass.
+	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok && (startup || s.reconciles.Add(1)%sweepEvery == 0) {
+		if n, err := sw.SweepHelpers(ctx); err != nil {
+			s.log.Debug("sweep helper containers", "err", err)
+		} else if n > 0 {
+			s.log.Info("removed helper containers whose sandbox is gone", "count", n)
+		}
+	}
+	return nil
+}
+
+func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, now time.Time) {
+	if s.expiring(rec, now) {
+		return // the reaper removes it; its dying container is not a failure
+	}
+	switch rec.State {
+	case StatePending:
+		// A create in flight owns its record (takeOverPending handles one whose gateway
+		// is gone); one without an owner, or stuck far past the ready timeout, lost its
+		// gateway.
+		if now.Sub(rec.CreatedAt) > s.cfg.ReadyTimeout+30*time.Second {
+			s.log.Warn("removing a sandbox whose creation never finished", "id", rec.ID)
+			s.discard(ctx, rec.ID)
+		}
+		return
+	case StateFailed:
+		if now.Sub(rec.LastTransitionAt) > s.cfg.FailedRetention {
+			s.discard(ctx, rec.ID)
+		}
+		return
+	}
+	var reason, message string
+	switch {
+	case !exists:
+		reason, message = "CONTAINER_VANISHED", "the sandbox's container no longer exists in the runtime"
+	case inst.State == runtimes.StateExited:
+		reason, message = "EXITED", inst.Message
+	}
+	if reason != "" {
+		s.log.Warn("sandbox failed", "id", rec.ID, "reason", reason)
+		sb, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
+			return nil
+		})
+		if err == nil {
+			s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
+		}
+		return
+	}
+	wantState := rec.State
+	if inst.State == runtimes.StatePaused && rec.State == StateRunning {
+		wantState = StatePaused
+	} else if inst.State == runtimes.StateRunning && rec.State == StatePaused {
+		wantState = StateRunning
+	}
+	if wantState != rec.State || (inst.Address != "" && inst.Address != rec.Address) {
+		_, _ = s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			if sb.State != wantState {
+				sb.State, sb.LastTransitionAt = wantState, now
+			}
+			if inst.Address != "" {
+				sb.Address = inst.Address
+			}
+			return nil
+		})
+	}
+}
+
+func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {
+	// A container younger than the ready timeout may belong to a create in flight on a
+	// gateway whose record write we have not seen; leave it to the next pass.
+	grace := s.cfg.ReadyTimeout
+	if inst.Pool != "" {
+		// A warm member has no record until it answers; its start is bounded by
+		// ReadyTimeout+30s (startWarm), so only an older one is an orphan.
+		grace = s.cfg.ReadyTimeout + time.Minute
+	}
+	if !startup && now.Sub(inst.CreatedAt) < grace {
+		return
+	}
+	expired := inst.ExpiresAt != nil && !inst.ExpiresAt.After(now)
+	// A pool member without a record never reached its pool (its gateway died while it
+	// started, or an embedded store was lost): nobody owns it.
+	unowned := inst.Pool != "" || inst.Tenant == ""
+	if expired || unowned || inst.State == runtimes.StateExited {
+		s.log.Info("removing orphaned sandbox container", "id", inst.ID, "expired", expired, "pool", inst.Pool, "state", inst.State)
+		if err := s.runtime.Delete(ctx, inst.ID); err != nil {
+			s.log.Warn("remove orphan", "id", inst.ID, "err", err)
+		}
+		return
+	}
+	full, err := s.runtime.Inspect(ctx, inst.ID)
+	if err != nil {
+		return
+	}
+	inst = full
+	if !inst.Complete {
+		s.removeHalfMade(ctx, inst)
+		return
+	}
+	state := StateRunning
+	if inst.State == runtimes.StatePaused {
+		state = StatePaused
+	}
+	rec := &store.Sandbox{
+		ID: inst.ID, Tenant: inst.Tenant, Image: inst.Image, Entrypoint: inst.Entrypoint,
+		State: state, LastTransitionAt: now, CreatedAt: inst.CreatedAt, ExpiresAt: inst.ExpiresAt,
+		Address: inst.Address, AgentToken: inst.AgentToken, EgressToken: inst.EgressToken,
+		AccessToken: randomToken(24), Pool: inst.Pool,
+	}
+	if md := inst.Labels[labelMetadata]; md != "" {
+		_ = json.Unmarshal([]byte(md), &rec.Metadata)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now
+	}
+	if err := s.store.CreateSandbox(ctx, rec, 0); err != nil {
+		s.log.Warn("adopt sandbox", "id", inst.ID, "err", err)
+		return
+	}
+	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
+	s.emit(ctx, rec, "sandbox.adopted", nil)
+}
+
+// removeHalfMade removes a record-less sandbox whose create did not go all the way (its
+// gateway died during it): its enforcer may not run and its entrypoint may never have
+// started, so adopting it would hand out an unenforced sandbox, or list a dead one as
+// Running. Nobody is waiting for it: the create that made it failed with its gateway.
+func (s *Service) removeHalfMade(ctx context.Context, inst runtimes.Instance) {
+	s.log.Warn("removing a sandbox whose creation never finished (no enforcer running or no entrypoint started)", "id", inst.ID, "state", inst.State)
+	if err := s.runtime.Delete(ctx, inst.ID); err != nil {
+		s.log.Warn("remove half-made sandbox", "id", inst.ID, "err", err)
+	}
+}

@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// AccessRecord is what the proxy reports about one request it forwarded.
+type AccessRecord struct {
+	Port       int
+	Method     string
+	Path       string
+	Status     int
+	Bytes      int64
+	Duration   time.Duration
+	Credential string
+}
+
+// activityThrottle is the least time between two activity updates of one sandbox.
+const activityThrottle = time.Second
+
+// RecordAccess notes a proxied request: it queues the access event (written in batches,
+// off the request path) and, at most once per activityThrottle, records activity, which
+// may extend the sandbox's life.
+func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
+	ev := store.Event{Type: "preview.accessed", Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: map[string]any{
+		"port": rec.Port, "method": rec.Method, "path": rec.Path, "status": rec.Status, "bytes": rec.Bytes,
+		"durationMs": float64(rec.Duration.Microseconds()) / 1000, "credential": rec.Credential,
+	}}
+	s.queueEvent(ev)
+	now := time.Now()
+	s.preview.activityMu.Lock()
+	last := s.preview.lastActivity[sb.ID]
+	due := now.Sub(last) >= activityThrottle
+	if due {
+		if len(s.preview.lastActivity) > 100000 {
+			s.preview.lastActivity = map[string]time.Time{}
+		}
+		s.preview.lastActivity[sb.ID] = now
+	}
+	s.preview.activityMu.Unlock()
+	if due {
+		go s.onActivity(sb, rec)
+	}
+}
+
+// accessBacklogMax bounds the events kept in memory while Redis cannot take them (about
+// 300 bytes each); beyond it the oldest are dropped and counted.
+const accessBacklogMax = 50000
+
+// runAccessLog writes queued access and agent-call events to Redis in pipelined batches.
+// While Redis is unreachable they are kept (up to accessBacklogMax, oldest dropped first)
+// and written once it answers again, in their order; live subscribers (plugins, event
+// streams of this gateway) get each event once, when it is first taken from the queue.
+// A batch that failed half-way is written again whole, so an event may be stored twice
+// after an outage, never lost while the backlog has room.
+func (s *Service) runAccessLog() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var backlog []store.Event
+		fresh := make([]store.Event, 0, 256)
+		lost := int64(0)
+		flush := func() {
+			if len(fresh) > 0 {
+				s.publishEvents(fresh)
+				backlog = append(backlog, fresh...)
+				fresh = fresh[:0]
+			}
+			if over := len(backlog) - accessBacklogMax; over > 0 {
+				backlog = append(backlog[:0:0], backlog[over:]...)
+				s.preview.dropped.Add(int64(over))
+				lost += int64(over)
+			}
+			for len(backlog) > 0 {
+				n := min(len(backlog), 512)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := s.store.AppendEvents(ctx, backlog[:n])
+				cancel()
+				if err != nil {
+					if !errors.Is(err, store.ErrUnavailable) {
+						s.log.Warn("access events lost", "count", n, "err", err)
+						backlog = backlog[n:]
+						continue
+					}
+					if !errors.Is(err, store.ErrFailFast) {
+						s.log.Debug("redis unreachable: access events kept for later", "pending", len(backlog))
+					}
+					return
+				}
+				backlog = backlog[n:]
+			}
+			backlog = nil // release a backlog grown during an outage
+			if lost > 0 {
+				s.log.Warn("access events dropped while redis was unreachable (backlog full)", "count", lost)
+				lost = 0
+			}
+		}
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case ev := <-s.preview.events:
+				fresh = append(fresh, ev)
+				if len(fresh) == cap(fresh) {
+					flush()
+				}
+			case <-t.C:
+				flush()
+			case <-s.stop:
+				for len(s.preview.events) > 0 {
+					fresh = append(fresh, <-s.preview.events)
+				}
+				flush()
+				if len(backlog) > 0 {
+					s.log.Warn("access events lost at shutdown: redis unreachable", "count", len(backlog))
+				}
+				return
+			}
+		}
+	}()
+}
+
+func (s *Service) onActivity(sb *store.Sandbox, rec AccessRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.store.TouchActivity(ctx, sb.ID, time.Now())
+	if sb.Extensions[ExtensionRenewExtend] == "" || sb.ExpiresAt == nil {
+		return
+	}
+	// One renewal per cooldown across every gateway.
+	if ok, err := s.store.TryCooldown(ctx, "renew:"+sb.ID, s.cfg.RenewCooldown); err != nil || !ok {
+		return
+	}
+	cur, err := s.store.GetSandbox(ctx, sb.ID)
+	if err != nil || cur.ExpiresAt == nil {
+		return
+	}
+	exp, changed := s.decideTTL(ctx, cur, TTLActivity{Port: rec.Port, Method: rec.Method, Path: rec.Path})
+	if !changed {
+		return
+	}
+	_, err = s.store.ModifySandbox(ctx, sb.ID, func(x *store.Sandbox) error {
+		if x.ExpiresAt == nil || !exp.After(*x.ExpiresAt) {
+			return errNoChange
+		}
+		x.ExpiresAt = &exp
+		return nil
+	})
+	if err == nil {
+		s.log.Debug("renewed on access", "sandbox", sb.ID, "expiresAt", exp)
+		s.emit(ctx, sb, "sandbox.renewed", map[string]any{"expiresAt": exp, "reason": "activity"})
+	}
+}
+
+var errNoChange = errors.New("no change")
+
+// TTLActivity is what triggered a TTL decision: an access to a port, or (Renew) an
+// explicit renew-expiration asking for Requested.
+type TTLActivity struct {
+	Port      int
+	Method    string
+	Path      string
+	Renew     bool
+	Requested time.Time
+}
+
+// TTLDecider decides a sandbox's new expiry on activity; ok false means no change. A
+// plugin host can take the decision over; any failure falls back to the built-in rule.
+type TTLDecider func(ctx context.Context, sb *store.Sandbox, activity TTLActivity, builtin time.Time, max time.Time) (time.Time, bool, error)
+
+// SetTTLDecider installs the function that overrides the built-in renew-on-access rule.
+func (s *Service) SetTTLDecider(d TTLDecider) { s.ttlDecider = d }
+
+// decideTTL is the one place where renew-on-access is decided: the built-in rule moves
+// the expiry to max(now + extend, current), capped by MaxTimeout; a TTLDecider may say
+// otherwise.
+func (s *Service) decideTTL(ctx context.Context, sb *store.Sandbox, act TTLActivity) (time.Time, bool) {
+	extend, err := strconv.Atoi(sb.Extensions[ExtensionRenewExtend])
+	if err != nil || extend <= 0 || sb.ExpiresAt == nil {
+		return time.Time{}, false
+	}
+	now := time.Now().UTC()
+	maxExp := now.Add(s.cfg.MaxTimeout)
+	builtin := now.Add(time.Duration(extend) * time.Second)
+	if builtin.Before(*sb.ExpiresAt) {
+		builtin = *sb.ExpiresAt
+	}
+	if builtin.After(maxExp) {
+		builtin = maxExp
+	}
+	if s.ttlDecider != nil {
+		exp, ok, err := s.ttlDecider(ctx, sb, act, builtin, maxExp)
+		if err == nil {
+			if !ok {
+				return time.Time{}, false
+			}
+			if exp.After(maxExp) {
+				exp = maxExp
+			}
+			return exp, exp.After(*sb.ExpiresAt)
+		}
+		s.log.Warn("TTL plugin failed; using the built-in rule", "sandbox", sb.ID, "err", err)
+	}
+	return builtin, builtin.After(*sb.ExpiresAt)
+}
