@@ -6,7 +6,10 @@ package modules
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -147,6 +150,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 type core struct {
 	stopPolicy context.CancelFunc
 	store      *store.Store
+	storeKey   string
 	runtime    runtimes.Runtime
 	service    *gateway.Service
 	plugins    *plugins.Host
@@ -157,13 +161,55 @@ func (c *core) Destruct() error {
 	c.service.Stop()
 	c.closePlugins()
 	c.stopPolicy()
-	_ = c.runtime.Close()
-	return c.store.Close()
+	_ = c.runtime.Close() // the core is going away; nothing is left to act on the error
+	_, err := stores.Delete(c.storeKey)
+	return err
 }
 
-var cores = caddy.NewUsagePool()
+// cores holds the running cores by coreKey; stores holds their stores by storeKey, so
+// that a reload which rebuilds the core (any setting changed) keeps the store, and the
+// embedded store keeps its data.
+var (
+	cores  = caddy.NewUsagePool()
+	stores = caddy.NewUsagePool()
+)
 
-// Provision implements caddy.Provisioner.
+// sharedStore is a store in the stores pool.
+type sharedStore struct{ *store.Store }
+
+// Destruct implements caddy.Destructor: the last core that used the store is gone.
+func (s sharedStore) Destruct() error { return s.Close() }
+
+// storeKey identifies the settings the store is built from (a digest: redis_url may
+// hold a password).
+func (a *App) storeKey() string {
+	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix))
+	return hex.EncodeToString(sum[:])
+}
+
+// runtimeBuilders build the runtime a config names, by its runtime setting. A test
+// registers more (an in-process runtime) in its own file.
+var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error){
+	"docker": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
+		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
+			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
+			Pull: docker.PullPolicy(a.ImagePull), Logger: log})
+	},
+	"kubernetes": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
+		agentImage := a.K8sAgentImage
+		if agentImage == "" {
+			agentImage = "sandgate/agent:" + gateway.Version
+		}
+		return kubernetes.New(ctx, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
+			GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
+			NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", UserAgent: "sandgate/" + gateway.Version, Logger: log})
+	},
+}
+
+// Provision implements caddy.Provisioner: it resolves the secrets, fills the defaults
+// and builds the core (or joins the one an equal config built). The handlers need the
+// core when they are provisioned, before Caddy calls Validate, so Provision runs
+// Validate itself first: an invalid config never starts a core.
 func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.resolveSecrets(); err != nil {
 		return err
@@ -171,14 +217,44 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.Runtime == "" {
 		a.Runtime = "docker"
 	}
-	if a.PoolFallback != "" && a.PoolFallback != "cold" && a.PoolFallback != "fail" {
-		return fmt.Errorf("pool_fallback %q: want cold or fail", a.PoolFallback)
-	}
 	if a.Egress == "" {
 		a.Egress = "on"
 	}
-	if a.Egress != "on" && a.Egress != "off" {
-		return fmt.Errorf("egress %q: want on or off", a.Egress)
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	pull, _ := docker.ParsePullPolicy(a.ImagePull) // Validate checked it
+	a.ImagePull = string(pull)
+	if a.AgentBinary == "" {
+		exe, err := os.Executable()
+		if err == nil {
+			a.AgentBinary = filepath.Join(filepath.Dir(exe), "sandbox-agent")
+		}
+	}
+	log := ctx.Slogger()
+	val, _, err := cores.LoadOrNew(a.coreKey(), func() (caddy.Destructor, error) { return a.newCore(log) })
+	if err != nil {
+		return err
+	}
+	a.core = val.(*core)
+	// The key may change on a reload that keeps the core.
+	a.core.service.SetAdminKey(a.APIKey)
+	if a.APIKey == "" {
+		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
+	}
+	return nil
+}
+
+// Validate implements caddy.Validator: it rejects every setting no Caddyfile would
+// have produced and every value the core cannot run with.
+func (a *App) Validate() error {
+	for _, s := range settings {
+		if err := s.check(a); err != nil {
+			return err
+		}
+	}
+	if _, ok := runtimeBuilders[a.Runtime]; !ok && a.Runtime != "" {
+		return fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
 	}
 	if a.PublicURL != "" {
 		u, err := url.Parse(a.PublicURL)
@@ -192,118 +268,77 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := gateway.CheckClusterID(a.ClusterID); err != nil {
 		return err
 	}
-	if d := a.EgressDefaultAction; d != "" && d != "allow" && d != "deny" {
-		return fmt.Errorf("egress_default_action %q: want allow or deny", d)
-	}
-	pull, err := docker.ParsePullPolicy(a.ImagePull)
-	if err != nil {
+	if _, err := docker.ParsePullPolicy(a.ImagePull); err != nil {
 		return fmt.Errorf("image_pull: %w", err)
 	}
-	a.ImagePull = string(pull)
-	if a.AgentBinary == "" {
-		exe, err := os.Executable()
-		if err == nil {
-			a.AgentBinary = filepath.Join(filepath.Dir(exe), "sandbox-agent")
-		}
-	}
-	log := ctx.Slogger()
-	slogger := ctx.Slogger()
-	key := a.coreKey()
-	val, _, err := cores.LoadOrNew(key, func() (caddy.Destructor, error) {
-		bg := context.Background()
-		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Logger: slogger})
-		if err != nil {
-			return nil, err
-		}
-		var rt runtimes.Runtime
-		var dockerRT *docker.Runtime
-		switch a.Runtime {
-		case "docker":
-			var d *docker.Runtime
-			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
-				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-				Pull: docker.PullPolicy(a.ImagePull), Logger: slogger})
-			if err == nil {
-				rt, dockerRT = d, d
-			}
-		case "kubernetes":
-			agentImage := a.K8sAgentImage
-			if agentImage == "" {
-				agentImage = "sandgate/agent:" + gateway.Version
-			}
-			var k *kubernetes.Runtime
-			k, err = kubernetes.New(bg, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
-				GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
-				NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", UserAgent: "sandgate/" + gateway.Version, Logger: slogger})
-			if err == nil {
-				rt = k
-			}
-		default:
-			err = fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
-		}
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		gatewayAddrs, err := a.gatewayAddresses(bg, dockerRT)
-		if err != nil {
-			rt.Close()
-			st.Close()
-			return nil, err
-		}
-		pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Data: a.platformData(gatewayAddrs), Logger: slogger})
-		if err != nil {
-			rt.Close()
-			st.Close()
-			return nil, fmt.Errorf("load policy: %w", err)
-		}
-		polCtx, stopPolicy := context.WithCancel(bg)
-		if a.PolicyDir != "" {
-			go pol.Watch(polCtx)
-		}
-		svc := gateway.New(gateway.Config{
-			MinTimeout:      time.Duration(a.MinTimeout),
-			MaxTimeout:      time.Duration(a.MaxTimeout),
-			DefaultTimeout:  time.Duration(a.DefaultTimeout),
-			ReadyTimeout:    time.Duration(a.ReadyTimeout),
-			FailedRetention: time.Duration(a.FailedRetention),
-			SyncInterval:    time.Duration(a.SyncInterval),
-			PublicAddress:   a.PublicAddress,
-			PublicURL:       strings.TrimSuffix(a.PublicURL, "/"),
-			PreviewDomain:   a.PreviewDomain,
-			ClusterID:       a.ClusterID,
-			PoolWait:        time.Duration(a.PoolWait),
-			RenewCooldown:   time.Duration(a.RenewCooldown),
-			PoolFallback:    a.PoolFallback,
-			PoolConcurrency: a.PoolConcurrency,
-			PullImages:      a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
-			PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
-			CheckRegistries: len(a.ImageRegistries) > 0,
-		}, st, rt, pol, slogger)
-		host, err := a.startPlugins(bg, svc, slogger)
-		if err != nil {
-			stopPolicy()
-			rt.Close()
-			st.Close()
-			return nil, err
-		}
-		svc.Start(bg)
-		log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
-		return &core{store: st, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host}, nil
+	return nil
+}
+
+// newCore builds what outlives a reload that keeps every setting: store (shared),
+// runtime, policy, service and plugin host.
+func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
+	bg := context.Background()
+	storeKey := a.storeKey()
+	sv, _, err := stores.LoadOrNew(storeKey, func() (caddy.Destructor, error) {
+		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Logger: log})
+		return sharedStore{st}, err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	a.core = val.(*core)
-	if a.ReadOnlyRootfs != "" && a.ReadOnlyRootfs != "on" && a.ReadOnlyRootfs != "off" {
-		return fmt.Errorf("read_only_rootfs %q: want on or off", a.ReadOnlyRootfs)
+	st := sv.(sharedStore).Store
+	releaseStore := func() { _, _ = stores.Delete(storeKey) } // on a failed build; the failure is what the caller reports
+	rt, err := runtimeBuilders[a.Runtime](bg, a, log)
+	if err != nil {
+		releaseStore()
+		return nil, err
 	}
-	// The key may change on a reload that keeps the core.
-	a.core.service.SetAdminKey(a.APIKey)
-	if a.APIKey == "" {
-		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
+	dockerRT, _ := rt.(*docker.Runtime)
+	gatewayAddrs, err := a.gatewayAddresses(bg, dockerRT)
+	if err != nil {
+		rt.Close()
+		releaseStore()
+		return nil, err
 	}
-	return nil
+	pol, err := policy.New(bg, policy.Options{Dir: a.PolicyDir, Data: a.platformData(gatewayAddrs), Logger: log})
+	if err != nil {
+		rt.Close()
+		releaseStore()
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	polCtx, stopPolicy := context.WithCancel(bg)
+	if a.PolicyDir != "" {
+		go pol.Watch(polCtx)
+	}
+	svc := gateway.New(gateway.Config{
+		MinTimeout:      time.Duration(a.MinTimeout),
+		MaxTimeout:      time.Duration(a.MaxTimeout),
+		DefaultTimeout:  time.Duration(a.DefaultTimeout),
+		ReadyTimeout:    time.Duration(a.ReadyTimeout),
+		FailedRetention: time.Duration(a.FailedRetention),
+		SyncInterval:    time.Duration(a.SyncInterval),
+		PublicAddress:   a.PublicAddress,
+		PublicURL:       strings.TrimSuffix(a.PublicURL, "/"),
+		PreviewDomain:   a.PreviewDomain,
+		ClusterID:       a.ClusterID,
+		PoolWait:        time.Duration(a.PoolWait),
+		RenewCooldown:   time.Duration(a.RenewCooldown),
+		PoolFallback:    a.PoolFallback,
+		PoolConcurrency: a.PoolConcurrency,
+		PullImages:      a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
+		PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
+		CheckRegistries: len(a.ImageRegistries) > 0,
+	}, st, rt, pol, log)
+	host, err := a.startPlugins(bg, svc, log)
+	if err != nil {
+		stopPolicy()
+		rt.Close()
+		releaseStore()
+		return nil, err
+	}
+	svc.Start(bg)
+	log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
+	return &core{store: st, storeKey: storeKey, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host}, nil
 }
 
 // resolveSecrets replaces the placeholders of the secret settings ({env.*}, {file.*})
@@ -323,14 +358,6 @@ func (a *App) resolveSecrets() error {
 		}
 	}
 	return nil
-}
-
-// coreKey identifies the settings a core is built from; a reload that keeps them keeps the core.
-func (a *App) coreKey() string {
-	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
-		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
-		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst) +
-		fmt.Sprintf("|%s|%q|%s", a.ImagePull, a.ImageRegistries, a.ClusterID)
 }
 
 // gatewayAddresses lists what the platform denies as the gateway's own: the operator's
@@ -401,6 +428,8 @@ func (a *App) Cleanup() error {
 var (
 	_ caddy.App          = (*App)(nil)
 	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
 	_ caddy.Destructor   = (*core)(nil)
+	_ caddy.Destructor   = sharedStore{}
 )

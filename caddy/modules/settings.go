@@ -1,0 +1,204 @@
+package modules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// kind says how a setting's Caddyfile value is read and what Validate demands of it.
+type kind int
+
+const (
+	// kindString is one word, taken as it is.
+	kindString kind = iota
+	// kindSecret is one word that should be a placeholder ({env.VAR}): Provision
+	// resolves it, so that the config Caddy keeps holds only the placeholder.
+	kindSecret
+	// kindList is comma-separated, so that one environment variable holds the whole list.
+	kindList
+	// kindDuration is a Caddy duration ("90s", "2h", "7d"), never negative.
+	kindDuration
+	// kindInt is a positive integer.
+	kindInt
+)
+
+// setting is one option of the `sandgate` app. The table below is the one list of them:
+// the Caddyfile parser reads it, the default Caddyfile's `sandgate` block is checked
+// against it (env, default), README's configuration tables are checked against it, and
+// coreKey is built from it, so a setting added here is parsed, documented and rebuilds
+// the core on reload without anything else to remember.
+type setting struct {
+	// name is the Caddyfile subdirective and the JSON key.
+	name string
+	// env is the environment variable the default Caddyfile reads it from.
+	env string
+	// def is the default the default Caddyfile writes ({$ENV:def}); empty: none there.
+	def  string
+	kind kind
+	// values, when set, are the only values accepted (besides empty).
+	values []string
+	// live marks a setting a reload applies to the running core without rebuilding it.
+	live bool
+	// doc is the one-line comment of the Caddyfile syntax.
+	doc string
+	// field points at the setting's field in an App.
+	field func(*App) any
+}
+
+// settings lists every option of the `sandgate` app, in the default Caddyfile's order.
+var settings = []setting{
+	{name: "api_key", env: "SANDGATE_API_KEY", kind: kindSecret, live: true, doc: "better {env.VAR}: resolved at provision, never in the config", field: func(a *App) any { return &a.APIKey }},
+	{name: "api_key_file", env: "SANDGATE_API_KEY_FILE", live: true, doc: "a file holding the key", field: func(a *App) any { return &a.APIKeyFile }},
+	{name: "redis_url", env: "SANDGATE_REDIS_URL", kind: kindSecret, doc: "empty: embedded store; {env.VAR} keeps a password out of the config", field: func(a *App) any { return &a.RedisURL }},
+	{name: "redis_prefix", env: "SANDGATE_REDIS_PREFIX", doc: "key namespace", field: func(a *App) any { return &a.RedisPrefix }},
+	{name: "runtime", env: "SANDGATE_RUNTIME", def: "docker", doc: "docker|kubernetes", field: func(a *App) any { return &a.Runtime }},
+	{name: "docker_host", env: "SANDGATE_DOCKER_HOST", doc: "unix:///…", field: func(a *App) any { return &a.DockerHost }},
+	{name: "docker_network", env: "SANDGATE_DOCKER_NETWORK", def: "sandgate", doc: "the sandboxes' bridge network", field: func(a *App) any { return &a.DockerNetwork }},
+	{name: "kubeconfig", env: "SANDGATE_KUBECONFIG", doc: "empty: in-cluster config", field: func(a *App) any { return &a.Kubeconfig }},
+	{name: "namespace", env: "SANDGATE_NAMESPACE", def: "sandgate-sandboxes", doc: "the Kubernetes runtime's sandbox namespace", field: func(a *App) any { return &a.Namespace }},
+	{name: "k8s_agent_image", env: "SANDGATE_K8S_AGENT_IMAGE", doc: "image the agent is copied from", field: func(a *App) any { return &a.K8sAgentImage }},
+	{name: "k8s_gvisor_runtime_class", env: "SANDGATE_K8S_GVISOR_RUNTIME_CLASS", def: "gvisor", doc: "RuntimeClass of gVisor sandboxes", field: func(a *App) any { return &a.K8sGVisorRuntimeClass }},
+	{name: "k8s_qps", env: "SANDGATE_K8S_QPS", def: "50", kind: kindInt, doc: "bound on the runtime's API requests", field: func(a *App) any { return &a.K8sQPS }},
+	{name: "k8s_burst", env: "SANDGATE_K8S_BURST", def: "100", kind: kindInt, doc: "burst of the runtime's API requests", field: func(a *App) any { return &a.K8sBurst }},
+	{name: "agent_binary", env: "SANDGATE_AGENT_BINARY", doc: "default: sandbox-agent beside sandgate", field: func(a *App) any { return &a.AgentBinary }},
+	{name: "min_timeout", env: "SANDGATE_MIN_TIMEOUT", def: "60s", kind: kindDuration, doc: "shortest sandbox timeout", field: func(a *App) any { return &a.MinTimeout }},
+	{name: "max_timeout", env: "SANDGATE_MAX_TIMEOUT", def: "168h", kind: kindDuration, doc: "longest sandbox timeout", field: func(a *App) any { return &a.MaxTimeout }},
+	{name: "default_timeout", env: "SANDGATE_DEFAULT_TIMEOUT", kind: kindDuration, doc: "lifetime of timeout null (default: max_timeout)", field: func(a *App) any { return &a.DefaultTimeout }},
+	{name: "ready_timeout", env: "SANDGATE_READY_TIMEOUT", def: "30s", kind: kindDuration, doc: "wait for a new sandbox's agent", field: func(a *App) any { return &a.ReadyTimeout }},
+	{name: "failed_retention", env: "SANDGATE_FAILED_RETENTION", def: "10m", kind: kindDuration, doc: "how long Failed sandboxes stay listed", field: func(a *App) any { return &a.FailedRetention }},
+	{name: "sync_interval", env: "SANDGATE_SYNC_INTERVAL", def: "2s", kind: kindDuration, doc: "reconciliation with the runtime", field: func(a *App) any { return &a.SyncInterval }},
+	{name: "public_address", env: "SANDGATE_PUBLIC_ADDRESS", doc: "host[:port] put into endpoints", field: func(a *App) any { return &a.PublicAddress }},
+	{name: "public_url", env: "SANDGATE_PUBLIC_URL", doc: "http(s)://host[:port]; https: cookies are Secure behind a TLS proxy", field: func(a *App) any { return &a.PublicURL }},
+	{name: "preview_domain", env: "SANDGATE_PREVIEW_DOMAIN", doc: "domain of host-mode preview URLs", field: func(a *App) any { return &a.PreviewDomain }},
+	{name: "cluster_id", env: "SANDGATE_CLUSTER_ID", doc: "whose sandboxes this gateway owns (default: kept in the store)", field: func(a *App) any { return &a.ClusterID }},
+	{name: "policy_dir", env: "SANDGATE_POLICY_DIR", doc: "operator's Rego and data, hot-reloaded", field: func(a *App) any { return &a.PolicyDir }},
+	{name: "oci_runtime", env: "SANDGATE_OCI_RUNTIME", doc: "runc|runsc", field: func(a *App) any { return &a.OCIRuntime }},
+	{name: "read_only_rootfs", env: "SANDGATE_READ_ONLY_ROOTFS", def: "off", values: []string{"on", "off"}, doc: "on|off", field: func(a *App) any { return &a.ReadOnlyRootfs }},
+	{name: "renew_cooldown", env: "SANDGATE_RENEW_COOLDOWN", def: "1m", kind: kindDuration, doc: "least time between two renewals-on-access", field: func(a *App) any { return &a.RenewCooldown }},
+	{name: "pool_wait", env: "SANDGATE_POOL_WAIT", def: "2s", kind: kindDuration, doc: "wait of a claim from an empty pool", field: func(a *App) any { return &a.PoolWait }},
+	{name: "pool_fallback", env: "SANDGATE_POOL_FALLBACK", def: "cold", values: []string{"cold", "fail"}, doc: "cold|fail", field: func(a *App) any { return &a.PoolFallback }},
+	{name: "pool_concurrency", env: "SANDGATE_POOL_CONCURRENCY", def: "4", kind: kindInt, doc: "warm sandboxes starting at once", field: func(a *App) any { return &a.PoolConcurrency }},
+	{name: "egress", env: "SANDGATE_EGRESS", def: "on", values: []string{"on", "off"}, doc: "on|off", field: func(a *App) any { return &a.Egress }},
+	{name: "egress_default_action", env: "SANDGATE_EGRESS_DEFAULT_ACTION", values: []string{"allow", "deny"}, doc: "allow|deny", field: func(a *App) any { return &a.EgressDefaultAction }},
+	{name: "egress_always_deny", env: "SANDGATE_EGRESS_ALWAYS_DENY", kind: kindList, doc: "target,target,…", field: func(a *App) any { return &a.EgressAlwaysDeny }},
+	{name: "egress_always_allow", env: "SANDGATE_EGRESS_ALWAYS_ALLOW", kind: kindList, doc: "target,target,…", field: func(a *App) any { return &a.EgressAlwaysAllow }},
+	{name: "egress_gateway_addresses", env: "SANDGATE_EGRESS_GATEWAY_ADDRESSES", kind: kindList, doc: "ip-or-cidr,…, beside the host's own addresses and its Docker bridges'", field: func(a *App) any { return &a.EgressGatewayAddresses }},
+	{name: "image_pull", env: "SANDGATE_PULL", def: "missing", values: []string{"never", "missing", "always"}, doc: "docker: when a create pulls its image", field: func(a *App) any { return &a.ImagePull }},
+	{name: "image_registries", env: "SANDGATE_IMAGE_REGISTRIES", kind: kindList, doc: "registries images may be pulled from (empty: any)", field: func(a *App) any { return &a.ImageRegistries }},
+	{name: "plugin_cache_dir", env: "SANDGATE_PLUGIN_CACHE_DIR", doc: "compiled WASM plugins survive restarts", field: func(a *App) any { return &a.PluginCacheDir }},
+	{name: "plugin_timeout", env: "SANDGATE_PLUGIN_TIMEOUT", def: "100ms", kind: kindDuration, doc: "default deadline of a plugin hook call", field: func(a *App) any { return &a.PluginTimeout }},
+}
+
+// settingNamed returns the setting called name.
+func settingNamed(name string) (setting, bool) {
+	i := slices.IndexFunc(settings, func(s setting) bool { return s.name == name })
+	if i < 0 {
+		return setting{}, false
+	}
+	return settings[i], true
+}
+
+// parse sets the setting in a from its Caddyfile value; an empty value (an unset
+// environment variable) keeps the default.
+func (s setting) parse(a *App, val string) error {
+	switch p := s.field(a).(type) {
+	case *string:
+		*p = val
+	case *[]string:
+		for _, item := range strings.Split(val, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				*p = append(*p, item)
+			}
+		}
+	case *caddy.Duration:
+		if val == "" {
+			return nil
+		}
+		d, err := caddy.ParseDuration(val)
+		if err != nil {
+			return err
+		}
+		if d < 0 {
+			return fmt.Errorf("must not be negative")
+		}
+		*p = caddy.Duration(d)
+	case *int:
+		if val == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want a positive integer, got %q", val)
+		}
+		*p = n
+	default:
+		panic(fmt.Sprintf("setting %s: field of type %T", s.name, p))
+	}
+	return nil
+}
+
+// check rejects a value of the setting in a that no Caddyfile would have produced (the
+// JSON config is not parsed by parse).
+func (s setting) check(a *App) error {
+	switch p := s.field(a).(type) {
+	case *string:
+		if len(s.values) > 0 && *p != "" && !slices.Contains(s.values, *p) {
+			return fmt.Errorf("%s %q: want %s", s.name, *p, strings.Join(s.values, " or "))
+		}
+	case *caddy.Duration:
+		if *p < 0 {
+			return fmt.Errorf("%s: must not be negative", s.name)
+		}
+	case *int:
+		if *p < 0 {
+			return fmt.Errorf("%s: want a positive integer, got %d", s.name, *p)
+		}
+	}
+	return nil
+}
+
+// value renders the setting's value in a for coreKey.
+func (s setting) value(a *App) string {
+	switch p := s.field(a).(type) {
+	case *string:
+		return strconv.Quote(*p)
+	case *[]string:
+		return fmt.Sprintf("%q", *p)
+	case *caddy.Duration:
+		return strconv.FormatInt(int64(*p), 10)
+	case *int:
+		return strconv.Itoa(*p)
+	}
+	panic("unreachable")
+}
+
+// coreKey identifies the settings a core is built from: every setting but the live
+// ones, so that a reload changing any of them builds a new core (the store, shared
+// through its own pool, survives that). It is a digest because the settings hold
+// secrets (redis_url) and the key is kept for the core's whole life.
+func (a *App) coreKey() string {
+	h := sha256.New()
+	for _, s := range settings {
+		if !s.live {
+			fmt.Fprintf(h, "%s=%s\n", s.name, s.value(a))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// caddyfileValue is how the default Caddyfile reads the setting from its variable.
+func (s setting) caddyfileValue() string {
+	switch {
+	case s.kind == kindSecret:
+		return "{env." + s.env + "}"
+	case s.def != "":
+		return "{$" + s.env + ":" + s.def + "}"
+	}
+	return "{$" + s.env + "}"
+}
