@@ -4,41 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
-// openTestStore runs a real redis-server on a free loopback port and opens a Store on it.
+// openTestStore runs a real redis-server (test/testenv's) on a free loopback port and
+// opens a Store on it.
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := testenv.StartRedis(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server (make deps installs it): %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	t.Cleanup(r.Stop)
 	ctx := context.Background()
-	s, err := Open(ctx, Options{URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), Prefix: "t:"})
+	s, err := Open(ctx, Options{URL: r.URL, Prefix: "t:"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	for deadline := time.Now().Add(5 * time.Second); s.Ping(ctx) != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %d never answered", port)
-		}
-	}
 	return s
 }
 
@@ -204,7 +191,12 @@ func TestEventReads(t *testing.T) {
 		}
 		got <- evs
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// Redis itself says when the reader is blocked: no guess of how long that takes.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.rdb.Info(ctx, "clients").Val(), "blocked_clients:1"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reader never blocked")
+		}
+	}
 	if _, err := s.AppendEvent(ctx, Event{Type: "late", Tenant: "t1", Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,271 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The Lua scripts against a real redis-server: what each promises its callers.
+
+// TestCreateSandboxQuota: the record write enforces the tenant's concurrency quota
+// atomically and refuses a second record with the same id.
+func TestCreateSandboxQuota(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	mk := func(id string) *Sandbox {
+		return &Sandbox{ID: id, Tenant: "q", State: "Pending", CreatedAt: now, LastTransitionAt: now}
+	}
+	if err := s.CreateSandbox(ctx, mk("a"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, mk("a"), 2); !errors.Is(err, ErrConflict) {
+		t.Fatalf("same id again: %v, want ErrConflict", err)
+	}
+	if err := s.CreateSandbox(ctx, mk("b"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, mk("c"), 2); !errors.Is(err, ErrQuota) {
+		t.Fatalf("third of a quota of 2: %v, want ErrQuota", err)
+	}
+	if n, _ := s.CountSandboxes(ctx, "q"); n != 2 {
+		t.Fatalf("tenant holds %d, want 2", n)
+	}
+	if err := s.DeleteSandbox(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, mk("c"), 2); err != nil {
+		t.Fatalf("after a delete the quota has room: %v", err)
+	}
+	if err := s.CreateSandbox(ctx, mk("d"), 0); err != nil {
+		t.Fatalf("quota 0 means none: %v", err)
+	}
+}
+
+// TestClaimScript: a claim pops at most n ready members, binds them to the claiming
+// tenant with the patch, and a member is never handed out twice, even to concurrent claims.
+func TestClaimScript(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	pool := &Pool{Tenant: "owner", Name: "p", Template: []byte(`{}`), Capacity: Capacity{BufferMax: 10, PoolMax: 10}}
+	if err := s.PutPool(ctx, pool, true); err != nil {
+		t.Fatal(err)
+	}
+	const members = 6
+	for i := range members {
+		ok, err := s.AddWarm(ctx, &Sandbox{ID: fmt.Sprintf("w%d", i), Tenant: "owner", Pool: "p", State: "Running"})
+		if err != nil || !ok {
+			t.Fatalf("AddWarm: %v, %v", ok, err)
+		}
+	}
+	if ok, err := s.AddWarm(ctx, &Sandbox{ID: "x", Tenant: "owner", Pool: "gone"}); err != nil || ok {
+		t.Fatalf("AddWarm to a missing pool = %v, %v, want false", ok, err)
+	}
+	expires := time.Now().Add(time.Hour).UnixMilli()
+	got, err := s.Claim(ctx, "owner", "p", "claimer", 2, ClaimPatch{"metadata": map[string]string{"k": "v"}}, time.Now().UnixMilli(), fmt.Sprint(expires))
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Claim 2 = %d, %v", len(got), err)
+	}
+	for _, sb := range got {
+		if sb.Metadata["k"] != "v" {
+			t.Errorf("claimed %s without the patch: %+v", sb.ID, sb.Metadata)
+		}
+		rec, err := s.GetSandbox(ctx, sb.ID)
+		if err != nil || rec.Metadata["k"] != "v" {
+			t.Errorf("record of %s = %+v, %v", sb.ID, rec, err)
+		}
+	}
+	if n, _ := s.CountSandboxes(ctx, "claimer"); n != 2 {
+		t.Errorf("claimer holds %d, want 2", n)
+	}
+	expired, _ := s.ExpiredSandboxes(ctx, time.UnixMilli(expires+1), 10)
+	if len(expired) != 2 {
+		t.Errorf("expiry schedule holds %v, want the 2 claimed", expired)
+	}
+	// Concurrent claims share the 4 left without overlap; the fifth claimer gets none.
+	results := make(chan []*Sandbox, 5)
+	for range 5 {
+		go func() {
+			r, err := s.Claim(ctx, "owner", "p", "claimer", 1, ClaimPatch{}, time.Now().UnixMilli(), "")
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	seen := map[string]bool{}
+	for _, sb := range got {
+		seen[sb.ID] = true
+	}
+	for range 5 {
+		for _, sb := range <-results {
+			if seen[sb.ID] {
+				t.Errorf("member %s handed out twice", sb.ID)
+			}
+			seen[sb.ID] = true
+		}
+	}
+	if len(seen) != members {
+		t.Errorf("claimed %d members, want all %d", len(seen), members)
+	}
+	if left, _ := s.ReadyMembers(ctx, "owner", "p"); len(left) != 0 {
+		t.Errorf("ready after claiming all: %v", left)
+	}
+	alloc, _ := s.AllocatedMembers(ctx, "owner", "p")
+	if len(alloc) != members {
+		t.Errorf("allocated %v, want %d", alloc, members)
+	}
+}
+
+// TestRemoveWarmLosesToClaim: a member being claimed is not also removed.
+func TestRemoveWarmLosesToClaim(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	if err := s.PutPool(ctx, &Pool{Tenant: "o", Name: "p", Template: []byte(`{}`)}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddWarm(ctx, &Sandbox{ID: "m", Tenant: "o", Pool: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Claim(ctx, "o", "p", "c", 1, ClaimPatch{}, 0, ""); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	if ok, err := s.RemoveWarm(ctx, "o", "p", "m"); err != nil || ok {
+		t.Fatalf("RemoveWarm of a claimed member = %v, %v, want false", ok, err)
+	}
+	if _, err := s.GetSandbox(ctx, "m"); err != nil {
+		t.Fatalf("the claimed record is gone: %v", err)
+	}
+}
+
+// TestLeaseScripts: one owner at a time; only the owner extends or releases it.
+func TestLeaseScripts(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	take := func(owner string) bool {
+		ok, err := s.AcquireLease(ctx, "job", owner, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !take("a") || take("b") || !take("a") {
+		t.Fatal("a takes, b is refused, a extends")
+	}
+	if err := s.ReleaseLease(ctx, "job", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if take("b") {
+		t.Fatal("b released a's lease")
+	}
+	if err := s.ReleaseLease(ctx, "job", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !take("b") {
+		t.Fatal("b could not take the released lease")
+	}
+	// A lease whose owner stops extending it lapses (Redis expires it: no clock of ours).
+	if ok, _ := s.AcquireLease(ctx, "short", "a", 50*time.Millisecond); !ok {
+		t.Fatal("take short")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !take2(t, s, "short", "b") {
+		if time.Now().After(deadline) {
+			t.Fatal("the lapsed lease never came free")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func take2(t *testing.T, s *Store, name, owner string) bool {
+	ok, err := s.AcquireLease(context.Background(), name, owner, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestTokenBucket: the create bucket starts full, refuses past its burst, refills at its
+// rate with the time it is given, never beyond the burst.
+func TestTokenBucket(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	t0 := time.Now()
+	take := func(n int, at time.Time) (bool, float64) {
+		ok, left, err := s.TakeTokens(ctx, "b", 2, 5, n, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok, left
+	}
+	if ok, left := take(3, t0); !ok || left != 2 {
+		t.Fatalf("take 3 of 5 = %v, %v left", ok, left)
+	}
+	if ok, left := take(3, t0); ok || left != 2 {
+		t.Fatalf("take 3 of 2 = %v, %v left, want refused with 2 left", ok, left)
+	}
+	if ok, left := take(3, t0.Add(500*time.Millisecond)); !ok || left != 0 {
+		t.Fatalf("after 0.5 s at 2/s: %v, %v left, want 3 taken and 0 left", ok, left)
+	}
+	if ok, left := take(0, t0.Add(time.Hour)); !ok || left != 5 {
+		t.Fatalf("after an hour: %v, %v left, want the burst of 5", ok, left)
+	}
+	if ok, _ := take(6, t0.Add(time.Hour)); ok {
+		t.Fatal("took more than the burst")
+	}
+}
+
+// TestBatchMemberScripts: a queued member is settled only by the gateway holding it, and
+// taken over only from the one holding it, counting takeovers.
+func TestBatchMemberScripts(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	b := &Batch{ID: "b1", Tenant: "t", Count: 3, Members: []string{"m1", "m2", "m3"}, CreatedAt: time.Now()}
+	if err := s.PutBatchWork(ctx, b, []byte(`{"w":1}`), "g1", b.Members); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := s.OpenBatches(ctx); !slices.Contains(open, "b1") {
+		t.Fatalf("open batches %v", open)
+	}
+	if w, err := s.BatchWork(ctx, "b1"); err != nil || string(w) != `{"w":1}` {
+		t.Fatalf("work = %s, %v", w, err)
+	}
+	if ok, _ := s.FinishMember(ctx, "b1", "m1", "g2"); ok {
+		t.Fatal("g2 finished g1's member")
+	}
+	if ok, _ := s.FinishMember(ctx, "b1", "m1", "g1"); !ok {
+		t.Fatal("g1 could not finish its member")
+	}
+	if n, _ := s.TakeMember(ctx, "b1", "m2", "g1", "g2"); n != 1 {
+		t.Fatalf("first takeover counted %d", n)
+	}
+	if n, _ := s.TakeMember(ctx, "b1", "m2", "g1", "g3"); n != 0 {
+		t.Fatalf("a second taker from g1 got %d, want 0 (g2 holds it)", n)
+	}
+	if ok, _ := s.FailMember(ctx, "b1", "m2", "g1", MemberError{Code: "X", Message: "late"}); ok {
+		t.Fatal("g1 failed a member it no longer holds")
+	}
+	if ok, _ := s.FailMember(ctx, "b1", "m2", "g2", MemberError{Code: "SANDBOX::X", Message: "boom"}); !ok {
+		t.Fatal("g2 could not fail its member")
+	}
+	got, errs, err := s.GetBatch(ctx, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Queued) != 1 || got.Queued["m3"] != "g1" {
+		t.Errorf("queued = %v, want m3 by g1", got.Queued)
+	}
+	if errs["m2"].Code != "SANDBOX::X" || len(errs) != 1 {
+		t.Errorf("errors = %v", errs)
+	}
+	if err := s.DeleteBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.GetBatch(ctx, "b1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted batch: %v", err)
+	}
+}
