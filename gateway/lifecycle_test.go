@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/runtimes/inprocess"
+	"github.com/sandgate/sandgate/test/testenv"
+)
+
+// The core beside itself: a Service on a real redis-server (test/testenv's) and the
+// in-process runtime (real agent API, real entrypoint processes), no Docker. Each test
+// runs in milliseconds to a few seconds.
+
+type testCore struct {
+	svc   *Service
+	store *store.Store
+	rt    *inprocess.Runtime
+}
+
+// newTestCore starts a Service with cfg on its own redis-server and in-process runtime.
+func newTestCore(t *testing.T, cfg Config) *testCore {
+	t.Helper()
+	r, err := testenv.StartRedis(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "t:", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	rt := inprocess.New()
+	t.Cleanup(func() { _ = rt.Close() })
+	pol, err := policy.New(ctx, policy.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(cfg, st, rt, pol, log)
+	svc.SetAdminKey("admin-key")
+	svc.Start(ctx)
+	t.Cleanup(svc.Stop)
+	return &testCore{svc: svc, store: st, rt: rt}
+}
+
+var admin = Caller{Tenant: DefaultTenant, Admin: true, KeyID: "admin"}
+
+func sleeper(timeout int64) CreateRequest {
+	return CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "600"}, Timeout: &timeout}
+}
+
+// wantCode fails unless err is an *Error with the given status and code.
+func wantCode(t *testing.T, err error, status int, code string) {
+	t.Helper()
+	e, ok := AsError(err)
+	if !ok || e.Status != status || (code != "" && e.Code != code) {
+		t.Fatalf("error = %v, want %d %s", err, status, code)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, cond, what)
+}
+
+// TestColdLifecycle: create, get, pause, resume, renew and delete, each reaching the runtime.
+func TestColdLifecycle(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status.State != StateRunning {
+		t.Fatalf("created in state %s", resp.Status.State)
+	}
+	inst, err := c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StateRunning {
+		t.Fatalf("runtime: %+v, %v", inst, err)
+	}
+	if got, err := c.svc.Get(ctx, admin, resp.ID); err != nil || got.ID != resp.ID {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	if err := c.svc.Pause(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "paused in the runtime", func() bool {
+		inst, _ := c.rt.Inspect(ctx, resp.ID)
+		return inst.State == runtimes.StatePaused
+	})
+	eventually(t, "the record paused", func() bool {
+		got, err := c.svc.Get(ctx, admin, resp.ID)
+		return err == nil && got.Status.State == StatePaused
+	})
+	if err := c.svc.Resume(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the record running again", func() bool {
+		got, err := c.svc.Get(ctx, admin, resp.ID)
+		return err == nil && got.Status.State == StateRunning
+	})
+	later := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if got, err := c.svc.Renew(ctx, admin, resp.ID, later); err != nil || !got.Equal(later) {
+		t.Fatalf("Renew = %s, %v", got, err)
+	}
+	if err := c.svc.Delete(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the runtime sandbox removed", func() bool {
+		_, err := c.rt.Inspect(ctx, resp.ID)
+		return errors.Is(err, runtimes.ErrNotFound)
+	})
+	if _, err := c.svc.Get(ctx, admin, resp.ID); err == nil {
+		t.Fatal("a deleted sandbox is still found")
+	} else {
+		wantCode(t, err, http.StatusNotFound, CodeNotFound)
+	}
+}
+
+// TestExpiryRemovesSandbox: the reaper removes a sandbox past its expiresAt, record and
+// runtime sandbox alike.
+func TestExpiryRemovesSandbox(t *testing.T) {
+	c := newTestCore(t, Config{MinTimeout: time.Second, ReapInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the expired sandbox removed from the runtime", func() bool {
+		_, err := c.rt.Inspect(ctx, resp.ID)
+		return errors.Is(err, runtimes.ErrNotFound)
+	})
+	eventually(t, "the expired record removed", func() bool {
+		_, err := c.svc.Get(ctx, admin, resp.ID)
+		return err != nil
+	})
+}
+
+// TestBadCreateChangesNothing: a create the core must refuse answers a 4xx with a code
+// and leaves neither a record nor a runtime sandbox.
+func TestBadCreateChangesNothing(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	neg, long := int64(-5), int64(10*365*24*3600)
+	tests := []struct {
+		name string
+		req  CreateRequest
+	}{
+		{"no image", CreateRequest{Entrypoint: []string{"sleep", "1"}}},
+		{"negative timeout", CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "1"}, Timeout: &neg}},
+		{"timeout past the maximum", CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "1"}, Timeout: &long}},
+		{"bad cpu", func() CreateRequest { r := sleeper(600); r.ResourceLimits = map[string]string{"cpu": "lots"}; return r }()},
+		{"bad metadata key", func() CreateRequest { r := sleeper(600); r.Metadata = map[string]string{"bad key!": "v"}; return r }()},
+		{"unknown pool", func() CreateRequest { r := sleeper(600); r.Extensions = map[string]string{"poolRef": "nope"}; return r }()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.svc.Create(ctx, admin, tt.req)
+			e, ok := AsError(err)
+			if !ok || e.Status < 400 || e.Status >= 500 || e.Code == "" {
+				t.Fatalf("Create = %v, want a 4xx with a code", err)
+			}
+		})
+	}
+	if list, _ := c.rt.List(ctx); len(list) != 0 {
+		t.Fatalf("refused creates left runtime sandboxes: %+v", list)
+	}
+	if n, _ := c.store.CountSandboxes(ctx, DefaultTenant); n != 0 {
+		t.Fatalf("refused creates left %d records", n)
+	}
+}
+
+// TestAdmissionQuota: a tenant at its concurrency quota is refused with a 429, and has
+// room again once one of its sandboxes is gone.
+func TestAdmissionQuota(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: "acme", Quotas: &store.Quotas{MaxConcurrent: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := c.svc.Authenticate(ctx, key.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.svc.Create(ctx, caller, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.svc.Create(ctx, caller, sleeper(600))
+	wantCode(t, err, http.StatusTooManyRequests, "")
+	if err := c.svc.Delete(ctx, caller, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "room in the quota again", func() bool {
+		_, err := c.svc.Create(ctx, caller, sleeper(600))
+		return err == nil
+	})
+	// Another tenant's caller does not see acme's sandbox.
+	if _, err := c.svc.Get(ctx, Caller{Tenant: "other", KeyID: "k", KeyRole: "member"}, first.ID); err == nil {
+		t.Fatal("another tenant reads acme's sandbox")
+	}
+}
+
+// TestClaimFromPool: the pool manager fills a pool with warm in-process sandboxes; a
+// create naming the pool claims one of them (no new runtime sandbox on the claim path),
+// applies its metadata, and the pool refills.
+func TestClaimFromPool(t *testing.T) {
+	c := newTestCore(t, Config{PoolInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+	tmpl := sleeper(600)
+	if _, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: "warm", Template: &tmpl,
+		CapacitySpec: store.Capacity{BufferMin: 2, BufferMax: 2, PoolMin: 0, PoolMax: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	available := func() int64 {
+		p, err := c.svc.GetPool(ctx, admin, "warm")
+		if err != nil {
+			return -1
+		}
+		return p.Status.Available
+	}
+	eventually(t, "two warm sandboxes", func() bool { return available() == 2 })
+	before, _ := c.rt.List(ctx)
+	req := sleeper(600)
+	req.Extensions = map[string]string{"poolRef": "warm"}
+	req.Metadata = map[string]string{"claimed": "yes"}
+	resp, err := c.svc.Create(ctx, admin, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, inst := range before {
+		found = found || inst.ID == resp.ID
+	}
+	if !found {
+		t.Fatalf("claimed %s, not one of the warm sandboxes %+v", resp.ID, before)
+	}
+	if resp.Metadata["claimed"] != "yes" {
+		t.Fatalf("claim metadata = %v", resp.Metadata)
+	}
+	eventually(t, "the pool refilled", func() bool { return available() == 2 })
+}
