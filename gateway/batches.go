@@ -153,9 +153,11 @@ func (s *Service) startColdMembers(caller Caller, b *store.Batch, tmpl, req Crea
 			if _, err := s.coldFromTemplate(ctx, caller, tmpl, req, id, b.ID); err != nil {
 				e := MemberError(err)
 				s.log.Warn("batch member failed", "batch", b.ID, "member", id, "code", e.Code, "err", err)
+				// false or an error leaves the member queued: a peer's takeover settles it.
 				_, _ = s.store.FailMember(ctx, b.ID, id, s.owner, e)
 				return
 			}
+			// As above: an unsettled member is settled by the takeover (takeover.go).
 			_, _ = s.store.FinishMember(ctx, b.ID, id, s.owner)
 			if _, _, err := s.store.GetBatch(ctx, b.ID); errors.Is(err, store.ErrNotFound) {
 				s.discard(ctx, id) // deleted while this member started
@@ -266,6 +268,8 @@ func (s *Service) DeleteBatch(ctx context.Context, caller Caller, id string) err
 				mu.Unlock()
 				return
 			}
+			// The container is gone: a record a store error leaves is marked Failed
+			// (CONTAINER_VANISHED) by the reconciler and cleaned up after FailedRetention.
 			_ = s.store.DeleteSandbox(ctx, rec.ID)
 			s.emit(ctx, rec, "sandbox.deleted", map[string]any{"key": caller.KeyID, "batch": b.ID})
 		}(rec)

@@ -98,7 +98,7 @@ func (s *Service) checkEnforcers(ctx context.Context, instances []runtimes.Insta
 	}
 	missing, err := rr.MissingEnforcers(ctx, instances)
 	if err != nil {
-		s.log.Debug("check egress enforcers", "err", err)
+		s.backgroundError("reconciler", "check egress enforcers", err)
 		return
 	}
 	if len(missing) == 0 {

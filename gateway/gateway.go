@@ -202,10 +202,19 @@ type Service struct {
 	watch watchHub
 	// crash is the state of crash-only recovery (takeover.go).
 	crash crashState
+	// failures counts the errors of background work (failures.go).
+	failures failureCounts
 
+	// Every goroutine the service starts is counted in wg (through spawn, or wg.Add
+	// from a goroutine already counted), so that Stop waits for all of them.
 	stopOnce sync.Once
 	stop     chan struct{}
-	wg       sync.WaitGroup
+	// stopCtx ends with Stop: the context of background work that outlives any request.
+	stopCtx    context.Context
+	cancelStop context.CancelFunc
+	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
+	spawnMu sync.Mutex
+	wg      sync.WaitGroup
 }
 
 // New builds a Service; call Start to run its background loops. pol decides access,
@@ -215,7 +224,9 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	if log == nil {
 		log = slog.Default()
 	}
+	stopCtx, cancelStop := context.WithCancel(context.Background())
 	return &Service{
+		stopCtx: stopCtx, cancelStop: cancelStop,
 		cfg:     cfg,
 		store:   st,
 		runtime: rt,
@@ -255,12 +266,12 @@ func (s *Service) Runtime() runtimes.Runtime { return s.runtime }
 func (s *Service) Start(ctx context.Context) {
 	s.runHeartbeat()
 	if err := s.Reconcile(ctx, true); err != nil {
-		s.log.Warn("startup reconciliation failed; the sync loop retries", "err", err)
+		s.backgroundError("reconciler", "startup reconciliation failed; the sync loop retries", err)
 	}
 	s.loop(s.cfg.ReapInterval, func(ctx context.Context) { s.reapOnce(ctx) })
 	s.loop(s.cfg.SyncInterval, func(ctx context.Context) {
 		if err := s.Reconcile(ctx, false); err != nil {
-			s.log.Debug("reconcile", "err", err)
+			s.backgroundError("reconciler", "reconcile with the runtime", err)
 		}
 	})
 	s.runPoolManager()
@@ -289,10 +300,37 @@ func (s *Service) loop(every time.Duration, fn func(context.Context)) {
 	}()
 }
 
-// Stop ends the background loops and waits for them.
+// spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
+// nothing and reports false. Work started from a request (not from a goroutine the
+// service already counts) goes through it.
+func (s *Service) spawn(fn func()) bool {
+	s.spawnMu.Lock()
+	defer s.spawnMu.Unlock()
+	select {
+	case <-s.stop:
+		return false
+	default:
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// Stop ends the background loops and waits for every goroutine the service started.
 func (s *Service) Stop() {
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.spawnMu.Lock()
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.cancelStop()
+	})
+	s.spawnMu.Unlock()
 	s.wg.Wait()
+	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
+	// given back lapses on its own (heartbeatTTL), and peers then take over as they
+	// would from a gateway that died.
 	_ = s.store.ReleaseLease(context.Background(), leaseName, s.owner)
 	_ = s.store.ReleaseLease(context.Background(), "pools", s.owner)
 	// What this gateway leaves queued is taken over at once, not after heartbeatTTL.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -21,6 +23,7 @@ import (
 // runs in milliseconds to a few seconds.
 
 type testCore struct {
+	redis *testenv.Redis
 	svc   *Service
 	store *store.Store
 	rt    *inprocess.Runtime
@@ -51,7 +54,7 @@ func newTestCore(t *testing.T, cfg Config) *testCore {
 	svc.SetAdminKey("admin-key")
 	svc.Start(ctx)
 	t.Cleanup(svc.Stop)
-	return &testCore{svc: svc, store: st, rt: rt}
+	return &testCore{redis: r, svc: svc, store: st, rt: rt}
 }
 
 var admin = Caller{Tenant: DefaultTenant, Admin: true, KeyID: "admin"}
@@ -255,4 +258,63 @@ func TestClaimFromPool(t *testing.T) {
 		t.Fatalf("claim metadata = %v", resp.Metadata)
 	}
 	eventually(t, "the pool refilled", func() bool { return available() == 2 })
+}
+
+// TestReconcilerFollowsTheRuntime: a sandbox that vanished from the runtime is marked
+// Failed, one that exited too, and a labelled sandbox without a record is adopted.
+func TestReconcilerFollowsTheRuntime(t *testing.T) {
+	c := newTestCore(t, Config{SyncInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+	gone, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exits := sleeper(600)
+	exits.Entrypoint = []string{"sh", "-c", "sleep 0.2; exit 7"}
+	exited, err := c.svc.Create(ctx, admin, exits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.rt.Delete(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	reason := func(id string) string {
+		got, err := c.svc.Get(ctx, admin, id)
+		if err != nil || got.Status.State != StateFailed {
+			return ""
+		}
+		return got.Status.Reason
+	}
+	eventually(t, "the vanished sandbox Failed", func() bool { return reason(gone.ID) == "CONTAINER_VANISHED" })
+	eventually(t, "the exited sandbox Failed", func() bool { return reason(exited.ID) == "EXITED" })
+
+	cluster, err := c.svc.clusterID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(time.Hour)
+	orphan := uuid.NewString()
+	if _, err := c.rt.Create(ctx, runtimes.Spec{ID: orphan, Tenant: DefaultTenant, Image: "sandgate/base:test",
+		Entrypoint: []string{"sleep", "600"}, AgentToken: "tok", CreatedAt: time.Now().Add(-time.Hour), ExpiresAt: &expires,
+		Labels: map[string]string{runtimes.LabelCluster: cluster}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the labelled sandbox adopted", func() bool {
+		got, err := c.svc.Get(ctx, admin, orphan)
+		return err == nil && got.Status.State == StateRunning
+	})
+	if n := c.svc.BackgroundErrors()["reconciler"]; n != 0 {
+		t.Errorf("the reconciler met %d errors on a healthy store and runtime", n)
+	}
+}
+
+// TestBackgroundErrorsAreCounted: with the store gone (the real redis-server stopped),
+// the reaper and the reconciler count their errors instead of dropping them.
+func TestBackgroundErrorsAreCounted(t *testing.T) {
+	c := newTestCore(t, Config{ReapInterval: 20 * time.Millisecond, SyncInterval: 20 * time.Millisecond})
+	c.redis.Stop()
+	eventually(t, "reaper and reconciler errors counted", func() bool {
+		n := c.svc.BackgroundErrors()
+		return n["reaper"] > 0 && n["reconciler"] > 0
+	})
 }

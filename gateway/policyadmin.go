@@ -205,10 +205,11 @@ func (s *Service) syncPolicy(ctx context.Context) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-s.stop; cancel() }()
+		ctx := s.stopCtx
 		reload := func() { s.loadPolicyOverrides(ctx) }
 		for ctx.Err() == nil {
+			// It returns when the subscription breaks (Redis went away) or Stop; the
+			// loop resubscribes, and the reload on (re)subscription catches up.
 			_ = s.store.SubscribePolicy(ctx, reload, reload)
 			select {
 			case <-ctx.Done():

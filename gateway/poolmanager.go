@@ -129,7 +129,7 @@ func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string
 	if len(stale) > 0 {
 		s.log.Info("replacing warm sandboxes", "pool", p.Name, "count", len(stale))
 		s.removeWarm(ctx, p, stale)
-		ready, _ = s.store.ReadyMembers(ctx, p.Tenant, p.Name)
+		ready, _ = s.store.ReadyMembers(ctx, p.Tenant, p.Name) // on an error CountPool below fails too and ends this pass
 	}
 	counts, err := s.store.CountPool(ctx, p.Tenant, p.Name)
 	if err != nil {

@@ -171,10 +171,8 @@ func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip imagePuller)
 		auth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
 	}
 	image := tmpl.Image.URI
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	s.spawn(func() {
+		ctx, cancel := context.WithTimeout(s.stopCtx, 30*time.Minute)
 		defer cancel()
 		err := ip.Pull(ctx, image, auth, func(p runtimes.PullProgress) {
 			s.pools.mu.Lock()
@@ -193,7 +191,7 @@ func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip imagePuller)
 			s.log.Warn("pool image pull failed", "pool", key, "image", image, "err", err)
 		}
 		s.kickPools()
-	}()
+	})
 }
 
 // poolPull is a copy of a pool's pull status (nil when it made none).
@@ -333,6 +331,9 @@ func (s *Service) removeWarm(ctx context.Context, p *store.Pool, ids []string) {
 		go func(id string) {
 			defer wg.Done()
 			defer func() { <-sem }()
+			// Best effort: the runtime delete below is what frees the sandbox; a store
+			// error here leaves at most a stale record of a deleted pool's member, which
+			// holds no runtime resource.
 			_, _ = s.store.RemoveWarm(ctx, p.Tenant, p.Name, id)
 			_ = s.store.DeleteSandbox(ctx, id)
 			if err := s.runtime.Delete(ctx, id); err != nil {

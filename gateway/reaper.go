@@ -68,11 +68,12 @@ func (s *Service) expiring(rec *store.Sandbox, now time.Time) bool {
 
 // reapOnce starts the removal of every sandbox whose expiry has passed.
 func (s *Service) reapOnce(ctx context.Context) {
-	if !s.holdLease(ctx) {
+	if !s.holdLease(ctx, "reaper") {
 		return
 	}
 	ids, err := s.store.ExpiredSandboxes(ctx, time.Now(), 256)
-	if err != nil || len(ids) == 0 {
+	if err != nil {
+		s.backgroundError("reaper", "list expired sandboxes", err)
 		return
 	}
 	for _, id := range ids {
@@ -95,6 +96,7 @@ func (s *Service) reapOnce(ctx context.Context) {
 func (s *Service) expire(ctx context.Context, id string) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.backgroundError("reaper", "read expired sandbox", err, "id", id)
 		return
 	}
 	// A sandbox still starting belongs to its create; it is reaped once that finishes (or
@@ -108,10 +110,12 @@ func (s *Service) expire(ctx context.Context, id string) {
 	}
 	s.routes.drop(id)
 	if err := s.runtime.Delete(ctx, id); err != nil {
-		s.log.Warn("reaper: remove expired sandbox", "id", id, "err", err)
+		s.backgroundError("reaper", "remove expired sandbox", err, "id", id)
 		return
 	}
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		// The next tick finds it again in the expiry index and retries.
+		s.backgroundError("reaper", "delete expired record", err, "id", id)
 		return
 	}
 	if sb != nil {

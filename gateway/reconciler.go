@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -16,7 +17,7 @@ const sweepEvery = 10
 // labels but have no record, removes expired orphans, marks records whose container
 // vanished or stopped as Failed, and cleans up Failed records after FailedRetention.
 func (s *Service) Reconcile(ctx context.Context, startup bool) error {
-	if !s.holdLease(ctx) {
+	if !s.holdLease(ctx, "reconciler") {
 		return nil
 	}
 	cluster, err := s.clusterID(ctx)
@@ -68,7 +69,7 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	// Leaked helpers are rare and listing them costs two engine calls: not every pass.
 	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok && (startup || s.reconciles.Add(1)%sweepEvery == 0) {
 		if n, err := sw.SweepHelpers(ctx); err != nil {
-			s.log.Debug("sweep helper containers", "err", err)
+			s.backgroundError("reconciler", "sweep helper containers", err)
 		} else if n > 0 {
 			s.log.Info("removed helper containers whose sandbox is gone", "count", n)
 		}
@@ -109,9 +110,11 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
 			return nil
 		})
-		if err == nil {
-			s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
+		if err != nil {
+			s.backgroundError("reconciler", "mark sandbox failed", err, "id", rec.ID)
+			return
 		}
+		s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
 		return
 	}
 	wantState := rec.State
@@ -121,7 +124,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 		wantState = StateRunning
 	}
 	if wantState != rec.State || (inst.Address != "" && inst.Address != rec.Address) {
-		_, _ = s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+		_, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
 			if sb.State != wantState {
 				sb.State, sb.LastTransitionAt = wantState, now
 			}
@@ -130,6 +133,9 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			}
 			return nil
 		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) { // deleted meanwhile: nothing to sync
+			s.backgroundError("reconciler", "sync record with the runtime", err, "id", rec.ID)
+		}
 	}
 }
 
@@ -152,12 +158,16 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	if expired || unowned || inst.State == runtimes.StateExited {
 		s.log.Info("removing orphaned sandbox container", "id", inst.ID, "expired", expired, "pool", inst.Pool, "state", inst.State)
 		if err := s.runtime.Delete(ctx, inst.ID); err != nil {
-			s.log.Warn("remove orphan", "id", inst.ID, "err", err)
+			s.backgroundError("reconciler", "remove orphan", err, "id", inst.ID)
 		}
 		return
 	}
 	full, err := s.runtime.Inspect(ctx, inst.ID)
+	if errors.Is(err, runtimes.ErrNotFound) {
+		return // gone since the list: nothing to adopt
+	}
 	if err != nil {
+		s.backgroundError("reconciler", "inspect a sandbox to adopt", err, "id", inst.ID)
 		return
 	}
 	inst = full
@@ -176,13 +186,16 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 		AccessToken: randomToken(24), Pool: inst.Pool,
 	}
 	if md := inst.Labels[labelMetadata]; md != "" {
-		_ = json.Unmarshal([]byte(md), &rec.Metadata)
+		if err := json.Unmarshal([]byte(md), &rec.Metadata); err != nil {
+			// Adopted without its metadata rather than left unowned.
+			s.backgroundError("reconciler", "read the metadata label of an adopted sandbox", err, "id", inst.ID)
+		}
 	}
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now
 	}
 	if err := s.store.CreateSandbox(ctx, rec, 0); err != nil {
-		s.log.Warn("adopt sandbox", "id", inst.ID, "err", err)
+		s.backgroundError("reconciler", "adopt sandbox", err, "id", inst.ID)
 		return
 	}
 	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
@@ -196,6 +209,6 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 func (s *Service) removeHalfMade(ctx context.Context, inst runtimes.Instance) {
 	s.log.Warn("removing a sandbox whose creation never finished (no enforcer running or no entrypoint started)", "id", inst.ID, "state", inst.State)
 	if err := s.runtime.Delete(ctx, inst.ID); err != nil {
-		s.log.Warn("remove half-made sandbox", "id", inst.ID, "err", err)
+		s.backgroundError("reconciler", "remove half-made sandbox", err, "id", inst.ID)
 	}
 }

@@ -208,10 +208,10 @@ func (s *Service) watchChanges() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-s.stop; cancel() }()
+		ctx := s.stopCtx
 		for ctx.Err() == nil {
 			// After a (re)subscription, live lists may have missed changes: they list again.
+			// It returns when the subscription breaks or Stop; the loop resubscribes.
 			_ = s.store.SubscribeChangesReady(ctx, s.watch.resyncAll, func(id string) {
 				s.routes.drop(id)
 				s.watch.notify(id)

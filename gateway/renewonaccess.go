@@ -44,7 +44,7 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	}
 	s.preview.activityMu.Unlock()
 	if due {
-		go s.onActivity(sb, rec)
+		s.spawn(func() { s.onActivity(sb, rec) })
 	}
 }
 
@@ -128,6 +128,8 @@ func (s *Service) runAccessLog() {
 func (s *Service) onActivity(sb *store.Sandbox, rec AccessRecord) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// Best effort: last activity only informs the TTL plugin and the console; the
+	// access event itself is queued and kept through an outage (runAccessLog).
 	_ = s.store.TouchActivity(ctx, sb.ID, time.Now())
 	if sb.Extensions[ExtensionRenewExtend] == "" || sb.ExpiresAt == nil {
 		return

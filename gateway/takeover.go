@@ -129,7 +129,10 @@ func (s *Service) retryGhosts(ctx context.Context) {
 		if err := s.store.DeleteSandbox(ctx, id); err != nil {
 			continue
 		}
-		_ = s.runtime.Delete(ctx, id)
+		if err := s.runtime.Delete(ctx, id); err != nil {
+			// Its container, if any, is an orphan now: the reconciler removes it.
+			s.log.Warn("remove the container of a create that failed while the store was unreachable", "id", id, "err", err)
+		}
 		s.log.Info("removed the record of a create that failed while the store was unreachable", "id", id)
 		s.crash.mu.Lock()
 		delete(s.crash.ghosts, id)
@@ -181,20 +184,20 @@ type batchWork struct {
 func (s *Service) takeOverBatches(ctx context.Context) {
 	ids, err := s.store.OpenBatches(ctx)
 	if err != nil {
+		s.backgroundError("reconciler", "list open batches", err)
 		return
 	}
 	for _, id := range ids {
 		b, _, err := s.store.GetBatch(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			_ = s.store.CloseBatch(ctx, id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && len(b.Queued) == 0) {
+			if err := s.store.CloseBatch(ctx, id); err != nil {
+				s.backgroundError("reconciler", "close a settled batch (the next pass retries)", err, "batch", id)
+			}
 			continue
 		}
 		if err != nil {
+			s.backgroundError("reconciler", "read an open batch", err, "batch", id)
 			return
-		}
-		if len(b.Queued) == 0 {
-			_ = s.store.CloseBatch(ctx, id)
-			continue
 		}
 		owners := make([]string, 0, len(b.Queued))
 		for _, o := range b.Queued {
@@ -202,6 +205,7 @@ func (s *Service) takeOverBatches(ctx context.Context) {
 		}
 		alive, err := s.store.Alive(ctx, owners)
 		if err != nil {
+			s.backgroundError("reconciler", "read the heartbeats of batch owners", err, "batch", id)
 			return
 		}
 		var take []string
@@ -212,20 +216,28 @@ func (s *Service) takeOverBatches(ctx context.Context) {
 			if rec, err := s.store.GetSandbox(ctx, member); err == nil {
 				if rec.State != StatePending {
 					// Made, its gateway died before it said so.
+					// false or an error: another gateway settled it, or the next pass retries.
 					_, _ = s.store.FinishMember(ctx, b.ID, member, owner)
 					continue
 				}
 				s.takeOverPending(ctx, rec, alive)
 			} else if !errors.Is(err, store.ErrNotFound) {
+				s.backgroundError("reconciler", "read a batch member", err, "batch", b.ID, "member", member)
 				continue
 			}
 			n, err := s.store.TakeMember(ctx, b.ID, member, owner, s.owner)
-			if err != nil || n == 0 {
+			if err != nil {
+				s.backgroundError("reconciler", "take over a batch member", err, "batch", b.ID, "member", member)
 				continue
+			}
+			if n == 0 {
+				continue // another gateway took it first
 			}
 			if n > maxTakeovers {
 				e := store.MemberError{Code: CodeGatewayLost, Message: fmt.Sprintf("the gateways making this member died %d times; it was given up", n-1)}
-				_, _ = s.store.FailMember(ctx, b.ID, member, s.owner, e)
+				if _, err := s.store.FailMember(ctx, b.ID, member, s.owner, e); err != nil {
+					s.backgroundError("reconciler", "fail a batch member given up", err, "batch", b.ID, "member", member)
+				}
 				continue
 			}
 			take = append(take, member)
@@ -241,7 +253,9 @@ func (s *Service) takeOverBatches(ctx context.Context) {
 		if err != nil {
 			for _, member := range take {
 				e := store.MemberError{Code: CodeGatewayLost, Message: "its gateway died and the batch's template could not be read back"}
-				_, _ = s.store.FailMember(ctx, b.ID, member, s.owner, e)
+				if _, err := s.store.FailMember(ctx, b.ID, member, s.owner, e); err != nil {
+					s.backgroundError("reconciler", "fail a batch member without work", err, "batch", b.ID, "member", member)
+				}
 			}
 			continue
 		}
