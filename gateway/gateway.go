@@ -23,7 +23,8 @@
 //	access.go        who may reach a sandbox's ports through the proxy
 //	accesstoken.go   the per-sandbox access header (sga1.<keyID>.<HMAC>) and its rotation
 //	publicaccess.go  publishing ports without credentials (sandbox.publish)
-//	previewlinks.go  signed preview links and cookies, and their keys
+//	previewlinks.go  signed preview links and cookies, and their keys (the signing
+//	                 itself is package gateway/linksign)
 //	previewdomain.go refusing a preview domain that shares a site with the console
 //	sessions.go      console sign-in sessions and CSRF
 //	renewonaccess.go proxied-request activity: access events and renew-on-access

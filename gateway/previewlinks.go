@@ -2,19 +2,14 @@ package gateway
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/linksign"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -93,42 +88,32 @@ func (s *Service) RotateLinkKeys(ctx context.Context, caller Caller) (string, er
 	return kid, nil
 }
 
-func linkMAC(key []byte, purpose, sandbox string, port int, exp int64) string {
-	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s|%s|%d|%d", purpose, sandbox, port, exp)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// signToken makes "kid.exp.mac", bound to purpose, sandbox, port and expiry.
+// signToken makes a linksign token bound to purpose, sandbox, port and expiry under the
+// current key.
 func (s *Service) signToken(ctx context.Context, purpose, sandbox string, port int, exp time.Time) (string, error) {
 	keys, cur, err := s.linkKeys(ctx)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s.%d.%s", cur, exp.Unix(), linkMAC(keys[cur], purpose, sandbox, port, exp.Unix())), nil
+	return linksign.Sign(cur, keys[cur], purpose, sandbox, port, exp), nil
 }
 
 // verifyToken checks a token made by signToken and returns its expiry.
 func (s *Service) verifyToken(ctx context.Context, purpose, token, sandbox string, port int) (time.Time, error) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "the link token is malformed")
-	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "the link token is malformed")
+	// A malformed token is refused before the keys are read (no store round trip).
+	if !linksign.WellFormed(token) {
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "%s", linksign.ErrMalformed.Error())
 	}
 	keys, _, err := s.linkKeys(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
-	key, ok := keys[parts[0]]
-	if !ok || !hmac.Equal([]byte(parts[2]), []byte(linkMAC(key, purpose, sandbox, port, exp))) {
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "the link is not valid for this sandbox and port (or its signing key was rotated out)")
-	}
-	expires := time.Unix(exp, 0)
-	if time.Now().After(expires) {
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkExpired, "the link expired at %s", expires.UTC().Format(time.RFC3339))
+	expires, err := linksign.Verify(keys, purpose, token, sandbox, port, time.Now())
+	switch {
+	case errors.Is(err, linksign.ErrExpired):
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkExpired, "%s", err.Error())
+	case err != nil:
+		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "%s", err.Error())
 	}
 	return expires, nil
 }
