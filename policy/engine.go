@@ -51,6 +51,9 @@ type Engine struct {
 	dir          string
 	logger       *slog.Logger
 	pollInterval time.Duration
+	// ticks, when set, is Watch's clock instead of a ticker of pollInterval: a test
+	// ticks it by hand and knows when a look has happened.
+	ticks <-chan time.Time
 
 	current atomic.Pointer[version]
 
@@ -418,13 +421,17 @@ func (e *Engine) Watch(ctx context.Context) {
 		return
 	}
 	last := "" // the first tick reloads if anything changed since New
-	ticker := time.NewTicker(e.pollInterval)
-	defer ticker.Stop()
+	tick := e.ticks
+	if tick == nil {
+		ticker := time.NewTicker(e.pollInterval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-tick:
 		}
 		fp, err := dirFingerprint(e.dir)
 		if err != nil {
