@@ -231,7 +231,11 @@ deny contains {"code": "OPS::IMAGE_FORBIDDEN", "message": "the code interpreter 
 	if err := os.WriteFile(filepath.Join(dir, "broken.rego"), []byte("package sandgate.admission\n\ndeny contains x if {\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // a reload attempt has happened and been refused
+	// The gateway says when it has tried the broken file and refused it: no guess of how long that takes.
+	waitFor(t, 30*time.Second, func() bool {
+		logs := g.proc.Logs()
+		return strings.Contains(logs, "policy refused") && strings.Contains(logs, "broken.rego")
+	}, "the broken policy file to be refused")
 	expectError(t, g.do("POST", "/v1/sandboxes", body), 403, "OPS::IMAGE_FORBIDDEN")
 	other := g.createSandbox(map[string]any{})
 	g.do("DELETE", "/v1/sandboxes/"+other, nil)
