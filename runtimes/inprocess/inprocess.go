@@ -294,32 +294,27 @@ func (r *Runtime) Delete(_ context.Context, id string) error {
 
 // Pause implements runtimes.Runtime: the main process group is stopped. The agent API
 // keeps answering (it lives in this process), unlike a frozen container's.
-func (r *Runtime) Pause(_ context.Context, id string) error {
-	sb, err := r.get(id)
-	if err != nil {
-		return err
-	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if err := sb.signal(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	sb.paused = true
-	return nil
-}
+func (r *Runtime) Pause(_ context.Context, id string) error { return r.freeze(id, true) }
 
 // Resume implements runtimes.Runtime.
-func (r *Runtime) Resume(_ context.Context, id string) error {
+func (r *Runtime) Resume(_ context.Context, id string) error { return r.freeze(id, false) }
+
+// freeze stops (SIGSTOP) or continues (SIGCONT) the sandbox's main process group.
+func (r *Runtime) freeze(id string, stop bool) error {
 	sb, err := r.get(id)
 	if err != nil {
 		return err
 	}
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if err := sb.signal(syscall.SIGCONT); err != nil {
+	if err := sb.signal(sig); err != nil {
 		return err
 	}
-	sb.paused = false
+	sb.paused = stop
 	return nil
 }
 
