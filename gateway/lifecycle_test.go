@@ -164,6 +164,7 @@ func TestBadCreateChangesNothing(t *testing.T) {
 		{"negative timeout", CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "1"}, Timeout: &neg}},
 		{"timeout past the maximum", CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "1"}, Timeout: &long}},
 		{"bad cpu", func() CreateRequest { r := sleeper(600); r.ResourceLimits = map[string]string{"cpu": "lots"}; return r }()},
+		{"cpu NaN", func() CreateRequest { r := sleeper(600); r.ResourceLimits = map[string]string{"cpu": "NaN"}; return r }()},
 		{"bad metadata key", func() CreateRequest { r := sleeper(600); r.Metadata = map[string]string{"bad key!": "v"}; return r }()},
 		{"unknown pool", func() CreateRequest { r := sleeper(600); r.Extensions = map[string]string{"poolRef": "nope"}; return r }()},
 	}
@@ -317,4 +318,32 @@ func TestBackgroundErrorsAreCounted(t *testing.T) {
 		n := c.svc.BackgroundErrors()
 		return n["reaper"] > 0 && n["reconciler"] > 0
 	})
+}
+
+// TestAdmissionCreateRate: a tenant's create bucket (one token every 1000 s, burst 1)
+// lets one create through and refuses the next with a 429 (CodeQuotaRate) before
+// anything is made.
+func TestAdmissionCreateRate(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: "slow", Quotas: &store.Quotas{CreateRate: 0.001, CreateBurst: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := c.svc.Authenticate(ctx, key.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.svc.Create(ctx, caller, sleeper(600)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.svc.Create(ctx, caller, sleeper(600))
+	wantCode(t, err, http.StatusTooManyRequests, CodeQuotaRate)
+	if n, _ := c.store.CountSandboxes(ctx, tenant.ID); n != 1 {
+		t.Fatalf("tenant holds %d sandboxes after a refused create, want 1", n)
+	}
 }

@@ -58,7 +58,7 @@ func ParseCPU(s string) (int64, error) {
 		return n, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) || f > 1024 {
+	if err != nil || math.IsNaN(f) || f <= 0 || math.IsInf(f, 0) || f > 1024 {
 		return 0, fmt.Errorf("cpu %q: want millicores like \"500m\" or cores like \"1\"", s)
 	}
 	return int64(math.Round(f * 1000)), nil
@@ -84,7 +84,7 @@ func ParseMemory(s string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) || f*float64(mult) > float64(1<<50) {
+	if err != nil || math.IsNaN(f) || f <= 0 || math.IsInf(f, 0) || f*float64(mult) > float64(1<<50) {
 		return 0, fmt.Errorf("memory %q: want a quantity like \"512Mi\" or \"2Gi\"", s)
 	}
 	bytes := int64(f * float64(mult))
