@@ -148,7 +148,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 
 // core is what outlives a config reload.
 type core struct {
-	stopPolicy context.CancelFunc
+	stopPolicy func()
 	store      *store.Store
 	storeKey   string
 	runtime    runtimes.Runtime
@@ -306,9 +306,16 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		releaseStore()
 		return nil, fmt.Errorf("load policy: %w", err)
 	}
-	polCtx, stopPolicy := context.WithCancel(bg)
-	if a.PolicyDir != "" {
-		go pol.Watch(polCtx)
+	// The watcher is stopped and waited for with the core (stopPolicy returns once it has ended).
+	polCtx, cancelPolicy := context.WithCancel(bg)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		pol.Watch(polCtx) // without a policy directory it only waits for polCtx
+	}()
+	stopPolicy := func() {
+		cancelPolicy()
+		<-watching
 	}
 	svc := gateway.New(gateway.Config{
 		MinTimeout:      time.Duration(a.MinTimeout),
