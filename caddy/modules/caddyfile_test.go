@@ -75,6 +75,25 @@ func TestCaddyfileGolden(t *testing.T) {
 	}
 }
 
+// TestGoldenCoversEverySetting: every_setting.caddyfile sets each setting of the table,
+// so the golden test covers every global option.
+func TestGoldenCoversEverySetting(t *testing.T) {
+	src, err := os.ReadFile("testdata/caddyfile/every_setting.caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	for _, l := range sandgateBlock(t, src) {
+		name, _, _ := strings.Cut(l, " ")
+		set[name] = true
+	}
+	for _, s := range settings {
+		if !set[s.name] {
+			t.Errorf("every_setting.caddyfile does not set %s", s.name)
+		}
+	}
+}
+
 // TestCaddyfileErrors: a Caddyfile mistake is refused at adapt time with the setting named.
 func TestCaddyfileErrors(t *testing.T) {
 	tests := []struct {
