@@ -27,6 +27,8 @@ require (
 	k8s.io/client-go v0.37.2
 )
 
+require github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
+
 require (
 	cel.dev/cel-go v0.32.0 // indirect
 	cel.dev/expr v0.25.3 // indirect
