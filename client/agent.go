@@ -202,7 +202,9 @@ type Result struct {
 	Results []map[string]any
 }
 
-// Handlers receive a stream's events as callbacks; any may be nil.
+// Handlers receive a stream's events as callbacks; any may be nil. For a command,
+// Stdout and Stderr get one line each, without its line ending; for a code cell, the
+// chunks as printed.
 type Handlers struct {
 	Stdout func(line string)
 	Stderr func(line string)
@@ -213,7 +215,7 @@ type Handlers struct {
 // sees each line as it comes. A command that exits non-zero is not an error: its code
 // is in Result.ExitCode.
 func (a *Agent) Run(ctx context.Context, cmd Command, h Handlers) (*Result, error) {
-	return collect(a.Stream(ctx, cmd), h)
+	return collect(a.Stream(ctx, cmd), h, true)
 }
 
 // Exec runs a shell command line with defaults and collects its output.
@@ -221,7 +223,13 @@ func (a *Agent) Exec(ctx context.Context, command string) (*Result, error) {
 	return a.Run(ctx, Command{Command: command}, Handlers{})
 }
 
-func collect(events iter.Seq2[OutputEvent, error], h Handlers) (*Result, error) {
+// collect gathers a stream; lineMode is true for commands, whose events carry one line
+// each without its line ending (code cells send chunks as printed).
+func collect(events iter.Seq2[OutputEvent, error], h Handlers, lineMode bool) (*Result, error) {
+	eol := ""
+	if lineMode {
+		eol = "\n"
+	}
 	res := &Result{ExitCode: -1}
 	var out, errOut strings.Builder
 	for ev, err := range events {
@@ -236,12 +244,12 @@ func collect(events iter.Seq2[OutputEvent, error], h Handlers) (*Result, error) 
 		case "init":
 			res.ID = ev.Text
 		case "stdout":
-			out.WriteString(ev.Text + "\n")
+			out.WriteString(ev.Text + eol)
 			if h.Stdout != nil {
 				h.Stdout(ev.Text)
 			}
 		case "stderr":
-			errOut.WriteString(ev.Text + "\n")
+			errOut.WriteString(ev.Text + eol)
 			if h.Stderr != nil {
 				h.Stderr(ev.Text)
 			}
@@ -332,7 +340,7 @@ func (a *Agent) RunInSession(ctx context.Context, sessionID string, cmd Command,
 	if cmd.Timeout > 0 {
 		body["timeout"] = cmd.Timeout.Milliseconds()
 	}
-	return collect(a.stream(ctx, "/session/"+url.PathEscape(sessionID)+"/run", body), h)
+	return collect(a.stream(ctx, "/session/"+url.PathEscape(sessionID)+"/run", body), h, true)
 }
 
 // DeleteSession ends a session.
@@ -392,7 +400,7 @@ func (a *Agent) StreamCode(ctx context.Context, contextID, language, code string
 // RunCode runs code to its end and collects its output; a raised exception is in
 // Result.Error, not the returned error.
 func (a *Agent) RunCode(ctx context.Context, contextID, language, code string, h Handlers) (*Result, error) {
-	res, err := collect(a.StreamCode(ctx, contextID, language, code), h)
+	res, err := collect(a.StreamCode(ctx, contextID, language, code), h, false)
 	if res != nil && res.Error != nil && res.Error.Name != "CommandExecError" {
 		res.ExitCode = 1
 	}
