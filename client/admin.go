@@ -127,7 +127,9 @@ type Batch struct {
 }
 
 // Done reports whether no member is still pending.
-func (b *Batch) Done() bool { return b.Summary.Pending == 0 && b.Summary.Running+b.Summary.Failed+b.Summary.Gone >= b.Count }
+func (b *Batch) Done() bool {
+	return b.Summary.Pending == 0 && b.Summary.Running+b.Summary.Failed+b.Summary.Gone >= b.Count
+}
 
 // CreateBatch starts a batch; its members become Running in the background.
 func (c *Client) CreateBatch(ctx context.Context, req BatchRequest) (*Batch, error) {

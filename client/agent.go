@@ -77,7 +77,9 @@ func (a *Agent) do(ctx context.Context, method, path string, q url.Values, body,
 }
 
 // Ping reports whether the agent answers.
-func (a *Agent) Ping(ctx context.Context) error { return a.do(ctx, http.MethodGet, "/ping", nil, nil, nil) }
+func (a *Agent) Ping(ctx context.Context) error {
+	return a.do(ctx, http.MethodGet, "/ping", nil, nil, nil)
+}
 
 // WaitReady polls Ping until the agent answers or ctx ends.
 func (a *Agent) WaitReady(ctx context.Context) error {

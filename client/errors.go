@@ -32,18 +32,18 @@ func (e *Error) Is(target error) bool {
 
 // Sentinel errors, one per stable code a program may want to branch on.
 var (
-	ErrNotFound         = &Error{Code: "SANDBOX::NOT_FOUND"}
-	ErrNotRunning       = &Error{Code: "SANDBOX::NOT_RUNNING"}
-	ErrNotPaused        = &Error{Code: "SANDBOX::NOT_PAUSED"}
-	ErrInvalidParameter = &Error{Code: "SANDBOX::INVALID_PARAMETER"}
+	ErrNotFound          = &Error{Code: "SANDBOX::NOT_FOUND"}
+	ErrNotRunning        = &Error{Code: "SANDBOX::NOT_RUNNING"}
+	ErrNotPaused         = &Error{Code: "SANDBOX::NOT_PAUSED"}
+	ErrInvalidParameter  = &Error{Code: "SANDBOX::INVALID_PARAMETER"}
 	ErrInvalidExpiration = &Error{Code: "SANDBOX::INVALID_EXPIRATION"}
-	ErrImageNotFound    = &Error{Code: "SANDBOX::IMAGE_NOT_FOUND"}
-	ErrMissingAPIKey    = &Error{Code: "MISSING_API_KEY"}
-	ErrInvalidAPIKey    = &Error{Code: "INVALID_API_KEY"}
-	ErrDenied           = &Error{Code: "POLICY::DENIED"}
-	ErrPolicyNotFound   = &Error{Code: "POLICY::NOT_FOUND"}
-	ErrStoreUnavailable = &Error{Code: "STORE::UNAVAILABLE"}
-	ErrUnreachable      = &Error{Code: "SANDBOX::UPSTREAM_UNREACHABLE"}
+	ErrImageNotFound     = &Error{Code: "SANDBOX::IMAGE_NOT_FOUND"}
+	ErrMissingAPIKey     = &Error{Code: "MISSING_API_KEY"}
+	ErrInvalidAPIKey     = &Error{Code: "INVALID_API_KEY"}
+	ErrDenied            = &Error{Code: "POLICY::DENIED"}
+	ErrPolicyNotFound    = &Error{Code: "POLICY::NOT_FOUND"}
+	ErrStoreUnavailable  = &Error{Code: "STORE::UNAVAILABLE"}
+	ErrUnreachable       = &Error{Code: "SANDBOX::UPSTREAM_UNREACHABLE"}
 )
 
 // errorFrom reads an error answer. Bodies that are not {code, message} (a proxy's page,
