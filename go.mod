@@ -27,7 +27,12 @@ require (
 	k8s.io/client-go v0.37.2
 )
 
-require github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
+require (
+	github.com/google/jsonschema-go v0.4.3 // indirect
+	github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+)
 
 require (
 	cel.dev/cel-go v0.32.0 // indirect
