@@ -61,7 +61,7 @@ func New(c *sandgate.Client, opts Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandgate", Title: "sandgate sandboxes", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Tools to run untrusted code in disposable, isolated Linux sandboxes. Create a sandbox once, " +
 			"reuse its sandbox_id for commands, code and files, and kill it when done. Outputs are capped; " +
-			"a cut is marked with \"[sandgate: … truncated …]\".",
+			"a cut is marked with \"[sandgate: N bytes truncated]\".",
 		SchemaCache: opts.SchemaCache,
 	})
 	t := &tools{c: c, opts: opts}

@@ -218,10 +218,11 @@ func setupBatch(cmd *cobra.Command) {
 				last := ""
 				started := time.Now()
 				b, err = c.WaitBatch(ctx, b.ID, func(b *sandgate.Batch) {
-					line := batchProgress(b, time.Since(started))
+					line := batchProgress(b)
 					if tty {
-						fmt.Fprint(cmd.ErrOrStderr(), "\r"+line)
+						fmt.Fprintf(cmd.ErrOrStderr(), "\r%s (%s)", line, time.Since(started).Round(time.Second))
 					} else if line != last {
+						// Not a terminal: one line per change, not per look.
 						fmt.Fprintln(cmd.ErrOrStderr(), line)
 					}
 					last = line
@@ -276,15 +277,15 @@ func setupBatch(cmd *cobra.Command) {
 }
 
 // batchProgress is one line of `batch create`'s live progress.
-func batchProgress(b *sandgate.Batch, elapsed time.Duration) string {
+func batchProgress(b *sandgate.Batch) string {
 	const width = 30
 	done := b.Summary.Running + b.Summary.Failed + b.Summary.Gone
 	n := 0
 	if b.Count > 0 {
 		n = min(done*width/b.Count, width)
 	}
-	return fmt.Sprintf("[%s%s] %d/%d running, %d pending, %d failed (%s)", strings.Repeat("=", n), strings.Repeat(" ", width-n),
-		b.Summary.Running, b.Count, b.Summary.Pending, b.Summary.Failed, elapsed.Round(time.Second))
+	return fmt.Sprintf("[%s%s] %d/%d running, %d pending, %d failed", strings.Repeat("=", n), strings.Repeat(" ", width-n),
+		b.Summary.Running, b.Count, b.Summary.Pending, b.Summary.Failed)
 }
 
 func setupPlugin(cmd *cobra.Command) {

@@ -165,6 +165,9 @@ func setupSandbox(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
+			if sb.Image == nil {
+				sb.Image = req.Image // the create answer does not repeat it
+			}
 			return g.print(cmd.OutOrStdout(), sb, sandboxTable([]sandgate.Sandbox{*sb}))
 		},
 	}
