@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -249,6 +250,22 @@ func TestCLI(t *testing.T) {
 		case <-time.After(time.Minute):
 			cmd.Process.Kill()
 			t.Fatal("the shell did not end")
+		}
+	})
+
+	t.Run("exec -i", func(t *testing.T) {
+		cmd := c.command("", "exec", "-i", sb.ID, "--", "sh", "-c", "read x; echo got-$x; exit 4")
+		cmd.Stdin = nil
+		ptmx, err := pty.Start(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ptmx.Close()
+		ptmx.Write([]byte("abc\n"))
+		out, _ := io.ReadAll(ptmx) // ends with EIO once the client exited
+		var exitErr *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exitErr) || exitErr.ExitCode() != 4 || !strings.Contains(string(out), "got-abc") {
+			t.Fatalf("exec -i: %v, output %q; want exit 4 and got-abc", err, out)
 		}
 	})
 

@@ -346,6 +346,19 @@ func TestGoSDKAgent(t *testing.T) {
 			t.Fatalf("exit code = %d, %v; want 5", code, ok)
 		}
 		term.Close()
+
+		sleeper, err := a.OpenPTY(ctx, sandgate.PTYRequest{Command: "sleep 300"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.DeletePTY(context.Background(), sleeper.ID)
+		if err := sleeper.Signal("SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, sleeper)
+		if code, ok := sleeper.ExitCode(); !ok || code == 0 {
+			t.Fatalf("killed terminal: exit code %d, %v; want a non-zero one", code, ok)
+		}
 	})
 
 	t.Run("metrics", func(t *testing.T) {
@@ -381,6 +394,12 @@ func TestGoSDKAgent(t *testing.T) {
 		}
 		if st, _ = eg.Get(ctx); st == nil || st.Policy == nil || st.Policy.DefaultAction != "deny" || len(st.Policy.Egress) != 0 {
 			t.Fatalf("after replace: %+v", st)
+		}
+		// The egress API answers errors in plain text; they still come back typed.
+		err = eg.Replace(ctx, sandgate.NetworkPolicy{DefaultAction: "sometimes"})
+		var apiErr *sandgate.Error
+		if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Code == "" || apiErr.Message == "" {
+			t.Fatalf("invalid egress policy: %#v, want a typed 400", err)
 		}
 	})
 }
@@ -577,4 +596,3 @@ func buildNoopPlugin(t testing.TB) []byte {
 	}
 	return b
 }
-
