@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -167,11 +166,7 @@ func (t *Terminal) ExitCode() (code int, ok bool) {
 
 // Close detaches; the terminal keeps running (DeletePTY ends it).
 func (t *Terminal) Close() error {
-	err := t.conn.Close(websocket.StatusNormalClosure, "")
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return nil
+	return t.conn.Close(websocket.StatusNormalClosure, "")
 }
 
 // DeletePTY ends a terminal and its process.

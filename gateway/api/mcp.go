@@ -119,9 +119,10 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	rw := &pipeResponse{header: http.Header{}, body: pw, ready: make(chan struct{})}
 	go func() {
 		defer func() {
-			if p := recover(); p != nil && p != http.ErrAbortHandler {
-				pw.CloseWithError(errors.New("gateway handler panicked"))
-				rw.ensureHeader(http.StatusInternalServerError)
+			if p := recover(); p != nil {
+				// ErrAbortHandler too: the answer was cut, the reader must see an error.
+				rw.ensureHeader(http.StatusBadGateway)
+				pw.CloseWithError(errors.New("gateway handler aborted the answer"))
 				return
 			}
 			rw.ensureHeader(http.StatusOK)
