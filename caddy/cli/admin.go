@@ -579,12 +579,13 @@ func setupEvents(cmd *cobra.Command) {
 	g := addGlobal(cmd)
 	var follow, newest bool
 	var types, exclude []string
-	var sandbox, tenant string
+	var sandbox, tenant, cursor string
 	var limit int
 	cmd.Long = "Prints your tenant's audit events (sandbox lifecycle, commands, file writes, previews, policy decisions)."
 	cmd.Example = `  sandgate events --newest --limit 20
   sandgate events --follow --type sandbox.created,sandbox.deleted
-  sandgate events --sandbox 3f6c… -o json`
+  sandgate events --sandbox 3f6c… -o json
+  sandgate events --follow --after 1764606093123-0   # resume after the last id seen`
 	cmd.Args = cobra.NoArgs
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	cmd.Flags().BoolVar(&newest, "newest", false, "newest first")
@@ -593,6 +594,7 @@ func setupEvents(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&sandbox, "sandbox", "", "only this sandbox's events")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "another tenant's events (admins)")
 	cmd.Flags().IntVar(&limit, "limit", 100, "events per page")
+	cmd.Flags().StringVar(&cursor, "after", "", "start after this event id (with --follow: resume a stream without a gap)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := g.client()
 		if err != nil {
@@ -600,7 +602,7 @@ func setupEvents(cmd *cobra.Command) {
 		}
 		ctx, cancel := signalContext()
 		defer cancel()
-		q := sandgate.EventQuery{Tenant: tenant, Sandbox: sandbox, Types: types, Exclude: exclude, Limit: limit, Newest: newest}
+		q := sandgate.EventQuery{Tenant: tenant, Sandbox: sandbox, Types: types, Exclude: exclude, Limit: limit, Newest: newest, Cursor: cursor}
 		out := cmd.OutOrStdout()
 		line := func(ev sandgate.Event) {
 			switch g.output {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -373,7 +375,34 @@ func TestCLI(t *testing.T) {
 		if out := c.ok("plugin", "ls"); !strings.Contains(out, "cli-noop") {
 			t.Fatalf("plugin ls:\n%s", out)
 		}
+		if out := c.ok("plugin", "get", "cli-noop", "-o", "yaml"); !strings.Contains(out, "name: cli-noop") {
+			t.Fatalf("plugin get:\n%s", out)
+		}
 		c.ok("plugin", "rm", "cli-noop")
+		rego := filepath.Join(t.TempDir(), "cli_extra.rego")
+		os.WriteFile(rego, []byte("package sandgate.cliextra\n\nmarker := true\n"), 0o644)
+		if out := c.ok("policy", "push", rego); !strings.Contains(out, "in force") {
+			t.Fatalf("policy push: %q", out)
+		}
+		var pushed struct{ Overrides []string }
+		c.okJSON(&pushed, "policy", "get")
+		if !slices.Contains(pushed.Overrides, "cli_extra.rego") {
+			t.Fatalf("pushed module not in force: %+v", pushed)
+		}
+		os.WriteFile(rego, []byte("package"), 0o644)
+		if _, errOut, code := c.run("", "policy", "push", rego); code == 0 || !strings.Contains(errOut, "POLICY") {
+			t.Fatalf("push of a broken module: exit %d, %q", code, errOut)
+		}
+		g.do("DELETE", "/v1/policy/overrides?module=cli_extra.rego", nil)
+		c.ok("tenant", "edit", tenant.ID, "--max-concurrent", "6")
+		var tget struct{ Quotas struct{ MaxConcurrent int } }
+		c.okJSON(&tget, "tenant", "get", tenant.ID)
+		if tget.Quotas.MaxConcurrent != 6 {
+			t.Fatalf("tenant after edit: %+v", tget)
+		}
+		if out := c.ok("tenant", "ls"); !strings.Contains(out, tenant.ID) {
+			t.Fatalf("tenant ls:\n%s", out)
+		}
 		out := c.ok("events", "--type", "sandbox.created")
 		if !strings.Contains(out, "sandbox.created") || !strings.Contains(out, sb.ID) {
 			t.Fatalf("events:\n%s", out)
@@ -381,7 +410,36 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("rm", func(t *testing.T) {
+		// From the newest event on: the removal cannot slip in before the stream starts.
+		var newest struct{ Items []struct{ ID string } }
+		c.okJSON(&newest, "events", "--newest", "--limit", "1")
+		if len(newest.Items) != 1 {
+			t.Fatalf("no newest event: %+v", newest)
+		}
+		follow := c.command("", "events", "--follow", "--after", newest.Items[0].ID, "--type", "sandbox.deleted", "-o", "json")
+		stdout, err := follow.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := follow.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { follow.Process.Kill(); follow.Wait() }()
+		got := make(chan string, 1)
+		go func() {
+			line, _ := bufio.NewReader(stdout).ReadString('\n')
+			got <- line
+		}()
 		c.ok("sandbox", "rm", sb.ID)
+		select {
+		case line := <-got:
+			var ev struct{ Type, SandboxID string }
+			if json.Unmarshal([]byte(line), &ev) != nil || ev.Type != "sandbox.deleted" || ev.SandboxID != sb.ID {
+				t.Fatalf("followed event %q", line)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("events --follow printed nothing for the removal")
+		}
 		_, errOut, code := c.run("", "exec", sb.ID, "--", "true")
 		if code == 0 || !strings.Contains(errOut, "SANDBOX::NOT_FOUND") {
 			t.Fatalf("exec in a removed sandbox: exit %d, %q", code, errOut)
