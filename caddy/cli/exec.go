@@ -61,6 +61,8 @@ are quoted into one. With -i the command runs in a pseudo-terminal attached to y
   sandgate exec -i 3f6c… -- python3`
 	cmd.Args = cobra.MinimumNArgs(2)
 	cmd.ValidArgsFunction = g.completeSandboxIDs
+	// Flags end at the sandbox id: `sandgate exec <id> ls -l` passes -l to ls.
+	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "run in a pseudo-terminal attached to this one")
 	cmd.Flags().StringVarP(&cwd, "workdir", "w", "", "working directory")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
@@ -80,7 +82,14 @@ are quoted into one. With -i the command runs in a pseudo-terminal attached to y
 		if err != nil {
 			return err
 		}
-		line := shellQuote(args[1:])
+		command := args[1:]
+		if command[0] == "--" { // kept as an argument once flags stopped at the id
+			command = command[1:]
+		}
+		if len(command) == 0 {
+			return errors.New("exec: no command after --")
+		}
+		line := shellQuote(command)
 		if interactive {
 			code, err := runTerminal(ctx, a, sandgate.PTYRequest{Command: line, Cwd: cwd})
 			if err != nil {

@@ -157,6 +157,9 @@ func TestCLI(t *testing.T) {
 		if out := c.ok("exec", "-w", "/tmp", "-e", "A=b c", sb.ID, "--", "sh", "-c", `echo "$PWD $A"`); out != "/tmp b c\n" {
 			t.Fatalf("exec -w -e: %q", out)
 		}
+		if out := c.ok("exec", sb.ID, "ls", "-d", "/tmp"); out != "/tmp\n" {
+			t.Fatalf("exec without --: %q", out)
+		}
 		if _, _, code := c.run("", "exec", sb.ID, "--", "false"); code != 1 {
 			t.Fatalf("exec false: exit %d", code)
 		}
