@@ -38,6 +38,9 @@ func main() {
 		fmt.Printf("sandgate %s (Caddy %s)\n", gateway.Version, full)
 		return
 	}
+	// Help, usage lines and the shell completions (`sandgate completion bash`) name the
+	// binary as users call it.
+	caddy.CustomBinaryName = "sandgate"
 	if err := useDefaultCaddyfile(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandgate:", err)
 		os.Exit(1)

@@ -12,6 +12,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/sandgate/sandgate/caddy/cli"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -44,6 +45,7 @@ package and name as a default one replaces it.
 			// Usage after an evaluation failure would hide the error that matters.
 			cmd.SilenceUsage = true
 			cmd.AddCommand(policyTestCommand(), policyEvalCommand())
+			cmd.AddCommand(cli.PolicyRemoteCommands()...)
 		},
 	})
 }

@@ -31,6 +31,7 @@ type Handler struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	forward Forward
+	mcp     *mcpHandler
 }
 
 // route is one registered endpoint; the table is also what the OpenAPI test checks.
@@ -52,6 +53,7 @@ func New(svc *gateway.Service, opts Options) *Handler {
 		opts.Logger = slog.Default()
 	}
 	h := &Handler{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	h.mcp = &mcpHandler{h: h}
 	h.forward = opts.Forward
 	if h.forward == nil {
 		h.forward = NewForward(h.upstreamError)
@@ -128,6 +130,10 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/policy/eval", handler: h.evalPolicy, action: "policy.read"},
 		{method: "POST", path: "/policy/test", handler: h.testPolicy, action: "policy.read"},
 		{method: "DELETE", path: "/policy/overrides", handler: h.resetPolicy, action: "policy.write"},
+		// MCP over streamable HTTP; each tool call goes through the routes above (mcp.go).
+		{method: "POST", path: "/mcp", handler: h.serveMCP, own: true},
+		{method: "GET", path: "/mcp", handler: h.serveMCP, own: true},
+		{method: "DELETE", path: "/mcp", handler: h.serveMCP, own: true},
 		{method: "", path: "/sandboxes/{id}/proxy/{port}", handler: h.serveProxyPath, own: true},
 		{method: "", path: "/sandboxes/{id}/proxy/{port}/{path...}", handler: h.serveProxyPath, own: true},
 	}

@@ -1,0 +1,519 @@
+package sandgate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Capacity sizes a pool: it keeps between BufferMin and BufferMax ready sandboxes, and
+// between PoolMin and PoolMax in all.
+type Capacity struct {
+	BufferMin int `json:"bufferMin"`
+	BufferMax int `json:"bufferMax"`
+	PoolMin   int `json:"poolMin"`
+	PoolMax   int `json:"poolMax"`
+}
+
+// PoolRequest creates or replaces a pool.
+type PoolRequest struct {
+	Name         string        `json:"name"`
+	Template     CreateRequest `json:"template"`
+	CapacitySpec Capacity      `json:"capacitySpec"`
+}
+
+// PoolStatus counts a pool's sandboxes.
+type PoolStatus struct {
+	Total     int `json:"total"`
+	Allocated int `json:"allocated"`
+	Available int `json:"available"`
+	Starting  int `json:"starting"`
+}
+
+// Pool is a pool of warm sandboxes.
+type Pool struct {
+	Name         string        `json:"name"`
+	Template     CreateRequest `json:"template"`
+	CapacitySpec Capacity      `json:"capacitySpec"`
+	Status       PoolStatus    `json:"status"`
+	CreatedAt    time.Time     `json:"createdAt"`
+	UpdatedAt    time.Time     `json:"updatedAt"`
+}
+
+// CreatePool creates a pool.
+func (c *Client) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error) {
+	var p Pool
+	if err := c.do(ctx, http.MethodPost, "/pools", nil, req, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// UpdatePool replaces a pool's template and capacity.
+func (c *Client) UpdatePool(ctx context.Context, req PoolRequest) (*Pool, error) {
+	var p Pool
+	if err := c.do(ctx, http.MethodPut, "/pools/"+url.PathEscape(req.Name), nil, req, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// GetPool returns one pool.
+func (c *Client) GetPool(ctx context.Context, name string) (*Pool, error) {
+	var p Pool
+	if err := c.do(ctx, http.MethodGet, "/pools/"+url.PathEscape(name), nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ListPools returns the caller's pools.
+func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
+	var out struct {
+		Items []Pool `json:"items"`
+	}
+	err := c.do(ctx, http.MethodGet, "/pools", nil, nil, &out)
+	return out.Items, err
+}
+
+// DeletePool removes a pool and its idle sandboxes.
+func (c *Client) DeletePool(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/pools/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// BatchRequest asks for Count sandboxes at once, from a pool or from a template.
+type BatchRequest struct {
+	Count      int               `json:"count"`
+	PoolRef    string            `json:"poolRef,omitempty"`
+	Template   *CreateRequest    `json:"template,omitempty"`
+	Timeout    *int64            `json:"timeout,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+}
+
+// BatchMember is one sandbox of a batch.
+type BatchMember struct {
+	ID     string `json:"id"`
+	Source string `json:"source,omitempty"` // "pool" or "cold"
+	Status Status `json:"status"`
+}
+
+// BatchSummary counts a batch's members by state.
+type BatchSummary struct {
+	Running int `json:"running"`
+	Pending int `json:"pending"`
+	Failed  int `json:"failed"`
+	Gone    int `json:"gone"`
+}
+
+// Batch is a group of sandboxes created together.
+type Batch struct {
+	ID        string        `json:"id"`
+	Count     int           `json:"count"`
+	PoolRef   string        `json:"poolRef,omitempty"`
+	Members   []BatchMember `json:"members"`
+	Summary   BatchSummary  `json:"summary"`
+	CreatedAt time.Time     `json:"createdAt"`
+}
+
+// Done reports whether no member is still pending.
+func (b *Batch) Done() bool {
+	return b.Summary.Pending == 0 && b.Summary.Running+b.Summary.Failed+b.Summary.Gone >= b.Count
+}
+
+// CreateBatch starts a batch; its members become Running in the background.
+func (c *Client) CreateBatch(ctx context.Context, req BatchRequest) (*Batch, error) {
+	var b Batch
+	if err := c.do(ctx, http.MethodPost, "/batches", nil, req, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// GetBatch returns a batch with its members' current states.
+func (c *Client) GetBatch(ctx context.Context, id string) (*Batch, error) {
+	var b Batch
+	if err := c.do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, nil, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// DeleteBatch removes a batch and its sandboxes.
+func (c *Client) DeleteBatch(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/batches/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// WaitBatch polls a batch until no member is pending, calling progress (may be nil)
+// after every look.
+func (c *Client) WaitBatch(ctx context.Context, id string, progress func(*Batch)) (*Batch, error) {
+	for {
+		b, err := c.GetBatch(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			progress(b)
+		}
+		if b.Done() {
+			return b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return b, ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// Quotas bound what a tenant may use.
+type Quotas struct {
+	MaxConcurrent      int      `json:"maxConcurrent,omitempty"`
+	MaxCPUMillis       int64    `json:"maxCpuMillis,omitempty"`
+	MaxMemoryBytes     int64    `json:"maxMemoryBytes,omitempty"`
+	MaxTimeoutSeconds  int64    `json:"maxTimeoutSeconds,omitempty"`
+	MaxBatchSize       int      `json:"maxBatchSize,omitempty"`
+	AllowedImages      []string `json:"allowedImages,omitempty"`
+	CreateRate         float64  `json:"createRate,omitempty"`
+	CreateBurst        float64  `json:"createBurst,omitempty"`
+	Runtime            string   `json:"runtime,omitempty"`
+	DefaultCPUMillis   int64    `json:"defaultCpuMillis,omitempty"`
+	DefaultMemoryBytes int64    `json:"defaultMemoryBytes,omitempty"`
+}
+
+// Tenant is an isolated customer of the gateway.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Quotas    Quotas    `json:"quotas"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// TenantRequest creates or changes a tenant.
+type TenantRequest struct {
+	Name   string  `json:"name,omitempty"`
+	Quotas *Quotas `json:"quotas,omitempty"`
+}
+
+// Key is an API key; Key (the secret) is set only in the answer that created it.
+type Key struct {
+	ID        string    `json:"id"`
+	Key       string    `json:"key,omitempty"`
+	Role      string    `json:"role"`
+	Tenant    string    `json:"tenant"`
+	Prefix    string    `json:"prefix"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Key roles.
+const (
+	RoleAdmin       = "admin"
+	RoleTenantAdmin = "tenant-admin"
+	RoleMember      = "member"
+	RoleViewer      = "viewer"
+)
+
+// CreateTenant creates a tenant (platform admins only).
+func (c *Client) CreateTenant(ctx context.Context, req TenantRequest) (*Tenant, error) {
+	var t Tenant
+	if err := c.do(ctx, http.MethodPost, "/tenants", nil, req, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// ListTenants lists the tenants.
+func (c *Client) ListTenants(ctx context.Context) ([]Tenant, error) {
+	var out struct {
+		Items []Tenant `json:"items"`
+	}
+	err := c.do(ctx, http.MethodGet, "/tenants", nil, nil, &out)
+	return out.Items, err
+}
+
+// GetTenant returns one tenant.
+func (c *Client) GetTenant(ctx context.Context, id string) (*Tenant, error) {
+	var t Tenant
+	if err := c.do(ctx, http.MethodGet, "/tenants/"+url.PathEscape(id), nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// UpdateTenant changes a tenant's name or quotas.
+func (c *Client) UpdateTenant(ctx context.Context, id string, req TenantRequest) (*Tenant, error) {
+	var t Tenant
+	if err := c.do(ctx, http.MethodPatch, "/tenants/"+url.PathEscape(id), nil, req, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// CreateKey issues a key of role for a tenant; the answer is the only time its secret is shown.
+func (c *Client) CreateKey(ctx context.Context, tenant, role string) (*Key, error) {
+	var k Key
+	if err := c.do(ctx, http.MethodPost, "/tenants/"+url.PathEscape(tenant)+"/keys", nil, map[string]string{"role": role}, &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+// ListKeys lists a tenant's keys (without their secrets).
+func (c *Client) ListKeys(ctx context.Context, tenant string) ([]Key, error) {
+	var out struct {
+		Items []Key `json:"items"`
+	}
+	err := c.do(ctx, http.MethodGet, "/tenants/"+url.PathEscape(tenant)+"/keys", nil, nil, &out)
+	return out.Items, err
+}
+
+// RevokeKey revokes one key.
+func (c *Client) RevokeKey(ctx context.Context, tenant, keyID string) error {
+	return c.do(ctx, http.MethodDelete, "/tenants/"+url.PathEscape(tenant)+"/keys/"+url.PathEscape(keyID), nil, nil, nil)
+}
+
+// PolicyModule is one Rego module in force.
+type PolicyModule struct {
+	Name      string `json:"name"`
+	Package   string `json:"package"`
+	Origin    string `json:"origin"` // default, operator or override
+	Overrides string `json:"overrides,omitempty"`
+	Source    string `json:"source"`
+}
+
+// Policy is the Rego policy in force.
+type Policy struct {
+	Version   string         `json:"version"`
+	Modules   []PolicyModule `json:"modules"`
+	Tests     []PolicyModule `json:"tests,omitempty"`
+	Data      map[string]any `json:"data,omitempty"`
+	Overrides []string       `json:"overrides,omitempty"`
+}
+
+// GetPolicy returns the policy in force.
+func (c *Client) GetPolicy(ctx context.Context) (*Policy, error) {
+	var p Policy
+	if err := c.do(ctx, http.MethodGet, "/policy", nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// PushPolicy replaces the named modules (name → Rego source) on every gateway.
+func (c *Client) PushPolicy(ctx context.Context, modules map[string]string) (*Policy, error) {
+	var p Policy
+	if err := c.do(ctx, http.MethodPut, "/policy", nil, map[string]any{"modules": modules}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ResetPolicy drops the override of one module ("" drops all).
+func (c *Client) ResetPolicy(ctx context.Context, module string) (*Policy, error) {
+	var p Policy
+	var q url.Values
+	if module != "" {
+		q = url.Values{"module": {module}}
+	}
+	if err := c.do(ctx, http.MethodDelete, "/policy/overrides", q, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// EvalPolicy evaluates one decision (access, admission, egress or a query) against
+// input, with modules (may be nil) in place of the ones in force. The answer is the
+// server's JSON.
+func (c *Client) EvalPolicy(ctx context.Context, decision string, input any, modules map[string]string) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodPost, "/policy/eval", nil, map[string]any{"decision": decision, "input": input, "modules": modules}, &out)
+	return out, err
+}
+
+// TestPolicy runs the Rego unit tests of the policy in force with modules (may be nil)
+// in place of the ones they name. The answer is the server's JSON report.
+func (c *Client) TestPolicy(ctx context.Context, modules map[string]string) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodPost, "/policy/test", nil, map[string]any{"modules": modules}, &out)
+	return out, err
+}
+
+// PluginConfig configures an uploaded plugin.
+type PluginConfig struct {
+	Hooks    []string       `json:"hooks"`
+	Limits   map[string]any `json:"limits,omitempty"`
+	Settings map[string]any `json:"settings,omitempty"`
+}
+
+// Plugin is an installed WASM plugin.
+type Plugin struct {
+	Name      string         `json:"name"`
+	Version   string         `json:"version"`
+	Hash      string         `json:"hash"`
+	Hooks     []string       `json:"hooks"`
+	Limits    map[string]any `json:"limits,omitempty"`
+	Settings  map[string]any `json:"settings,omitempty"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+	Loaded    bool           `json:"loaded"`
+	LoadError string         `json:"loadError,omitempty"`
+	Stats     map[string]any `json:"stats,omitempty"`
+}
+
+// PushPlugin installs or replaces a plugin from its WASM bytes.
+func (c *Client) PushPlugin(ctx context.Context, name string, module []byte, cfg PluginConfig) (*Plugin, error) {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("module", name+".wasm")
+	_, _ = fw.Write(module)
+	cw, _ := mw.CreateFormField("config")
+	_ = json.NewEncoder(cw).Encode(cfg)
+	_ = mw.Close()
+	req, err := c.newRequest(ctx, http.MethodPut, c.url("/v1/plugins/"+url.PathEscape(name), nil), &body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var p Plugin
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		return nil, fmt.Errorf("sandgate: push plugin: %w", err)
+	}
+	return &p, nil
+}
+
+// ListPlugins lists the installed plugins.
+func (c *Client) ListPlugins(ctx context.Context) ([]Plugin, error) {
+	var out struct {
+		Items []Plugin `json:"items"`
+	}
+	err := c.do(ctx, http.MethodGet, "/plugins", nil, nil, &out)
+	return out.Items, err
+}
+
+// GetPlugin returns one plugin with its statistics.
+func (c *Client) GetPlugin(ctx context.Context, name string) (*Plugin, error) {
+	var p Plugin
+	if err := c.do(ctx, http.MethodGet, "/plugins/"+url.PathEscape(name), nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// DeletePlugin uninstalls a plugin.
+func (c *Client) DeletePlugin(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/plugins/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// Event is one entry of a tenant's audit stream.
+type Event struct {
+	ID        string         `json:"id"`
+	Type      string         `json:"type"`
+	Tenant    string         `json:"tenant"`
+	SandboxID string         `json:"sandboxId,omitempty"`
+	Time      time.Time      `json:"time"`
+	Data      map[string]any `json:"data,omitempty"`
+}
+
+// EventQuery filters events. Zero values ask for everything of the caller's tenant.
+type EventQuery struct {
+	Tenant  string   // another tenant's (admins only)
+	Sandbox string   // one sandbox's
+	Types   []string // only these types ("sandbox.*" patterns as the server accepts)
+	Exclude []string // not these
+	Cursor  string   // continue after this id
+	Limit   int
+	Newest  bool // newest first
+}
+
+func (q EventQuery) values() url.Values {
+	v := url.Values{}
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	set("tenant", q.Tenant)
+	set("sandbox", q.Sandbox)
+	set("cursor", q.Cursor)
+	if len(q.Types) > 0 {
+		v.Set("type", strings.Join(q.Types, ","))
+	}
+	if len(q.Exclude) > 0 {
+		v.Set("exclude", strings.Join(q.Exclude, ","))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Newest {
+		v.Set("order", "newest")
+	}
+	return v
+}
+
+// EventPage is one page of events.
+type EventPage struct {
+	Items      []Event `json:"items"`
+	NextCursor string  `json:"nextCursor,omitempty"`
+}
+
+// ListEvents returns one page of events.
+func (c *Client) ListEvents(ctx context.Context, q EventQuery) (*EventPage, error) {
+	var p EventPage
+	if err := c.do(ctx, http.MethodGet, "/events", q.values(), nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// FollowEvents streams events as they are written, from q.Cursor on (or from now),
+// until ctx ends or the connection breaks; a broken stream ends the sequence with its
+// error.
+func (c *Client) FollowEvents(ctx context.Context, q EventQuery) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		req, err := c.newRequest(ctx, http.MethodGet, c.url("/v1/events/stream", q.values()), nil)
+		if err != nil {
+			yield(Event{}, err)
+			return
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := c.send(req)
+		if err != nil {
+			yield(Event{}, err)
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data:")
+			if !ok {
+				continue
+			}
+			var ev Event
+			if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+				yield(Event{}, fmt.Errorf("sandgate: bad event: %w", err))
+				return
+			}
+			if !yield(ev, nil) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil && ctx.Err() == nil {
+			yield(Event{}, fmt.Errorf("sandgate: event stream: %w", err))
+		}
+	}
+}
