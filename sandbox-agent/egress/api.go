@@ -74,6 +74,7 @@ func (a *api) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/policy", a.authorized(a.handlePolicy))
 	mux.HandleFunc("/healthz", a.handleHealthz)
+	(&vaultAPI{api: a}).routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
