@@ -104,6 +104,16 @@ type EgressSpec struct {
 	Policy []byte
 	// PlatformDeny lists targets the enforcer denies whatever it is told later.
 	PlatformDeny []string
+	// CredentialProxy turns on the credential vault: the runtime makes the sandbox a CA,
+	// gives its key to the enforcer only and installs its certificate in the workload's
+	// trust store (see CredentialProxyRuntime).
+	CredentialProxy bool
+}
+
+// CredentialProxyRuntime is implemented by runtimes that can run the credential vault
+// (EgressSpec.CredentialProxy); the gateway refuses credentialProxy on the others.
+type CredentialProxyRuntime interface {
+	RunsCredentialProxy() bool
 }
 
 // State is the runtime's view of a sandbox's process.

@@ -130,6 +130,10 @@ type App struct {
 	// enforced by the Rego admission rule on platform data allowed_registries
 	// (SANDGATE_IMAGE_REGISTRIES, comma-separated).
 	ImageRegistries []string `json:"image_registries,omitempty"`
+	// VaultUpstreamCA is a PEM file of extra roots the credential vault verifies
+	// upstream TLS against, besides the sandbox image's system roots
+	// (SANDGATE_VAULT_UPSTREAM_CA). Docker only.
+	VaultUpstreamCA string `json:"vault_upstream_ca,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -219,10 +223,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 		var dockerRT *docker.Runtime
 		switch a.Runtime {
 		case "docker":
+			var upstreamCA []byte
+			if a.VaultUpstreamCA != "" {
+				if upstreamCA, err = os.ReadFile(a.VaultUpstreamCA); err != nil {
+					return nil, fmt.Errorf("vault_upstream_ca: %w", err)
+				}
+			}
 			var d *docker.Runtime
 			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-				Pull: docker.PullPolicy(a.ImagePull), Logger: slogger})
+				Pull: docker.PullPolicy(a.ImagePull), VaultUpstreamCA: upstreamCA, Logger: slogger})
 			if err == nil {
 				rt, dockerRT = d, d
 			}
@@ -330,7 +340,7 @@ func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
 		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst) +
-		fmt.Sprintf("|%s|%q|%s", a.ImagePull, a.ImageRegistries, a.ClusterID)
+		fmt.Sprintf("|%s|%q|%s|%s", a.ImagePull, a.ImageRegistries, a.ClusterID, a.VaultUpstreamCA)
 }
 
 // gatewayAddresses lists what the platform denies as the gateway's own: the operator's

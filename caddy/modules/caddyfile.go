@@ -62,6 +62,7 @@ func init() {
 //		egress_always_deny       <target,target,…>
 //		egress_always_allow      <target,target,…>
 //		egress_gateway_addresses <ip-or-cidr,…>   # beside the host's own addresses and its Docker bridges'
+//		vault_upstream_ca <path>          # PEM roots the credential vault trusts upstream, besides the system's
 //		image_pull       never|missing|always   # docker: when a create pulls its image
 //		image_registries <host,host,…>    # registries images may be pulled from (empty: any)
 //		plugin_cache_dir <dir>            # compiled WASM plugins survive restarts
@@ -92,6 +93,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"kubeconfig":       &app.Kubeconfig, "namespace": &app.Namespace, "k8s_agent_image": &app.K8sAgentImage,
 			"k8s_gvisor_runtime_class": &app.K8sGVisorRuntimeClass,
 			"image_pull":               &app.ImagePull,
+			"vault_upstream_ca":        &app.VaultUpstreamCA,
 		}
 		lists := map[string]*[]string{
 			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,
