@@ -491,3 +491,51 @@ func TestCredentialVaultNotEnabled(t *testing.T) {
 	expectError(t, w.g.vault(id, "GET", "/credential-vault", nil), 412, "VAULT::PROXY_NOT_ENABLED")
 	expectError(t, w.g.vault(id, "POST", "/credential-vault", map[string]any{"credentials": []any{}, "bindings": []any{}}), 412, "VAULT::PROXY_NOT_ENABLED")
 }
+
+// TestCredentialVaultPoolsAndBatches: credentialProxy in a pool's template gives its
+// warm members (and a claim of one) the vault; in a batch's template, every member.
+func TestCredentialVaultPoolsAndBatches(t *testing.T) {
+	w := newVaultWorld(t)
+	g := w.g
+	tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"},
+		"networkPolicy": vaultPolicy, "credentialProxy": map[string]any{"enabled": true}}
+	// 404 VAULT::NOT_FOUND (no vault yet) and not 412 VAULT::PROXY_NOT_ENABLED: the
+	// sandbox's enforcer runs the vault.
+	enabled := func(t *testing.T, id string) {
+		t.Helper()
+		expectError(t, g.vault(id, "GET", "/credential-vault", nil), 404, "VAULT::NOT_FOUND")
+	}
+	t.Run("pool", func(t *testing.T) {
+		r := g.do("POST", "/v1/pools", map[string]any{"name": "vaulted", "template": tmpl,
+			"capacitySpec": map[string]int{"bufferMin": 1, "bufferMax": 1, "poolMin": 1, "poolMax": 2}})
+		if r.Status != 201 {
+			t.Fatalf("create pool: %d %s", r.Status, r.Body)
+		}
+		g.waitAvailable("vaulted", 1, 90*time.Second)
+		id := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "vaulted"}, "credentialProxy": map[string]any{"enabled": true}})
+		enabled(t, id)
+		if out := stdoutOf(g.agent(id).run("echo $SSL_CERT_FILE")); out != "/.sandgate/vault/ca-bundle.pem" {
+			t.Fatalf("claimed member's SSL_CERT_FILE = %q", out)
+		}
+	})
+	t.Run("batch", func(t *testing.T) {
+		r := g.do("POST", "/v1/batches", map[string]any{"count": 2, "template": tmpl})
+		if r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Body)
+		}
+		var b struct {
+			ID      string `json:"id"`
+			Members []struct {
+				ID string `json:"id"`
+			} `json:"members"`
+		}
+		_ = json.Unmarshal(r.Body, &b)
+		waitFor(t, 90*time.Second, func() bool {
+			s := g.do("GET", "/v1/batches/"+b.ID, nil).JSON(t)["summary"].(map[string]any)
+			return s["running"].(float64) == 2
+		}, "both members to run")
+		for _, m := range b.Members {
+			enabled(t, m.ID)
+		}
+	})
+}
