@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -538,4 +539,47 @@ func TestCredentialVaultPoolsAndBatches(t *testing.T) {
 			enabled(t, m.ID)
 		}
 	})
+}
+
+// TestSDKJSCredentialVault runs test/sdk-js/vault.test.mjs: the published OpenSandbox
+// JavaScript SDK's credentialVault helpers against the vault, unchanged.
+func TestSDKJSCredentialVault(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed; the SDK suite needs Node 20 or newer: %v", err)
+	}
+	dir := filepath.Join(repoRoot, "test", "sdk-js")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@alibaba-group", "opensandbox", "package.json")); err != nil {
+		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		npm.Dir = dir
+		if out, err := npm.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in test/sdk-js: %v\n%s", err, out)
+		}
+	}
+	w := newVaultWorld(t)
+	secret := "sk-sdk-" + randomHex(16)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=tap", "vault.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"SANDGATE_SDK_DOMAIN="+w.g.Addr,
+		"SANDGATE_SDK_API_KEY="+w.g.APIKey,
+		"SANDGATE_SDK_IMAGE="+baseImage,
+		"SANDGATE_SDK_VAULT_HOST="+vaultEchoHost,
+		"SANDGATE_SDK_VAULT_SECRET="+secret,
+		"OPENSANDBOX_DISABLE_METRICS=1",
+		"NO_COLOR=1",
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test vault.test.mjs: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "\n# fail 0") || strings.Contains(string(out), "\n# tests 0") {
+		t.Fatalf("the suite ran no tests or did not report `# fail 0`:\n%s", out)
+	}
+	if strings.Contains(w.g.proc.Logs(), secret) {
+		t.Fatal("the gateway's log holds the credential's value")
+	}
+	t.Logf("%s", out)
 }
