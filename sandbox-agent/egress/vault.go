@@ -31,6 +31,7 @@ const (
 	CodeVaultStale         = "VAULT::REVISION_CONFLICT"
 	CodeVaultNotEnabled    = "VAULT::PROXY_NOT_ENABLED"
 	CodeVaultAmbiguous     = "VAULT::AMBIGUOUS_BINDING"
+	CodeVaultHostMismatch  = "VAULT::HOST_MISMATCH"
 	CodeVaultUpstreamError = "VAULT::UPSTREAM_UNAVAILABLE"
 )
 

@@ -421,7 +421,7 @@ func (p *vaultProxy) forward(w http.ResponseWriter, r *http.Request, scheme, sni
 	}
 	host = strings.TrimSuffix(host, ".")
 	if scheme == "https" && host != sni {
-		p.refuse(w, http.StatusMisdirectedRequest, CodeVaultAmbiguous, "the Host header names another host than the TLS server name")
+		p.refuse(w, http.StatusMisdirectedRequest, CodeVaultHostMismatch, "the Host header names another host than the TLS server name")
 		return
 	}
 	v := p.enf.vault.Load()
@@ -439,7 +439,7 @@ func (p *vaultProxy) forward(w http.ResponseWriter, r *http.Request, scheme, sni
 	if len(matched) == 1 && scheme == "http" && !p.enf.pinnedFor(dst.Addr(), host) {
 		// Plain HTTP has no certificate: the Host header alone must not steer a
 		// credential to an address that host never resolved to.
-		p.refuse(w, http.StatusForbidden, CodeVaultAmbiguous, "the Host header does not resolve to the address this request was sent to")
+		p.refuse(w, http.StatusForbidden, CodeVaultHostMismatch, "the Host header does not resolve to the address this request was sent to")
 		return
 	}
 	out := r.Clone(context.WithValue(r.Context(), dstKey{}, dst))
