@@ -132,7 +132,7 @@ type App struct {
 	ImageRegistries []string `json:"image_registries,omitempty"`
 	// VaultUpstreamCA is a PEM file of extra roots the credential vault verifies
 	// upstream TLS against, besides the sandbox image's system roots
-	// (SANDGATE_VAULT_UPSTREAM_CA). Docker only.
+	// (SANDGATE_VAULT_UPSTREAM_CA).
 	VaultUpstreamCA string `json:"vault_upstream_ca,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
@@ -221,14 +221,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		var rt runtimes.Runtime
 		var dockerRT *docker.Runtime
+		var upstreamCA []byte
+		if a.VaultUpstreamCA != "" {
+			if upstreamCA, err = os.ReadFile(a.VaultUpstreamCA); err != nil {
+				return nil, fmt.Errorf("vault_upstream_ca: %w", err)
+			}
+		}
 		switch a.Runtime {
 		case "docker":
-			var upstreamCA []byte
-			if a.VaultUpstreamCA != "" {
-				if upstreamCA, err = os.ReadFile(a.VaultUpstreamCA); err != nil {
-					return nil, fmt.Errorf("vault_upstream_ca: %w", err)
-				}
-			}
 			var d *docker.Runtime
 			d, err = docker.New(bg, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 				NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
@@ -244,7 +244,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			var k *kubernetes.Runtime
 			k, err = kubernetes.New(bg, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
 				GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
-				NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", UserAgent: "sandgate/" + gateway.Version, Logger: slogger})
+				NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, UserAgent: "sandgate/" + gateway.Version, Logger: slogger})
 			if err == nil {
 				rt = k
 			}

@@ -44,6 +44,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	// Upstream roots when the sidecar's image has none (the agent image on Kubernetes is
+	// one file); a system bundle, when there is one, wins.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // Environment of a sandbox with the credential proxy (set by the runtime, read once).

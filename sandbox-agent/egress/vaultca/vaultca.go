@@ -4,13 +4,19 @@
 package vaultca
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
 	"math/big"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -45,4 +51,38 @@ func New(sandboxID string, validity time.Duration) (certPEM, keyPEM []byte, err 
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+}
+
+// SystemBundle is where Debian, Ubuntu and Alpine keep the system's roots (what curl,
+// git and OpenSSL read).
+const SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// Bundle is system (the image's roots, possibly empty) with caPEM appended.
+func Bundle(system, caPEM []byte) []byte {
+	if len(bytes.TrimSpace(system)) == 0 {
+		return caPEM
+	}
+	return append(append(bytes.TrimRight(system, "\n"), '\n'), caPEM...)
+}
+
+// WriteTrust writes dir/ca.pem (caPEM alone) and dir/ca-bundle.pem (the image's system
+// roots plus caPEM), mode 0644, for `sandbox-agent vault-trust` in a pod's init
+// container: it runs in the workload's image, so it reads that image's roots.
+func WriteTrust(dir string, caPEM []byte) error {
+	if !bytes.Contains(caPEM, []byte("BEGIN CERTIFICATE")) {
+		return fmt.Errorf("vault-trust: no CA certificate given")
+	}
+	system, err := os.ReadFile(SystemBundle)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("vault-trust: read %s: %w", SystemBundle, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("vault-trust: %w", err)
+	}
+	for name, data := range map[string][]byte{"ca.pem": caPEM, "ca-bundle.pem": Bundle(system, caPEM)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("vault-trust: %w", err)
+		}
+	}
+	return nil
 }
