@@ -32,14 +32,19 @@ import (
 // it answers with the SHA-256 of the Authorization header it received, and echoes the
 // header itself back as a response header (which the vault must redact).
 
-// vaultEchoHost is the echo server's name on the sandbox network.
-const vaultEchoHost = "echo.vault.test"
+// vaultEchoHost is the echo server's name on the sandbox network; vaultPlainHost a
+// second server's (the benchmark's host that no binding names).
+const (
+	vaultEchoHost  = "echo.vault.test"
+	vaultPlainHost = "plain.vault.test"
+)
 
 const vaultEchoScript = `import http.server, ssl, json, hashlib, sys, os, base64
 open('/tmp/c.pem', 'wb').write(base64.b64decode(os.environ['CERT_B64']))
 open('/tmp/k.pem', 'wb').write(base64.b64decode(os.environ['KEY_B64']))
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
+    disable_nagle_algorithm = True
     def answer(self):
         n = int(self.headers.get('Content-Length') or 0)
         if n:
@@ -107,6 +112,7 @@ type vaultWorld struct {
 	t      testing.TB
 	e      *env
 	g      *gateway
+	ca     *testCA
 	echo   string // the echo server's container name
 	echoIP string
 }
@@ -117,35 +123,45 @@ func newVaultWorld(t testing.TB, gatewayEnv ...string) *vaultWorld {
 	if out, err := exec.Command("docker", "network", "create", "--label", "sandgate.io/network=sandboxes", e.Network).CombinedOutput(); err != nil {
 		t.Fatalf("create network: %v: %s", err, out)
 	}
-	ca := newTestCA(t, vaultEchoHost)
+	ca := newTestCA(t, vaultEchoHost, vaultPlainHost)
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	if err := os.WriteFile(caFile, ca.caPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := &vaultWorld{t: t, e: e, echo: "sg-e2e-echo-" + randomHex(4)}
-	args := []string{"run", "-d", "--name", w.echo, "--network", e.Network, "--network-alias", vaultEchoHost, "--label", "sandgate-e2e=server",
-		"-e", "CERT_B64=" + base64.StdEncoding.EncodeToString(ca.certPEM), "-e", "KEY_B64=" + base64.StdEncoding.EncodeToString(ca.keyPEM),
+	w := &vaultWorld{t: t, e: e, ca: ca}
+	w.echo, w.echoIP = w.startEcho(vaultEchoHost)
+	w.g = e.startGateway(append([]string{"SANDGATE_VAULT_UPSTREAM_CA=" + caFile}, gatewayEnv...)...)
+	return w
+}
+
+// startEcho runs an HTTPS echo server container named alias on the world's network and
+// returns its container name and address once it answers over TLS.
+func (w *vaultWorld) startEcho(alias string) (string, string) {
+	t := w.t
+	t.Helper()
+	name := "sg-e2e-echo-" + randomHex(4)
+	args := []string{"run", "-d", "--name", name, "--network", w.e.Network, "--network-alias", alias, "--label", "sandgate-e2e=server",
+		"-e", "CERT_B64=" + base64.StdEncoding.EncodeToString(w.ca.certPEM), "-e", "KEY_B64=" + base64.StdEncoding.EncodeToString(w.ca.keyPEM),
 		baseImage, "python3", "-c", vaultEchoScript}
 	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
 		t.Fatalf("start echo server: %v: %s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", w.echo).Run() })
-	out, err := exec.Command("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", w.echo).Output()
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	out, err := exec.Command("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name).Output()
 	if err != nil {
 		t.Fatalf("inspect echo server: %v", err)
 	}
-	w.echoIP = strings.TrimSpace(string(out))
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool, ServerName: vaultEchoHost}}}
+	ip := strings.TrimSpace(string(out))
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.ca.pool, ServerName: alias}}}
 	waitFor(t, 30*time.Second, func() bool {
-		resp, err := client.Get("https://" + w.echoIP + "/")
+		resp, err := client.Get("https://" + ip + "/")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}, "the echo server to answer over TLS")
-	w.g = e.startGateway(append([]string{"SANDGATE_VAULT_UPSTREAM_CA=" + caFile}, gatewayEnv...)...)
-	return w
+	return name, ip
 }
 
 // vaultPolicy allows the echo server only.
