@@ -131,6 +131,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			return nil
 		})
 	}
+	s.drainVaultAudit(rec, inst)
 }
 
 func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {

@@ -193,3 +193,68 @@ func (s *Service) vaultCall(ctx context.Context, sb *store.Sandbox, method, path
 	}
 	return resp.StatusCode, data, nil
 }
+
+// vaultAuditPath is the enforcer's drain of injection records (sandgate's own route).
+const vaultAuditPath = "/sandgate/vault-audit"
+
+// drainVaultAudit moves the injection records of a running sandbox with the vault from
+// its enforcer into the tenant's audit stream (source "vault"), in the background and at
+// most one drain per sandbox at a time. Records hold the binding, host, method, path and
+// status of each injection, never a value.
+func (s *Service) drainVaultAudit(rec *store.Sandbox, inst runtimes.Instance) {
+	if rec.State != StateRunning || rec.Address == "" || inst.Labels[runtimes.LabelCredentialProxy] == "" {
+		return
+	}
+	if !s.vaultAudits.begin(rec.ID) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.vaultAudits.end(rec.ID)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		status, data, err := s.vaultCall(ctx, rec, http.MethodPost, vaultAuditPath, nil)
+		if err != nil || status != http.StatusOK {
+			s.log.Debug("drain vault audit", "sandbox", rec.ID, "status", status, "err", err)
+			return
+		}
+		var out struct {
+			Records []struct {
+				Time    time.Time `json:"time"`
+				Binding string    `json:"binding"`
+				Host    string    `json:"host"`
+				Method  string    `json:"method"`
+				Path    string    `json:"path"`
+				Status  int       `json:"status"`
+			} `json:"records"`
+			Dropped int `json:"dropped"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			s.log.Warn("the enforcer's vault audit records are unreadable", "sandbox", rec.ID, "err", err)
+			return
+		}
+		if out.Dropped > 0 {
+			s.log.Warn("vault audit records dropped by the enforcer before the gateway drained them", "sandbox", rec.ID, "dropped", out.Dropped)
+		}
+		for _, r := range out.Records {
+			js, err := json.Marshal(map[string]any{"type": "vault.injection", "sandboxId": rec.ID, "binding": r.Binding, "host": r.Host,
+				"method": r.Method, "path": r.Path, "status": r.Status, "time": r.Time})
+			if err == nil {
+				s.recordAuditFrom(rec.Tenant, "vault", r.Time, js)
+			}
+		}
+	}()
+}
+
+// recordAuditFrom queues one audit record of source for tenant (see RecordAudit).
+func (s *Service) recordAuditFrom(tenant, source string, at time.Time, record []byte) {
+	ps := s.ensurePluginState()
+	select {
+	case ps.audit <- auditEntry{tenant: tenant, source: source, at: at, record: record}:
+	default:
+		if n := ps.auditDropped.Add(1); n&(n-1) == 0 {
+			s.log.Warn("audit records dropped: the writer is behind", "dropped", n)
+		}
+	}
+}

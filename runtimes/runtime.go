@@ -21,6 +21,9 @@ const (
 	// LabelCluster names the store (the deployment) that owns a sandbox: a gateway adopts
 	// and removes only the sandboxes of its own cluster, never another's on the same engine.
 	LabelCluster = "sandgate.io/cluster"
+	// LabelCredentialProxy marks a sandbox whose enforcer runs the credential vault (a
+	// Docker label, a Kubernetes annotation; both in Instance.Labels).
+	LabelCredentialProxy = "sandgate.io/credential-proxy"
 )
 
 // AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.

@@ -20,11 +20,12 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultca"
 )
 
 // labelCredentialProxy on a workload says its enforcer runs the credential vault.
-const labelCredentialProxy = "sandgate.io/credential-proxy"
+const labelCredentialProxy = runtimes.LabelCredentialProxy
 
 // Environment of the enforcer with the vault (read by `sandbox-agent egress`).
 const (

@@ -31,7 +31,7 @@ const (
 )
 
 // annotationCredentialProxy marks a pod whose enforcer runs the vault.
-const annotationCredentialProxy = "sandgate.io/credential-proxy"
+const annotationCredentialProxy = runtimes.LabelCredentialProxy
 
 const (
 	vaultDir        = agentDir + "/vault"

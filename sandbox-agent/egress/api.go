@@ -64,6 +64,7 @@ type api struct {
 	maxRules int
 	ready    *atomic.Bool
 	log      *slog.Logger
+	proxy    *vaultProxy // nil: no credential proxy
 
 	// updateMu makes read-modify-write updates (PATCH, DELETE) and the hook call
 	// one step, so two concurrent PATCHes cannot lose each other's rules.

@@ -189,7 +189,7 @@ func Main(ctx context.Context, args []string) error {
 	}
 
 	ready := &atomic.Bool{}
-	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log}
+	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log, proxy: vproxy}
 	if tok := os.Getenv(EnvToken); tok != "" {
 		// Requests signed before this process started are refused: one captured by a
 		// workload that held the port while no enforcer ran cannot be replayed to it.

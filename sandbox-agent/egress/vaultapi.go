@@ -17,6 +17,28 @@ type vaultAPI struct {
 func (v *vaultAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("/credential-vault", v.api.authorized(v.handleVault))
 	mux.HandleFunc("/credential-vault/", v.api.authorized(v.handleParts))
+	mux.HandleFunc(VaultAuditPath, v.api.authorized(v.handleAudit))
+}
+
+// VaultAuditPath is sandgate's own route (not OpenSandbox's) from which the gateway
+// drains the injection records: POST answers {records, dropped} and forgets them.
+const VaultAuditPath = "/sandgate/vault-audit"
+
+func (v *vaultAPI) handleAudit(w http.ResponseWriter, r *http.Request) {
+	if !v.enabled(w) {
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed on "+VaultAuditPath)
+		return
+	}
+	var records []VaultAuditRecord
+	dropped := 0
+	if v.api.proxy != nil {
+		records, dropped = v.api.proxy.drainAudit()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"records": records, "dropped": dropped})
 }
 
 func writeVaultError(w http.ResponseWriter, err *VaultError) {

@@ -70,6 +70,47 @@ type vaultProxy struct {
 	dialer  *net.Dialer
 	client  *http.Transport
 	log     *slog.Logger
+
+	auditMu      sync.Mutex
+	audit        []VaultAuditRecord // oldest first, at most maxVaultAudit
+	auditDropped int
+}
+
+// VaultAuditRecord is one injection, as the gateway drains it into the tenant's audit
+// stream (and the enforcer logs it): never a value.
+type VaultAuditRecord struct {
+	Time    time.Time `json:"time"`
+	Binding string    `json:"binding"`
+	Host    string    `json:"host"`
+	Method  string    `json:"method"`
+	Path    string    `json:"path"`
+	Status  int       `json:"status"`
+}
+
+// maxVaultAudit bounds the records kept until the gateway drains them; older ones are
+// dropped (and counted), the enforcer's log keeps every one.
+const maxVaultAudit = 1000
+
+func (p *vaultProxy) record(rec VaultAuditRecord) {
+	p.auditMu.Lock()
+	defer p.auditMu.Unlock()
+	if len(p.audit) >= maxVaultAudit {
+		p.audit = p.audit[1:]
+		p.auditDropped++
+	}
+	p.audit = append(p.audit, rec)
+}
+
+// drainAudit returns and forgets the records kept so far.
+func (p *vaultProxy) drainAudit() ([]VaultAuditRecord, int) {
+	p.auditMu.Lock()
+	defer p.auditMu.Unlock()
+	out, dropped := p.audit, p.auditDropped
+	p.audit, p.auditDropped = nil, 0
+	if out == nil {
+		out = []VaultAuditRecord{}
+	}
+	return out, dropped
 }
 
 // dstKey carries the original destination of an intercepted connection to the
@@ -482,6 +523,7 @@ func (p *vaultProxy) forward(w http.ResponseWriter, r *http.Request, scheme, sni
 	w.WriteHeader(resp.StatusCode)
 	if len(matched) == 1 {
 		p.log.Info("vault injection", "audit", true, "binding", matched[0].Name, "host", host, "method", r.Method, "path", r.URL.Path, "status", resp.StatusCode)
+		p.record(VaultAuditRecord{Time: time.Now().UTC(), Binding: matched[0].Name, Host: host, Method: r.Method, Path: r.URL.Path, Status: resp.StatusCode})
 	}
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)

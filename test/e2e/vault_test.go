@@ -446,6 +446,18 @@ func TestCredentialVault(t *testing.T) {
 		}
 	})
 
+	t.Run("each injection is an audit record", func(t *testing.T) {
+		var body string
+		waitFor(t, 60*time.Second, func() bool {
+			body = string(g.do("GET", "/v1/audit?limit=500", nil).Body)
+			return strings.Contains(body, `"source":"vault"`) && strings.Contains(body, `"type":"vault.injection"`) &&
+				strings.Contains(body, `"binding":"echo"`) && strings.Contains(body, `"path":"/api/models"`)
+		}, "the vault's injection records in the audit stream")
+		if strings.Contains(body, `"path":"/other"`) {
+			t.Errorf("a request without injection was audited as one: %s", tail(body, 2000))
+		}
+	})
+
 	t.Run("the real value is nowhere the workload or the logs can see", func(t *testing.T) {
 		pattern := literalFree(real)
 		caKey := sidecarEnv(t, id, "SANDGATE_VAULT_CA_KEY")
