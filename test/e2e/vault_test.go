@@ -611,3 +611,38 @@ func TestSDKJSCredentialVault(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+// TestCredentialVaultEnforcerRestored: a sidecar removed by hand is restored by the
+// reconciler with the vault turned on again: its vault starts empty (the old one lived
+// in the removed sidecar) under a new CA that the workload trusts at once.
+func TestCredentialVaultEnforcerRestored(t *testing.T) {
+	w := newVaultWorld(t)
+	g := w.g
+	id, a := w.vaultSandbox(nil)
+	real := "sk-restored-" + randomHex(12)
+	body := map[string]any{
+		"credentials": []map[string]any{{"name": "tok", "source": map[string]any{"type": "inline", "value": real}}},
+		"bindings": []map[string]any{{"name": "echo", "match": map[string]any{"hosts": []string{vaultEchoHost}, "paths": []string{"/api/*"}},
+			"auth": map[string]any{"type": "bearer", "credential": "tok"}}},
+	}
+	if r := g.vault(id, "POST", "/credential-vault", body); r.Status != 201 {
+		t.Fatalf("POST: %d %s", r.Status, r.Body)
+	}
+	oldCA := sidecarEnv(t, id, "SANDGATE_VAULT_CA_CERT")
+	if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id+"-egress").CombinedOutput(); err != nil {
+		t.Fatalf("remove the sidecar: %v: %s", err, out)
+	}
+	waitFor(t, 90*time.Second, func() bool {
+		return g.vault(id, "GET", "/credential-vault", nil).Status == 404
+	}, "the restored enforcer's (empty) vault")
+	if newCA := sidecarEnv(t, id, "SANDGATE_VAULT_CA_CERT"); newCA == "" || newCA == oldCA {
+		t.Fatal("the restored sidecar has no new CA")
+	}
+	if r := g.vault(id, "POST", "/credential-vault", body); r.Status != 201 {
+		t.Fatalf("POST after the restore: %d %s", r.Status, r.Body)
+	}
+	ans, _ := curlEcho(t, a, "GET", "/api/x")
+	if ans.Auth != sha256Hex("Bearer "+real) {
+		t.Fatalf("after the restore the real token was not injected: %s", ans.Auth)
+	}
+}
