@@ -26,7 +26,7 @@ func TestVaultProxyRefusesWithoutDialing(t *testing.T) {
 	}
 	enf.vault.Store(two)
 	p := &vaultProxy{enf: enf, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	dst := netip.MustParseAddrPort("127.0.0.1:9") // loopback; never dialled on these paths
+	dst := netip.MustParseAddrPort("127.0.0.1:443") // loopback; never dialled on these paths
 	for _, tt := range []struct {
 		name, host string
 		status     int
