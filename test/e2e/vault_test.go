@@ -137,11 +137,17 @@ func newVaultWorld(t testing.TB, gatewayEnv ...string) *vaultWorld {
 // startEcho runs an HTTPS echo server container named alias on the world's network and
 // returns its container name and address once it answers over TLS.
 func (w *vaultWorld) startEcho(alias string) (string, string) {
+	w.t.Helper()
+	return w.startEchoWith(alias, w.ca)
+}
+
+// startEchoWith is startEcho with a certificate from ca.
+func (w *vaultWorld) startEchoWith(alias string, ca *testCA) (string, string) {
 	t := w.t
 	t.Helper()
 	name := "sg-e2e-echo-" + randomHex(4)
 	args := []string{"run", "-d", "--name", name, "--network", w.e.Network, "--network-alias", alias, "--label", "sandgate-e2e=server",
-		"-e", "CERT_B64=" + base64.StdEncoding.EncodeToString(w.ca.certPEM), "-e", "KEY_B64=" + base64.StdEncoding.EncodeToString(w.ca.keyPEM),
+		"-e", "CERT_B64=" + base64.StdEncoding.EncodeToString(ca.certPEM), "-e", "KEY_B64=" + base64.StdEncoding.EncodeToString(ca.keyPEM),
 		baseImage, "python3", "-c", vaultEchoScript}
 	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
 		t.Fatalf("start echo server: %v: %s", err, out)
@@ -152,7 +158,7 @@ func (w *vaultWorld) startEcho(alias string) (string, string) {
 		t.Fatalf("inspect echo server: %v", err)
 	}
 	ip := strings.TrimSpace(string(out))
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.ca.pool, ServerName: alias}}}
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool, ServerName: alias}}}
 	waitFor(t, 30*time.Second, func() bool {
 		resp, err := client.Get("https://" + ip + "/")
 		if err != nil {
@@ -644,5 +650,34 @@ func TestCredentialVaultEnforcerRestored(t *testing.T) {
 	ans, _ := curlEcho(t, a, "GET", "/api/x")
 	if ans.Auth != sha256Hex("Bearer "+real) {
 		t.Fatalf("after the restore the real token was not injected: %s", ans.Auth)
+	}
+}
+
+// TestCredentialVaultUpstreamVerified: the enforcer sends a credential only over TLS it
+// verified for the bound host. A server under a bound, allowed name whose certificate
+// comes from a CA nobody trusts (the test's second CA) gets no request at all: the
+// workload gets 502 VAULT::UPSTREAM_UNAVAILABLE.
+func TestCredentialVaultUpstreamVerified(t *testing.T) {
+	w := newVaultWorld(t)
+	const rogueHost = "rogue.vault.test"
+	rogue, _ := w.startEchoWith(rogueHost, newTestCA(t, rogueHost))
+	id := w.g.createSandbox(map[string]any{"credentialProxy": map[string]any{"enabled": true},
+		"networkPolicy": map[string]any{"defaultAction": "deny", "egress": []map[string]any{{"action": "allow", "target": rogueHost}}}})
+	a := w.g.agent(id)
+	real := "sk-rogue-" + randomHex(12)
+	if r := w.g.vault(id, "POST", "/credential-vault", map[string]any{
+		"credentials": []map[string]any{{"name": "tok", "source": map[string]any{"type": "inline", "value": real}}},
+		"bindings": []map[string]any{{"name": "rogue", "match": map[string]any{"hosts": []string{rogueHost}},
+			"auth": map[string]any{"type": "bearer", "credential": "tok"}}},
+	}); r.Status != 201 {
+		t.Fatalf("POST: %d %s", r.Status, r.Body)
+	}
+	out := strings.TrimSpace(stdoutOf(a.run("curl -sS --max-time 20 -w ' %{http_code}' https://" + rogueHost + "/api/x")))
+	if !strings.HasSuffix(out, " 502") || !strings.Contains(out, "VAULT::UPSTREAM_UNAVAILABLE") {
+		t.Fatalf("curl to a server whose certificate nobody trusts: %q, want 502 VAULT::UPSTREAM_UNAVAILABLE", out)
+	}
+	logs, _ := exec.Command("docker", "logs", rogue).CombinedOutput()
+	if strings.Contains(string(logs), "/api/x") {
+		t.Fatalf("the untrusted server received the request (only the test's own readiness probe may be there):\n%s", logs)
 	}
 }
