@@ -436,8 +436,16 @@ func TestCredentialVault(t *testing.T) {
 
 	t.Run("the vault survives an enforcer restart", func(t *testing.T) {
 		rev := g.vaultRevision(id)
-		if out, err := exec.Command("docker", "restart", "-t", "2", "sandgate-"+id+"-egress").CombinedOutput(); err != nil {
-			t.Fatalf("restart the enforcer: %v: %s", err, out)
+		// kill -9 of the enforcer (its restart loop brings it back in the same
+		// container): a crash, without the reconciler's restore of a stopped sidecar
+		// (which would start a new, empty vault: TestCredentialVaultEnforcerRestored).
+		out, err := exec.Command("docker", "inspect", "-f", "{{.State.Pid}}", "sandgate-"+id+"-egress").Output()
+		if err != nil {
+			t.Fatalf("inspect the sidecar: %v", err)
+		}
+		loop := strings.TrimSpace(string(out))
+		if out, err := exec.Command("pkill", "-KILL", "-P", loop).CombinedOutput(); err != nil {
+			t.Fatalf("kill the enforcer (children of %s): %v: %s", loop, err, out)
 		}
 		waitFor(t, 60*time.Second, func() bool {
 			r := g.vault(id, "GET", "/credential-vault", nil)
@@ -679,5 +687,29 @@ func TestCredentialVaultUpstreamVerified(t *testing.T) {
 	logs, _ := exec.Command("docker", "logs", rogue).CombinedOutput()
 	if strings.Contains(string(logs), "/api/x") {
 		t.Fatalf("the untrusted server received the request (only the test's own readiness probe may be there):\n%s", logs)
+	}
+}
+
+// TestCredentialVaultReadOnlyRootfs: with read-only root filesystems the system bundle
+// cannot change; the workload trusts the vault's CA through SSL_CERT_FILE (curl, Python)
+// pointing at the bundle in the agent's volume.
+func TestCredentialVaultReadOnlyRootfs(t *testing.T) {
+	w := newVaultWorld(t, "SANDGATE_READ_ONLY_ROOTFS=on")
+	id, a := w.vaultSandbox(nil)
+	real := "sk-ro-" + randomHex(12)
+	if r := w.g.vault(id, "POST", "/credential-vault", map[string]any{
+		"credentials": []map[string]any{{"name": "tok", "source": map[string]any{"type": "inline", "value": real}}},
+		"bindings": []map[string]any{{"name": "echo", "match": map[string]any{"hosts": []string{vaultEchoHost}},
+			"auth": map[string]any{"type": "bearer", "credential": "tok"}}},
+	}); r.Status != 201 {
+		t.Fatalf("POST: %d %s", r.Status, r.Body)
+	}
+	ans, _ := curlEcho(t, a, "GET", "/api/x")
+	if ans.Auth != sha256Hex("Bearer "+real) {
+		t.Fatalf("curl: the real token was not injected: %s", ans.Auth)
+	}
+	py := `python3 -c "import urllib.request, json; print(json.load(urllib.request.urlopen(urllib.request.Request('https://` + vaultEchoHost + `/api/py', headers={'Authorization': 'Bearer fake'})))['auth'])"`
+	if out := strings.TrimSpace(stdoutOf(a.run(py))); out != sha256Hex("Bearer "+real) {
+		t.Fatalf("python: %q", out)
 	}
 }
