@@ -64,6 +64,9 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 	if err := s.validateClaimInput(req); err != nil {
 		return nil, tmpl, err
 	}
+	if err := claimCredentialProxy(tmpl, req); err != nil {
+		return nil, tmpl, err
+	}
 
 	if err := s.ValidateEgressRequest(ctx, caller, req); err != nil {
 		return nil, tmpl, err

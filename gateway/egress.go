@@ -68,7 +68,11 @@ func (s *Service) egressSpec(ctx context.Context, caller Caller, id string, req 
 	if err != nil {
 		return nil, fmt.Errorf("encode egress policy: %w", err)
 	}
-	return &runtimes.EgressSpec{Policy: js, PlatformDeny: deny}, nil
+	proxy, err := credentialProxyEnabled(req.CredentialProxy)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimes.EgressSpec{Policy: js, PlatformDeny: deny, CredentialProxy: proxy}, nil
 }
 
 // bindClaimEgress pushes a claim's networkPolicy to a warm sandbox's enforcer. Without

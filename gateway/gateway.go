@@ -193,6 +193,8 @@ type Service struct {
 	expiries expirySet
 	// enforcerRestores tracks enforcer restores under way (enforcer.go).
 	enforcerRestores enforcerRestores
+	// vaultAudits tracks credential-vault audit drains under way (vault.go).
+	vaultAudits inFlight
 	// reconciles counts Reconcile passes; helpers are swept on every sweepEvery-th.
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).

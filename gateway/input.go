@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,10 +24,19 @@ const (
 	MaxMetadataBytes = 16 << 10
 )
 
-// CodeCredentialProxyUnsupported refuses a create that asks for the credential vault,
-// which this gateway does not have yet: silently ignoring it would hand the workload
-// a sandbox without the protection its owner asked for.
-const CodeCredentialProxyUnsupported = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+// Codes of a create's credentialProxy that cannot be honoured: silently ignoring it
+// would hand the workload a sandbox without the protection its owner asked for.
+const (
+	// CodeCredentialProxyUnsupported: the runtime has no credential vault (egress
+	// enforcement turned off, or a runtime without interception).
+	CodeCredentialProxyUnsupported = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+	// CodeCredentialProxyNeedsPolicy: the vault's interception lives in the egress
+	// enforcer, which a sandbox gets with a networkPolicy (as in OpenSandbox).
+	CodeCredentialProxyNeedsPolicy = "SANDBOX::CREDENTIAL_PROXY_REQUIRES_NETWORK_POLICY"
+	// CodeCredentialProxyNotInPool: a claim cannot turn the proxy on for warm sandboxes
+	// whose template started them without it.
+	CodeCredentialProxyNotInPool = "SANDBOX::CREDENTIAL_PROXY_NOT_IN_POOL"
+)
 
 // canonicalPortRe is a port as sandgate writes it: no sign, no leading zero, no space.
 var canonicalPortRe = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
@@ -107,21 +117,41 @@ func (s *Service) validateTimeoutSeconds(timeout *int64) error {
 	return nil
 }
 
-// validateCredentialProxy refuses credentialProxy.enabled = true until the credential
-// vault exists; absent, null or {"enabled": false} is fine.
-func validateCredentialProxy(raw json.RawMessage) error {
+// credentialProxyEnabled reads credentialProxy: absent, null or {"enabled": false}
+// is off.
+func credentialProxyEnabled(raw json.RawMessage) (bool, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+		return false, nil
 	}
 	var cp struct {
 		Enabled *bool `json:"enabled"`
 	}
 	if err := json.Unmarshal(raw, &cp); err != nil {
-		return invalid("credentialProxy: want an object like {\"enabled\": false}")
+		return false, invalid("credentialProxy: want an object like {\"enabled\": true}")
 	}
-	if cp.Enabled != nil && *cp.Enabled {
+	return cp.Enabled != nil && *cp.Enabled, nil
+}
+
+// validateCredentialProxy checks credentialProxy's shape.
+func validateCredentialProxy(raw json.RawMessage) error {
+	_, err := credentialProxyEnabled(raw)
+	return err
+}
+
+// validateCredentialProxyCreate refuses credentialProxy.enabled without a
+// networkPolicy, or on a gateway whose runtime cannot intercept.
+func (s *Service) validateCredentialProxyCreate(req CreateRequest) error {
+	on, err := credentialProxyEnabled(req.CredentialProxy)
+	if err != nil || !on {
+		return err
+	}
+	if np := bytes.TrimSpace(req.NetworkPolicy); len(np) == 0 || bytes.Equal(np, []byte("null")) {
+		return Errorf(http.StatusBadRequest, CodeCredentialProxyNeedsPolicy,
+			"credentialProxy.enabled needs a networkPolicy: the credential vault lives in the sandbox's egress enforcer; add e.g. \"networkPolicy\": {\"defaultAction\": \"deny\", \"egress\": [{\"action\": \"allow\", \"target\": \"api.example.com\"}]}")
+	}
+	if !s.runsCredentialProxy() {
 		return Errorf(http.StatusBadRequest, CodeCredentialProxyUnsupported,
-			"credentialProxy.enabled: this gateway has no credential vault yet, so the sandbox's credentials could not be kept out of it; create it without credentialProxy (or with {\"enabled\": false})")
+			"credentialProxy.enabled: this gateway's runtime has no credential vault (egress enforcement is off or the runtime cannot intercept), so the sandbox's credentials could not be kept out of it; create it without credentialProxy")
 	}
 	return nil
 }
@@ -137,6 +167,9 @@ func engineRefused(err error) bool {
 // reference, then what a claim checks too.
 func (s *Service) validateCreateInput(req CreateRequest) error {
 	if err := validateImageRef(strings.TrimSpace(req.Image.URI)); err != nil {
+		return err
+	}
+	if err := s.validateCredentialProxyCreate(req); err != nil {
 		return err
 	}
 	return s.validateClaimInput(req)

@@ -137,6 +137,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			s.backgroundError("reconciler", "sync record with the runtime", err, "id", rec.ID)
 		}
 	}
+	s.drainVaultAudit(rec, inst)
 }
 
 func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {

@@ -21,6 +21,9 @@ const (
 	// LabelCluster names the store (the deployment) that owns a sandbox: a gateway adopts
 	// and removes only the sandboxes of its own cluster, never another's on the same engine.
 	LabelCluster = "sandgate.io/cluster"
+	// LabelCredentialProxy marks a sandbox whose enforcer runs the credential vault (a
+	// Docker label, a Kubernetes annotation; both in Instance.Labels).
+	LabelCredentialProxy = "sandgate.io/credential-proxy"
 )
 
 // AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.
@@ -104,6 +107,16 @@ type EgressSpec struct {
 	Policy []byte
 	// PlatformDeny lists targets the enforcer denies whatever it is told later.
 	PlatformDeny []string
+	// CredentialProxy turns on the credential vault: the runtime makes the sandbox a CA,
+	// gives its key to the enforcer only and installs its certificate in the workload's
+	// trust store (see CredentialProxyRuntime).
+	CredentialProxy bool
+}
+
+// CredentialProxyRuntime is implemented by runtimes that can run the credential vault
+// (EgressSpec.CredentialProxy); the gateway refuses credentialProxy on the others.
+type CredentialProxyRuntime interface {
+	RunsCredentialProxy() bool
 }
 
 // State is the runtime's view of a sandbox's process.

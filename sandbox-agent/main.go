@@ -26,6 +26,7 @@ import (
 
 	"github.com/sandgate/sandgate/sandbox-agent/agent"
 	"github.com/sandgate/sandgate/sandbox-agent/egress"
+	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultca"
 	"github.com/sandgate/sandgate/sandbox-agent/initproc"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
@@ -41,6 +42,7 @@ func usage() {
   sandbox-agent serve                            run the API only
   sandbox-agent egress [args...]                 run the egress enforcer
   sandbox-agent install DEST                     copy this binary to DEST
+  sandbox-agent vault-trust DIR                  write the credential vault CA ($SANDGATE_VAULT_CA_CERT) and the image's roots plus it into DIR
   sandbox-agent version
 `)
 }
@@ -75,6 +77,15 @@ func main() {
 			os.Exit(2)
 		}
 		if err := install(os.Args[2]); err != nil {
+			log.Print(err)
+			os.Exit(1)
+		}
+	case "vault-trust":
+		if len(os.Args) != 3 {
+			usage()
+			os.Exit(2)
+		}
+		if err := vaultca.WriteTrust(os.Args[2], []byte(os.Getenv(egress.EnvVaultCACert))); err != nil {
 			log.Print(err)
 			os.Exit(1)
 		}

@@ -133,6 +133,10 @@ type App struct {
 	// enforced by the Rego admission rule on platform data allowed_registries
 	// (SANDGATE_IMAGE_REGISTRIES, comma-separated).
 	ImageRegistries []string `json:"image_registries,omitempty"`
+	// VaultUpstreamCA is a PEM file of extra roots the credential vault verifies
+	// upstream TLS against, besides the sandbox image's system roots
+	// (SANDGATE_VAULT_UPSTREAM_CA).
+	VaultUpstreamCA string `json:"vault_upstream_ca,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -191,19 +195,39 @@ func (a *App) storeKey() string {
 // registers more (an in-process runtime) in its own file.
 var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error){
 	"docker": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
+		upstreamCA, err := a.vaultUpstreamCA()
+		if err != nil {
+			return nil, err
+		}
 		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-			Pull: docker.PullPolicy(a.ImagePull), Logger: log})
+			Pull: docker.PullPolicy(a.ImagePull), VaultUpstreamCA: upstreamCA, Logger: log})
 	},
 	"kubernetes": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
+		upstreamCA, err := a.vaultUpstreamCA()
+		if err != nil {
+			return nil, err
+		}
 		agentImage := a.K8sAgentImage
 		if agentImage == "" {
 			agentImage = "sandgate/agent:" + gateway.Version
 		}
 		return kubernetes.New(ctx, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
 			GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
-			NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", UserAgent: "sandgate/" + gateway.Version, Logger: log})
+			NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, UserAgent: "sandgate/" + gateway.Version, Logger: log})
 	},
+}
+
+// vaultUpstreamCA reads the operator's extra upstream roots of the credential vault.
+func (a *App) vaultUpstreamCA() ([]byte, error) {
+	if a.VaultUpstreamCA == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(a.VaultUpstreamCA)
+	if err != nil {
+		return nil, fmt.Errorf("vault_upstream_ca: %w", err)
+	}
+	return pem, nil
 }
 
 // Provision implements caddy.Provisioner: it resolves the secrets, fills the defaults

@@ -26,7 +26,12 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	default:
 		return false
 	}
-	if path := egressPath(r, sb.ID, port); path != "/policy" && path != "/policy/" {
+	path := egressPath(r, sb.ID, port)
+	if gateway.IsVaultPath(path) {
+		h.relayVault(w, r, sb, path, access)
+		return true
+	}
+	if path != "/policy" && path != "/policy/" {
 		return false
 	}
 	if r.Method == http.MethodGet {
@@ -76,4 +81,28 @@ func egressPath(r *http.Request, id string, port int) string {
 		path = "/"
 	}
 	return path
+}
+
+// relayVault answers the credential vault API (/credential-vault...) through
+// gateway.Service.VaultRequest: Rego checks the bindings, the gateway signs.
+func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, path string, access gateway.ProxyAccess) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "VAULT::INVALID_REQUEST", "request body exceeds %d bytes", maxBodyBytes))
+		return
+	}
+	who := gateway.Caller{Tenant: sb.Tenant}
+	if access.Caller != nil {
+		who.KeyID = access.Caller.KeyID
+	}
+	answer, err := h.svc.VaultRequest(r.Context(), who, sb, r.Method, path, body)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if answer.Status != http.StatusNoContent {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(answer.Status)
+	_, _ = w.Write(answer.Body)
 }

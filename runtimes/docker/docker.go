@@ -69,6 +69,9 @@ type Options struct {
 	// WritableBytes caps each of those tmpfs mounts (0: 256 MiB). Their pages are also
 	// charged to the sandbox's memory limit, which is the real bound.
 	WritableBytes int64
+	// VaultUpstreamCA is extra PEM roots the credential vault trusts for upstream TLS
+	// (besides the image's system roots); SANDGATE_VAULT_UPSTREAM_CA names its file.
+	VaultUpstreamCA []byte
 	// NoEgress turns egress enforcement off: specs' EgressSpecs are ignored and sandboxes
 	// reach whatever the host's network lets them reach. Enforcement is on by default.
 	NoEgress bool
@@ -225,6 +228,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	if withEgress {
 		labels[labelEgress] = "enforced"
 	}
+	var ca *vaultCA
+	if withEgress && spec.Egress.CredentialProxy {
+		if ca, err = newVaultCA(spec.ID); err != nil {
+			return runtimes.Instance{}, err
+		}
+		labels[labelCredentialProxy] = "enabled"
+	}
 
 	env := make([]string, 0, len(spec.Env)+2)
 	keys := make([]string, 0, len(spec.Env))
@@ -236,6 +246,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		env = append(env, k+"="+spec.Env[k])
 	}
 	env = append(env, envAgentToken+"="+spec.AgentToken)
+	if ca != nil {
+		env = append(env, vaultWorkloadEnv()...)
+	}
 	if spec.EgressToken != "" && !withEgress {
 		env = append(env, envEgressToken+"="+spec.EgressToken)
 	}
@@ -321,7 +334,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	sidecar := make(chan prepared, 1)
 	if withEgress {
 		go func() {
-			id, err := r.prepareEgress(ctx, spec, created.ID, archive)
+			id, err := r.prepareEgress(ctx, spec, created.ID, archive, ca)
 			sidecar <- prepared{id, err}
 		}()
 	}
@@ -333,6 +346,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		}
 		cleanup()
 		return runtimes.Instance{}, fmt.Errorf("inject sandbox-agent: %w", err)
+	}
+	if ca != nil {
+		if err := r.installVaultTrust(ctx, created.ID, ca); err != nil {
+			<-sidecar
+			cleanup()
+			return runtimes.Instance{}, err
+		}
 	}
 	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		if withEgress {

@@ -88,8 +88,13 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
 // container and copies the agent into it, so that this work overlaps the workload's
 // own start. It returns the sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte) (string, error) {
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte, ca *vaultCA) (string, error) {
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
+	env := []string{envEgressToken + "=" + spec.EgressToken}
+	if ca != nil {
+		args = append(args, "--credential-proxy")
+		env = append(env, ca.enforcerEnv(r.opts.VaultUpstreamCA)...)
+	}
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
 	}
@@ -111,7 +116,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 			Image:      spec.Image,
 			Entrypoint: entrypoint,
 			User:       "0:0",
-			Env:        []string{envEgressToken + "=" + spec.EgressToken, envEgressPolicy + "=" + string(policy)},
+			Env:        append(env, envEgressPolicy+"="+string(policy)),
 			Labels: map[string]string{
 				runtimes.LabelID: spec.ID, runtimes.LabelTenant: spec.Tenant, labelRole: roleEgress,
 			},
@@ -231,8 +236,18 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 	if addr == "" {
 		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
 	}
+	var ca *vaultCA
+	if res.Container.Config != nil && res.Container.Config.Labels[labelCredentialProxy] != "" {
+		// The vault lived in the old sidecar; the new one starts empty, with a new CA.
+		if ca, err = newVaultCA(spec.ID); err != nil {
+			return err
+		}
+		if err := r.installVaultTrust(ctx, res.Container.ID, ca); err != nil {
+			return err
+		}
+	}
 	r.removeEgress(ctx, spec.ID)
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, archive)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, archive, ca)
 	if err != nil {
 		return err
 	}

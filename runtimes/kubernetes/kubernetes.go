@@ -76,6 +76,9 @@ type Options struct {
 	WritableBytes  int64
 	// NoEgress turns egress enforcement off: no sandbox gets an enforcer sidecar.
 	NoEgress bool
+	// VaultUpstreamCA is extra PEM roots the credential vault trusts for upstream TLS
+	// (SANDGATE_VAULT_UPSTREAM_CA names its file).
+	VaultUpstreamCA []byte
 	// StartTimeout bounds Create's wait for a pod to run (scheduling and image pulls
 	// included; default 2 minutes).
 	StartTimeout time.Duration
@@ -297,6 +300,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		runtimeClass = r.opts.GVisorRuntimeClass
 	}
 	pod := r.podFor(spec, withEgress, runtimeClass)
+	if withEgress && spec.Egress.CredentialProxy {
+		if err := r.withCredentialProxy(pod, spec); err != nil {
+			return runtimes.Instance{}, err
+		}
+	}
 
 	changed, unwatch := r.watch(spec.ID)
 	defer unwatch()

@@ -122,3 +122,58 @@ func TestEgressSidecarIsolated(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialProxyPod: with the credential proxy, the CA key is in the enforcer
+// sidecar only; the workload gets the certificate through the trust init container
+// (which runs the workload's image) and its trust variables, never the key.
+func TestCredentialProxyPod(t *testing.T) {
+	r := testRuntime()
+	r.opts.VaultUpstreamCA = []byte("-----BEGIN CERTIFICATE-----\nup\n-----END CERTIFICATE-----\n")
+	spec := runtimes.Spec{ID: "0f8e2b9c-1111-4222-8333-444455556666", Tenant: "t", Image: "python:3.12",
+		Entrypoint: []string{"sleep", "1"}, AgentToken: "a", EgressToken: "e",
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`), CredentialProxy: true}}
+	pod := r.podFor(spec, true, "")
+	if err := r.withCredentialProxy(pod, spec); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range pod.Spec.InitContainers {
+		names = append(names, c.Name)
+	}
+	if diff := cmp.Diff([]string{InstallContainer, VaultTrustContainer, EgressContainer}, names); diff != "" {
+		t.Fatalf("init containers (-want +got):\n%s", diff)
+	}
+	envOf := func(c corev1.Container) map[string]string {
+		m := map[string]string{}
+		for _, e := range c.Env {
+			m[e.Name] = e.Value
+		}
+		return m
+	}
+	sidecar, trust, workload := pod.Spec.InitContainers[2], pod.Spec.InitContainers[1], pod.Spec.Containers[0]
+	if se := envOf(sidecar); !strings.Contains(se[EnvVaultCAKey], "PRIVATE KEY") || !strings.Contains(se[EnvVaultCACert], "CERTIFICATE") || se[EnvVaultUpstreamCA] == "" ||
+		sidecar.Command[len(sidecar.Command)-1] != "--credential-proxy" {
+		t.Fatalf("sidecar: command %v env %v", sidecar.Command, se)
+	}
+	for _, c := range append([]corev1.Container{trust, workload}, pod.Spec.InitContainers[0]) {
+		for _, e := range c.Env {
+			if e.Name == EnvVaultCAKey || strings.Contains(e.Value, "PRIVATE KEY") {
+				t.Fatalf("container %s holds the CA key", c.Name)
+			}
+		}
+	}
+	if trust.Image != spec.Image || envOf(trust)[EnvVaultCACert] != envOf(sidecar)[EnvVaultCACert] || trust.Command[1] != "vault-trust" {
+		t.Fatalf("trust container: %+v", trust)
+	}
+	we := envOf(workload)
+	if we["SSL_CERT_FILE"] != vaultBundlePath || we["REQUESTS_CA_BUNDLE"] != vaultBundlePath || we["NODE_EXTRA_CA_CERTS"] != vaultCAPath {
+		t.Fatalf("workload trust env: %v", we)
+	}
+	last := workload.VolumeMounts[len(workload.VolumeMounts)-1]
+	if last.MountPath != "/etc/ssl/certs/ca-certificates.crt" || last.SubPath != "vault/ca-bundle.pem" || !last.ReadOnly {
+		t.Fatalf("system bundle mount: %+v", last)
+	}
+	if pod.Annotations[annotationCredentialProxy] != "enabled" || pod.Spec.ShareProcessNamespace != nil {
+		t.Fatalf("annotations %v, shareProcessNamespace %v", pod.Annotations, pod.Spec.ShareProcessNamespace)
+	}
+}

@@ -64,6 +64,7 @@ type api struct {
 	maxRules int
 	ready    *atomic.Bool
 	log      *slog.Logger
+	proxy    *vaultProxy // nil: no credential proxy
 
 	// updateMu makes read-modify-write updates (PATCH, DELETE) and the hook call
 	// one step, so two concurrent PATCHes cannot lose each other's rules.
@@ -74,6 +75,7 @@ func (a *api) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/policy", a.authorized(a.handlePolicy))
 	mux.HandleFunc("/healthz", a.handleHealthz)
+	(&vaultAPI{api: a}).routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})

@@ -24,6 +24,12 @@ type enforcer struct {
 	// names it was learned for, so that a policy change keeps exactly the addresses
 	// whose names are still allowed.
 	pins map[netip.Addr]*pinned
+
+	// vault, when interception is on (vaultPort != 0), is the credential vault in
+	// force: addresses pinned for a name some binding names are also put in the
+	// intercept set, whose traffic to the bindings' ports goes to the vault proxy.
+	vault     atomic.Pointer[vaultState]
+	vaultPort uint16
 }
 
 type pinned struct {
@@ -53,6 +59,21 @@ func (e *enforcer) currentPolicy() Policy {
 func (e *enforcer) apply(p Policy) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.applyLocked(p, e.vault.Load())
+}
+
+// setVault puts v in force (nil: no vault) and rebuilds the table so that exactly
+// the hosts v names are intercepted; on error the previous vault stays.
+func (e *enforcer) setVault(v *vaultState) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.vaultPort == 0 {
+		return fmt.Errorf("credential proxy is not enabled")
+	}
+	return e.applyLocked(e.policy, v)
+}
+
+func (e *enforcer) applyLocked(p Policy, v *vaultState) error {
 	rs := compileRules(e.platform, p)
 	now := time.Now()
 	keep := map[netip.Addr]*pinned{}
@@ -78,13 +99,52 @@ func (e *enforcer) apply(p Policy) error {
 			pins6 = append(pins6, p)
 		}
 	}
-	if err := e.fw.install(rs, pins4, pins6); err != nil {
+	if err := e.fw.install(rs, pins4, pins6, e.interception(v, pins4, keep)); err != nil {
 		return err
 	}
 	e.policy = p
 	e.pins = keep
 	e.rules.Store(rs)
+	if e.vaultPort != 0 {
+		e.vault.Store(v)
+	}
 	return nil
+}
+
+// interception is what the table needs to send bound hosts' traffic to the vault
+// proxy: nil when interception is off or no binding exists, so that a sandbox without
+// bindings has exactly the table it would have without a vault. Only IPv4 is
+// intercepted (the redirect target is 127.0.0.1); IPv6 traffic to a bound host goes
+// out as any allowed traffic does, without injection.
+func (e *enforcer) interception(v *vaultState, pins4 []pin, names map[netip.Addr]*pinned) *intercept {
+	if e.vaultPort == 0 || v == nil || len(v.Bindings) == 0 {
+		return nil
+	}
+	ic := &intercept{port: e.vaultPort, ports: v.ports()}
+	for _, p := range pins4 {
+		if pn := names[p.addr]; pn != nil && anyBound(v, pn.names) {
+			ic.pins = append(ic.pins, p)
+		}
+	}
+	return ic
+}
+
+func anyBound(v *vaultState, names map[string]bool) bool {
+	for n := range names {
+		if v.names(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// pinnedFor reports whether addr was pinned from an allowed answer for host (the
+// vault proxy sends a credential only to an address its host resolved to).
+func (e *enforcer) pinnedFor(addr netip.Addr, host string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pn := e.pins[addr]
+	return pn != nil && pn.expires.After(time.Now()) && pn.names[host]
 }
 
 // inherit seeds the pins a previous enforcer left in the kernel; the first apply then
@@ -152,10 +212,24 @@ func (e *enforcer) pinAnswer(name string, addrs []dnsAddr) error {
 			pins6 = append(pins6, p)
 		}
 	}
-	if len(pins4)+len(pins6) == 0 {
+	// Every IPv4 address of a bound name's answer goes into the intercept set, even one
+	// pinned already for another name: the redirect is by address.
+	var intercepted []pin
+	if v := e.vault.Load(); e.vaultPort != 0 && v.names(name) {
+		for _, da := range addrs {
+			if da.addr.Is4() {
+				ttl := max(da.ttl, e.minTTL)
+				if e.maxTTL > 0 {
+					ttl = min(ttl, e.maxTTL)
+				}
+				intercepted = append(intercepted, pin{addr: da.addr, expires: now.Add(ttl), name: name})
+			}
+		}
+	}
+	if len(pins4)+len(pins6)+len(intercepted) == 0 {
 		return nil
 	}
-	if err := e.fw.addPins(pins4, pins6); err != nil {
+	if err := e.fw.addPins(pins4, pins6, intercepted); err != nil {
 		return fmt.Errorf("pin answer for %s: %w", name, err)
 	}
 	for _, p := range append(pins4, pins6...) {

@@ -48,6 +48,8 @@ type config struct {
 	maxRules     int
 	readyFile    string
 	cleanup      bool
+	credProxy    bool
+	vaultListen  string
 	logLevel     string
 }
 
@@ -67,6 +69,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.maxTTL, "max-ttl", 24*time.Hour, "longest time a DNS answer's addresses stay allowed")
 	fs.IntVar(&c.maxRules, "max-rules", DefaultMaxRules, "most rules one policy may have")
 	fs.StringVar(&c.readyFile, "ready-file", "", "file written once the rules are installed and the proxy listens")
+	fs.BoolVar(&c.credProxy, "credential-proxy", false, "serve the credential vault and intercept the hosts its bindings name (needs $"+EnvVaultCACert+" and $"+EnvVaultCAKey+")")
+	fs.StringVar(&c.vaultListen, "vault-listen", "127.0.0.1:"+strconv.Itoa(DefaultVaultPort), "IPv4 loopback address:port of the credential proxy intercepted connections are redirected to")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "delete the nftables table on exit (default: leave it, so the sandbox stays closed)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -119,6 +123,18 @@ func Main(ctx context.Context, args []string) error {
 	defer fw.close()
 	enf := newEnforcer(fw, platform, c.minTTL, c.maxTTL)
 	enf.inherit(fw.existingPins())
+	var vproxy *vaultProxy
+	if c.credProxy {
+		vaddr, err := netip.ParseAddrPort(c.vaultListen)
+		if err != nil || !vaddr.Addr().IsLoopback() || !vaddr.Addr().Is4() {
+			return fmt.Errorf("egress: --vault-listen %q must be an IPv4 loopback address:port", c.vaultListen)
+		}
+		vproxy, err = newVaultProxy(enf, []byte(os.Getenv(EnvVaultCACert)), []byte(os.Getenv(EnvVaultCAKey)), []byte(os.Getenv(EnvVaultUpstreamCA)), uint32(c.mark), log)
+		if err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		enf.vaultPort = vaddr.Port()
+	}
 	var state *stateFile
 	if c.stateFile != "" {
 		state = &stateFile{path: c.stateFile}
@@ -138,6 +154,10 @@ func Main(ctx context.Context, args []string) error {
 			log.Error("install deny-all after a bad initial policy", "err", derr)
 		}
 		return fmt.Errorf("egress: %w", err)
+	}
+	if c.credProxy {
+		// The vault a previous run saved is in force again, its interception included.
+		enf.vault.Store(state.savedVault())
 	}
 	if err := enf.apply(initial); err != nil {
 		return fmt.Errorf("egress: %w", err)
@@ -159,8 +179,17 @@ func Main(ctx context.Context, args []string) error {
 		return fmt.Errorf("egress: %w", err)
 	}
 
+	waitVault := func() {}
+	if vproxy != nil {
+		if waitVault, err = vproxy.serve(ctx, c.vaultListen); err != nil {
+			cancel()
+			waitDNS()
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
+
 	ready := &atomic.Bool{}
-	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log}
+	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log, proxy: vproxy}
 	if tok := os.Getenv(EnvToken); tok != "" {
 		// Requests signed before this process started are refused: one captured by a
 		// workload that held the port while no enforcer ran cannot be replayed to it.
@@ -170,6 +199,7 @@ func Main(ctx context.Context, args []string) error {
 	if err != nil {
 		cancel()
 		waitDNS()
+		waitVault()
 		return fmt.Errorf("egress: listen for the policy API on %s: %w", c.listen, err)
 	}
 	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -195,6 +225,7 @@ func Main(ctx context.Context, args []string) error {
 	defer stop()
 	_ = srv.Shutdown(shutdownCtx)
 	waitDNS()
+	waitVault()
 	return runErr
 }
 

@@ -31,7 +31,18 @@ const (
 	setDeny6  = "deny6"
 	setDyn4   = "dns4" // addresses pinned from allowed DNS answers (timeout)
 	setDyn6   = "dns6"
+	// Only with credential-vault bindings: addresses of bound hosts and the ports the
+	// bindings name, whose TCP traffic the nat chain sends to the vault proxy.
+	setVault4     = "vault4"
+	setVaultPorts = "vaultports"
 )
+
+// intercept is the vault's part of the table.
+type intercept struct {
+	port  uint16   // the vault proxy's port on 127.0.0.1
+	ports []uint16 // destination ports to intercept
+	pins  []pin    // IPv4 addresses of bound hosts
+}
 
 // firewallConfig is what the rules need besides the policy.
 type firewallConfig struct {
@@ -77,7 +88,7 @@ func (f *firewall) table() *nftables.Table {
 // as one transaction, so packets see either the old rules or the new ones, never a
 // gap. It is used at start (a restarted enforcer takes over the table it left) and
 // for every policy change; pins are the live DNS addresses to carry over.
-func (f *firewall) install(rs *ruleSet, pins4, pins6 []pin) error {
+func (f *firewall) install(rs *ruleSet, pins4, pins6 []pin, ic *intercept) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.conn
@@ -109,6 +120,23 @@ func (f *firewall) install(rs *ruleSet, pins4, pins6 []pin) error {
 		}
 		sets[s.name] = set
 	}
+	if ic != nil {
+		vs := &nftables.Set{Table: t, Name: setVault4, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+		ps := &nftables.Set{Table: t, Name: setVaultPorts, KeyType: nftables.TypeInetService}
+		var portElems []nftables.SetElement
+		for _, p := range ic.ports {
+			portElems = append(portElems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(p)})
+		}
+		if err := c.AddSet(vs, pinElements(ic.pins, now)); err != nil {
+			f.discardBatch()
+			return fmt.Errorf("queue nftables set %s: %w", setVault4, err)
+		}
+		if err := c.AddSet(ps, portElems); err != nil {
+			f.discardBatch()
+			return fmt.Errorf("queue nftables set %s: %w", setVaultPorts, err)
+		}
+		sets[setVault4], sets[setVaultPorts] = vs, ps
+	}
 
 	drop := nftables.ChainPolicyDrop
 	out := c.AddChain(&nftables.Chain{
@@ -122,7 +150,7 @@ func (f *firewall) install(rs *ruleSet, pins4, pins6 []pin) error {
 		Name: "dns_redirect", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(natPriority),
 	})
-	for _, exprs := range f.natRules() {
+	for _, exprs := range f.natRules(ic, sets) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: exprs})
 	}
 	if err := c.Flush(); err != nil {
@@ -143,11 +171,18 @@ func (f *firewall) discardBatch() {
 
 // addPins adds DNS-learned addresses to the pinned sets in one batch. Adding an
 // address already present refreshes its timeout.
-func (f *firewall) addPins(pins4, pins6 []pin) error {
+func (f *firewall) addPins(pins4, pins6, intercepted []pin) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
 	t := f.table()
+	if len(intercepted) > 0 {
+		s := &nftables.Set{Table: t, Name: setVault4, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+		if err := f.conn.SetAddElements(s, pinElements(intercepted, now)); err != nil {
+			f.discardBatch()
+			return fmt.Errorf("queue intercepted IPv4 addresses: %w", err)
+		}
+	}
 	if len(pins4) > 0 {
 		s := &nftables.Set{Table: t, Name: setDyn4, KeyType: nftables.TypeIPAddr, HasTimeout: true}
 		if err := f.conn.SetAddElements(s, pinElements(pins4, now)); err != nil {
@@ -287,8 +322,10 @@ func (f *firewall) filterRules(rs *ruleSet, sets map[string]*nftables.Set) [][]e
 }
 
 // natRules is the nat output chain: the proxy's marked queries leave untouched,
-// every other IPv4 packet to port 53 (UDP or TCP, any resolver) goes to the proxy.
-func (f *firewall) natRules() [][]expr.Any {
+// every other IPv4 packet to port 53 (UDP or TCP, any resolver) goes to the proxy,
+// and, with vault bindings, TCP to a bound host's address on a bound port goes to the
+// vault proxy (its own upstream connections are marked, so they leave untouched).
+func (f *firewall) natRules(ic *intercept, sets map[string]*nftables.Set) [][]expr.Any {
 	rules := [][]expr.Any{{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(f.cfg.mark)},
@@ -305,6 +342,22 @@ func (f *firewall) natRules() [][]expr.Any {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
 			&expr.Immediate{Register: 1, Data: proxyIP[:]},
 			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(f.cfg.proxy.Port())},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+		})
+	}
+	if ic != nil {
+		loopback := [4]byte{127, 0, 0, 1}
+		rules = append(rules, []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: sets[setVault4].Name, SetID: sets[setVault4].ID},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: 1, SetName: sets[setVaultPorts].Name, SetID: sets[setVaultPorts].ID},
+			&expr.Immediate{Register: 1, Data: loopback[:]},
+			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(ic.port)},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
 		})
 	}

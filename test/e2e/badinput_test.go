@@ -47,7 +47,8 @@ func TestBadInput(t *testing.T) {
 		{"timeout that overflows a duration", map[string]any{"image": img, "entrypoint": tail, "timeout": int64(18446747674)}, 400, "SANDBOX::INVALID_PARAMETER"},
 		{"negative timeout", map[string]any{"image": img, "entrypoint": tail, "timeout": -5}, 400, "SANDBOX::INVALID_PARAMETER"},
 		{"5000 metadata keys", map[string]any{"image": img, "entrypoint": tail, "metadata": manyLabels(5000)}, 400, "SANDBOX::INVALID_METADATA_LABEL"},
-		{"credentialProxy enabled", map[string]any{"image": img, "entrypoint": tail, "credentialProxy": map[string]any{"enabled": true}}, 400, "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"},
+		{"credentialProxy enabled without a networkPolicy", map[string]any{"image": img, "entrypoint": tail, "credentialProxy": map[string]any{"enabled": true}}, 400, "SANDBOX::CREDENTIAL_PROXY_REQUIRES_NETWORK_POLICY"},
+		{"credentialProxy not an object", map[string]any{"image": img, "entrypoint": tail, "credentialProxy": "yes"}, 400, "SANDBOX::INVALID_PARAMETER"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,11 +176,13 @@ func manyLabels(n int) map[string]string {
 	return md
 }
 
-// TestCredentialProxyRefused: until the credential vault exists, credentialProxy
-// {"enabled": true} is refused with its own code wherever a sandbox is described (a
-// create, a pool's template, a batch's template, a pool claim), instead of silently
-// creating a sandbox without the protection asked for; {"enabled": false} and absent are
-// fine.
+// TestCredentialProxyRefused: credentialProxy {"enabled": true} is never silently
+// ignored. Without a networkPolicy (the vault lives in the egress enforcer) it is refused
+// with its own code wherever a sandbox is described (a create, a pool's template, a
+// batch's template); a claim cannot turn it on for a pool whose template lacks it; a
+// gateway with egress enforcement off refuses it even with a policy. {"enabled": false}
+// and absent are fine. (That it works with a networkPolicy: TestCredentialVault and
+// TestCredentialVaultPoolsAndBatches.)
 func TestCredentialProxyRefused(t *testing.T) {
 	e := newEnv(t, startRedis(t))
 	g := e.startGateway()
@@ -192,7 +195,7 @@ func TestCredentialProxyRefused(t *testing.T) {
 		return m
 	}
 	capacity := map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}
-	const code = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+	const code = "SANDBOX::CREDENTIAL_PROXY_REQUIRES_NETWORK_POLICY"
 	t.Run("create", func(t *testing.T) {
 		expectError(t, g.do("POST", "/v1/sandboxes", tmpl(on)), 400, code)
 	})
@@ -208,7 +211,13 @@ func TestCredentialProxyRefused(t *testing.T) {
 			t.Fatalf("create pool: %d %s", r.Status, r.Body)
 		}
 		claim := map[string]any{"extensions": map[string]string{"poolRef": "plain"}, "credentialProxy": on}
-		expectError(t, g.do("POST", "/v1/sandboxes", claim), 400, code)
+		expectError(t, g.do("POST", "/v1/sandboxes", claim), 400, "SANDBOX::CREDENTIAL_PROXY_NOT_IN_POOL")
+	})
+	t.Run("egress enforcement off", func(t *testing.T) {
+		off := newEnv(t, startRedis(t)).startGateway("SANDGATE_EGRESS=off")
+		req := tmpl(on)
+		req["networkPolicy"] = map[string]any{"defaultAction": "deny"}
+		expectError(t, off.do("POST", "/v1/sandboxes", req), 400, "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED")
 	})
 	if left := e.containers(); len(left) != 0 {
 		t.Fatalf("refused creates left containers: %v", left)

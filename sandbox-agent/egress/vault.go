@@ -1,0 +1,775 @@
+package egress
+
+// The credential vault: credentials (write-only secret values) and bindings (which
+// requests get which credential as which header), with the OpenSandbox wire shapes of
+// egress-api.yaml. This file is the model: decoding, validation, revisions, the
+// sanitized view and request matching. vaultapi.go serves it, vaultproxy.go injects it.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Stable error codes of the credential vault API.
+const (
+	CodeVaultInvalid       = "VAULT::INVALID_REQUEST"
+	CodeVaultUnknownAuth   = "VAULT::UNKNOWN_AUTH_TYPE"
+	CodeVaultUnknownCred   = "VAULT::UNKNOWN_CREDENTIAL"
+	CodeVaultOverlap       = "VAULT::OVERLAPPING_BINDINGS"
+	CodeVaultHeaderName    = "VAULT::INVALID_HEADER_NAME"
+	CodeVaultValue         = "VAULT::INVALID_VALUE"
+	CodeVaultMatch         = "VAULT::INVALID_MATCH"
+	CodeVaultDuplicate     = "VAULT::DUPLICATE_NAME"
+	CodeVaultNotFound      = "VAULT::NOT_FOUND"
+	CodeVaultExists        = "VAULT::ALREADY_EXISTS"
+	CodeVaultStale         = "VAULT::REVISION_CONFLICT"
+	CodeVaultNotEnabled    = "VAULT::PROXY_NOT_ENABLED"
+	CodeVaultAmbiguous     = "VAULT::AMBIGUOUS_BINDING"
+	CodeVaultHostMismatch  = "VAULT::HOST_MISMATCH"
+	CodeVaultUpstreamError = "VAULT::UPSTREAM_UNAVAILABLE"
+)
+
+// Bounds of one vault.
+const (
+	maxVaultCredentials = 64
+	maxVaultBindings    = 64
+	maxCredentialValue  = 8 << 10
+	maxVaultName        = 128
+)
+
+// VaultError is a refused vault request; its message never holds a secret value.
+type VaultError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *VaultError) Error() string { return e.Message }
+
+func vaultErrorf(status int, code, format string, args ...any) *VaultError {
+	return &VaultError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func badVault(code, format string, args ...any) *VaultError {
+	return vaultErrorf(http.StatusBadRequest, code, format, args...)
+}
+
+// Credential is a named secret as the API receives it.
+type Credential struct {
+	Name   string           `json:"name"`
+	Source CredentialSource `json:"source"`
+}
+
+// CredentialSource is where a credential's value comes from; only "inline" exists.
+type CredentialSource struct {
+	Type  string `json:"type,omitempty"`
+	Value string `json:"value"`
+}
+
+// Binding says which requests get which credential, and how.
+type Binding struct {
+	Name  string       `json:"name"`
+	Match BindingMatch `json:"match"`
+	Auth  BindingAuth  `json:"auth"`
+}
+
+// BindingMatch selects requests; omitted lists take the spec's defaults.
+type BindingMatch struct {
+	Schemes []string `json:"schemes,omitempty"`
+	Ports   []int    `json:"ports,omitempty"`
+	Hosts   []string `json:"hosts"`
+	Methods []string `json:"methods,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
+}
+
+// BindingAuth renders credentials into headers.
+type BindingAuth struct {
+	Type       string         `json:"type"`
+	Credential string         `json:"credential,omitempty"`
+	Name       string         `json:"name,omitempty"`
+	Headers    []HeaderSource `json:"headers,omitempty"`
+}
+
+// HeaderSource is one header of a customHeaders auth.
+type HeaderSource struct {
+	Name       string `json:"name"`
+	Credential string `json:"credential"`
+}
+
+// Auth types.
+const (
+	AuthBearer        = "bearer"
+	AuthBasic         = "basic"
+	AuthAPIKey        = "apiKey"
+	AuthCustomHeaders = "customHeaders"
+)
+
+// storedCredential is a credential as the vault keeps it (and the state file).
+type storedCredential struct {
+	Name     string `json:"name"`
+	Value    string `json:"value"`
+	Revision int64  `json:"revision"`
+}
+
+type storedBinding struct {
+	Binding
+	Revision int64 `json:"revision"`
+}
+
+// vaultState is the whole vault; it is immutable once built (changes make a new one).
+type vaultState struct {
+	Revision    int64              `json:"revision"`
+	Credentials []storedCredential `json:"credentials"`
+	Bindings    []storedBinding    `json:"bindings"`
+}
+
+// VaultView is the sanitized state (CredentialVaultState): no value ever.
+type VaultView struct {
+	Revision    int64            `json:"revision"`
+	Credentials []CredentialView `json:"credentials"`
+	Bindings    []BindingView    `json:"bindings"`
+}
+
+// CredentialView is CredentialMetadata.
+type CredentialView struct {
+	Name       string `json:"name"`
+	SourceType string `json:"sourceType"`
+	Revision   int64  `json:"revision"`
+}
+
+// BindingView is CredentialBindingMetadata.
+type BindingView struct {
+	Name     string       `json:"name"`
+	Revision int64        `json:"revision"`
+	Match    BindingMatch `json:"match"`
+	Auth     AuthView     `json:"auth"`
+}
+
+// AuthView is CredentialAuthMetadata.
+type AuthView struct {
+	Type string `json:"type"`
+	Name string `json:"name,omitempty"`
+}
+
+// VaultCreate is the body of POST /credential-vault.
+type VaultCreate struct {
+	Credentials []Credential `json:"credentials"`
+	Bindings    []Binding    `json:"bindings"`
+}
+
+// VaultMutation is the body of PATCH /credential-vault.
+type VaultMutation struct {
+	ExpectedRevision *int64             `json:"expectedRevision,omitempty"`
+	Credentials      *CredentialChanges `json:"credentials,omitempty"`
+	Bindings         *BindingChanges    `json:"bindings,omitempty"`
+}
+
+// CredentialChanges is CredentialMutationSet.
+type CredentialChanges struct {
+	Add     []Credential `json:"add,omitempty"`
+	Replace []Credential `json:"replace,omitempty"`
+	Delete  []string     `json:"delete,omitempty"`
+}
+
+// BindingChanges is CredentialBindingMutationSet.
+type BindingChanges struct {
+	Add     []Binding `json:"add,omitempty"`
+	Replace []Binding `json:"replace,omitempty"`
+	Delete  []string  `json:"delete,omitempty"`
+}
+
+// decodeVaultJSON decodes strictly; the error never quotes the body (it may hold a
+// secret), only the decoder's position-free reason.
+func decodeVaultJSON(body []byte, v any) *VaultError {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badVault(CodeVaultInvalid, "request body is not a valid vault document: %s", jsonReason(err))
+	}
+	if dec.More() {
+		return badVault(CodeVaultInvalid, "trailing data after the JSON document")
+	}
+	return nil
+}
+
+// jsonReason describes a decode error without echoing input: a syntax error's text can
+// quote the offending character, which is harmless, but a type error names the field.
+func jsonReason(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be a %s", te.Field, te.Type)
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return err.Error()
+	}
+	return "malformed JSON"
+}
+
+// validVaultName: names appear in URL paths and audit records.
+func validVaultName(kind, name string) *VaultError {
+	if name == "" || len(name) > maxVaultName {
+		return badVault(CodeVaultInvalid, "%s name must be 1 to %d characters", kind, maxVaultName)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return badVault(CodeVaultInvalid, "%s name %q may hold only letters, digits, '-', '_' and '.'", kind, name)
+		}
+	}
+	return nil
+}
+
+// normalizeCredential checks a credential and returns it as stored (revision unset).
+func normalizeCredential(c Credential) (storedCredential, *VaultError) {
+	if err := validVaultName("credential", c.Name); err != nil {
+		return storedCredential{}, err
+	}
+	if c.Source.Type != "" && c.Source.Type != "inline" {
+		return storedCredential{}, badVault(CodeVaultInvalid, "credential %q: source.type must be \"inline\"", c.Name)
+	}
+	v := c.Source.Value
+	if v == "" || len(v) > maxCredentialValue {
+		return storedCredential{}, badVault(CodeVaultValue, "credential %q: source.value must be 1 to %d bytes", c.Name, maxCredentialValue)
+	}
+	for i := 0; i < len(v); i++ {
+		// A CR or LF would split the header it goes into (request smuggling); other
+		// control bytes are refused by servers anyway.
+		if b := v[i]; b < 0x20 && b != '\t' || b == 0x7f {
+			return storedCredential{}, badVault(CodeVaultValue, "credential %q: source.value holds a control character (CR, LF, NUL...), which cannot go into a header", c.Name)
+		}
+	}
+	return storedCredential{Name: c.Name, Value: v}, nil
+}
+
+// headerToken reports whether s is an RFC 9110 token.
+func headerToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedHeaders cannot be injected: they frame or route the request.
+var reservedHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "Te", "Trailer", "Keep-Alive", "Proxy-Connection"}
+
+func checkHeaderName(binding, name string) *VaultError {
+	if !headerToken(name) {
+		return badVault(CodeVaultHeaderName, "binding %q: header name %q is not an HTTP token", binding, name)
+	}
+	if slices.Contains(reservedHeaders, http.CanonicalHeaderKey(name)) {
+		return badVault(CodeVaultHeaderName, "binding %q: header %s frames the request and cannot carry a credential", binding, name)
+	}
+	return nil
+}
+
+var defaultMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+
+// normalizeBinding checks a binding on its own and fills the match defaults.
+func normalizeBinding(b Binding) (Binding, *VaultError) {
+	if err := validVaultName("binding", b.Name); err != nil {
+		return Binding{}, err
+	}
+	m := b.Match
+	out := Binding{Name: b.Name}
+	if len(m.Schemes) == 0 {
+		m.Schemes = []string{"https"}
+	}
+	for _, s := range m.Schemes {
+		s = strings.ToLower(s)
+		if s != "https" && s != "http" {
+			return Binding{}, badVault(CodeVaultMatch, "binding %q: scheme %q must be https or http", b.Name, s)
+		}
+		if !slices.Contains(out.Match.Schemes, s) {
+			out.Match.Schemes = append(out.Match.Schemes, s)
+		}
+	}
+	if len(m.Ports) == 0 {
+		for _, s := range out.Match.Schemes {
+			m.Ports = append(m.Ports, map[string]int{"https": 443, "http": 80}[s])
+		}
+	}
+	for _, p := range m.Ports {
+		if p < 1 || p > 65535 {
+			return Binding{}, badVault(CodeVaultMatch, "binding %q: port %d is not 1 to 65535", b.Name, p)
+		}
+		if !slices.Contains(out.Match.Ports, p) {
+			out.Match.Ports = append(out.Match.Ports, p)
+		}
+	}
+	if len(m.Hosts) == 0 {
+		return Binding{}, badVault(CodeVaultMatch, "binding %q: match.hosts needs at least one host", b.Name)
+	}
+	for _, h := range m.Hosts {
+		h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+		name := strings.TrimPrefix(h, "*.")
+		if _, err := netip.ParseAddr(name); err == nil {
+			return Binding{}, badVault(CodeVaultMatch, "binding %q: host %q is an IP address; bindings name hosts (the vault intercepts by DNS name)", b.Name, h)
+		}
+		if strings.Contains(name, "*") || validateName(name) != nil {
+			return Binding{}, badVault(CodeVaultMatch, "binding %q: host %q is not a host name or a \"*.\" wildcard", b.Name, h)
+		}
+		if !slices.Contains(out.Match.Hosts, h) {
+			out.Match.Hosts = append(out.Match.Hosts, h)
+		}
+	}
+	if len(m.Methods) == 0 {
+		m.Methods = defaultMethods
+	}
+	for _, meth := range m.Methods {
+		meth = strings.ToUpper(meth)
+		if !headerToken(meth) {
+			return Binding{}, badVault(CodeVaultMatch, "binding %q: method %q is not an HTTP method", b.Name, meth)
+		}
+		if !slices.Contains(out.Match.Methods, meth) {
+			out.Match.Methods = append(out.Match.Methods, meth)
+		}
+	}
+	if len(m.Paths) == 0 {
+		m.Paths = []string{"/*"}
+	}
+	for _, p := range m.Paths {
+		if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, " \t\r\n?#") {
+			return Binding{}, badVault(CodeVaultMatch, "binding %q: path %q must start with / and hold no space, ? or #", b.Name, p)
+		}
+		if !slices.Contains(out.Match.Paths, p) {
+			out.Match.Paths = append(out.Match.Paths, p)
+		}
+	}
+	a := b.Auth
+	switch a.Type {
+	case AuthBearer, AuthBasic:
+		if a.Credential == "" || a.Name != "" || len(a.Headers) > 0 {
+			return Binding{}, badVault(CodeVaultInvalid, "binding %q: auth %s takes exactly {type, credential}", b.Name, a.Type)
+		}
+	case AuthAPIKey:
+		if a.Credential == "" || len(a.Headers) > 0 {
+			return Binding{}, badVault(CodeVaultInvalid, "binding %q: auth apiKey takes exactly {type, name, credential}", b.Name)
+		}
+		if err := checkHeaderName(b.Name, a.Name); err != nil {
+			return Binding{}, err
+		}
+	case AuthCustomHeaders:
+		if a.Credential != "" || a.Name != "" || len(a.Headers) == 0 {
+			return Binding{}, badVault(CodeVaultInvalid, "binding %q: auth customHeaders takes exactly {type, headers: [{name, credential}]} with at least one header", b.Name)
+		}
+		seen := map[string]bool{}
+		for _, h := range a.Headers {
+			if err := checkHeaderName(b.Name, h.Name); err != nil {
+				return Binding{}, err
+			}
+			if h.Credential == "" {
+				return Binding{}, badVault(CodeVaultInvalid, "binding %q: header %s needs a credential", b.Name, h.Name)
+			}
+			if k := http.CanonicalHeaderKey(h.Name); seen[k] {
+				return Binding{}, badVault(CodeVaultHeaderName, "binding %q: header %s is given twice", b.Name, h.Name)
+			} else {
+				seen[k] = true
+			}
+		}
+	default:
+		return Binding{}, badVault(CodeVaultUnknownAuth, "binding %q: auth.type %q is not one of bearer, basic, apiKey, customHeaders", b.Name, a.Type)
+	}
+	out.Auth = a
+	return out, nil
+}
+
+// credentialNames lists the credentials a binding uses.
+func (b Binding) credentialNames() []string {
+	if b.Auth.Type == AuthCustomHeaders {
+		var out []string
+		for _, h := range b.Auth.Headers {
+			out = append(out, h.Credential)
+		}
+		return out
+	}
+	return []string{b.Auth.Credential}
+}
+
+// checkWhole validates what only the whole vault can tell: unique names, credentials
+// that exist, no two bindings that could match one request.
+func (v *vaultState) checkWhole() *VaultError {
+	if len(v.Credentials) > maxVaultCredentials {
+		return badVault(CodeVaultInvalid, "a vault holds at most %d credentials", maxVaultCredentials)
+	}
+	if len(v.Bindings) > maxVaultBindings {
+		return badVault(CodeVaultInvalid, "a vault holds at most %d bindings", maxVaultBindings)
+	}
+	creds := map[string]bool{}
+	for _, c := range v.Credentials {
+		if creds[c.Name] {
+			return badVault(CodeVaultDuplicate, "credential %q is given twice", c.Name)
+		}
+		creds[c.Name] = true
+	}
+	names := map[string]bool{}
+	for i, b := range v.Bindings {
+		if names[b.Name] {
+			return badVault(CodeVaultDuplicate, "binding %q is given twice", b.Name)
+		}
+		names[b.Name] = true
+		for _, c := range b.credentialNames() {
+			if !creds[c] {
+				return badVault(CodeVaultUnknownCred, "binding %q names credential %q, which the vault does not hold", b.Name, c)
+			}
+		}
+		for _, o := range v.Bindings[:i] {
+			if bindingsOverlap(o.Match, b.Match) {
+				return badVault(CodeVaultOverlap, "bindings %q and %q can match the same request; narrow hosts, ports, methods or paths so that at most one matches", o.Name, b.Name)
+			}
+		}
+	}
+	return nil
+}
+
+func intersects[T comparable](a, b []T) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func bindingsOverlap(a, b BindingMatch) bool {
+	if !intersects(a.Schemes, b.Schemes) || !intersects(a.Ports, b.Ports) || !intersects(a.Methods, b.Methods) {
+		return false
+	}
+	hosts := false
+	for _, x := range a.Hosts {
+		for _, y := range b.Hosts {
+			hosts = hosts || hostsOverlap(x, y)
+		}
+	}
+	if !hosts {
+		return false
+	}
+	for _, x := range a.Paths {
+		for _, y := range b.Paths {
+			if pathsOverlap(x, y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hostsOverlap(a, b string) bool {
+	sa, wa := strings.CutPrefix(a, "*.")
+	sb, wb := strings.CutPrefix(b, "*.")
+	switch {
+	case !wa && !wb:
+		return a == b
+	case wa && !wb:
+		return hostMatches(a, b)
+	case !wa && wb:
+		return hostMatches(b, a)
+	}
+	return sa == sb || strings.HasSuffix(sa, "."+sb) || strings.HasSuffix(sb, "."+sa)
+}
+
+// pathsOverlap is conservative: two globs overlap unless their literal prefixes
+// diverge, or both are literal and differ; "never guess" favours refusing a pair that
+// a finer analysis might have allowed.
+func pathsOverlap(a, b string) bool {
+	ia, ib := strings.IndexByte(a, '*'), strings.IndexByte(b, '*')
+	switch {
+	case ia < 0 && ib < 0:
+		return a == b
+	case ia < 0:
+		return globMatch(b, a)
+	case ib < 0:
+		return globMatch(a, b)
+	}
+	pa, pb := a[:ia], b[:ib]
+	return strings.HasPrefix(pa, pb) || strings.HasPrefix(pb, pa)
+}
+
+// hostMatches: exact, or "*.suffix" for any name strictly below suffix.
+func hostMatches(pattern, host string) bool {
+	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(host, "."+suffix)
+	}
+	return pattern == host
+}
+
+// globMatch matches path against a pattern whose '*' stands for any run of
+// characters, '/' included.
+func globMatch(pattern, path string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == path
+	}
+	if !strings.HasPrefix(path, parts[0]) {
+		return false
+	}
+	path = path[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(path, p)
+		if i < 0 {
+			return false
+		}
+		path = path[i+len(p):]
+	}
+	return strings.HasSuffix(path, last)
+}
+
+// view is the sanitized state.
+func (v *vaultState) view() VaultView {
+	out := VaultView{Revision: v.Revision, Credentials: []CredentialView{}, Bindings: []BindingView{}}
+	for _, c := range v.Credentials {
+		out.Credentials = append(out.Credentials, CredentialView{Name: c.Name, SourceType: "inline", Revision: c.Revision})
+	}
+	for _, b := range v.Bindings {
+		out.Bindings = append(out.Bindings, b.view())
+	}
+	return out
+}
+
+func (b storedBinding) view() BindingView {
+	av := AuthView{Type: b.Auth.Type}
+	if b.Auth.Type == AuthAPIKey {
+		av.Name = b.Auth.Name
+	}
+	return BindingView{Name: b.Name, Revision: b.Revision, Match: b.Match, Auth: av}
+}
+
+// newVault builds the first revision from a create request.
+func newVault(req VaultCreate) (*vaultState, *VaultError) {
+	v := &vaultState{Revision: 1, Credentials: []storedCredential{}, Bindings: []storedBinding{}}
+	for _, c := range req.Credentials {
+		sc, err := normalizeCredential(c)
+		if err != nil {
+			return nil, err
+		}
+		sc.Revision = 1
+		v.Credentials = append(v.Credentials, sc)
+	}
+	for _, b := range req.Bindings {
+		nb, err := normalizeBinding(b)
+		if err != nil {
+			return nil, err
+		}
+		v.Bindings = append(v.Bindings, storedBinding{Binding: nb, Revision: 1})
+	}
+	if err := v.checkWhole(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// mutate returns the vault with m applied (deletes, then replaces, then adds), as one
+// new revision; v itself is unchanged.
+func (v *vaultState) mutate(m VaultMutation) (*vaultState, *VaultError) {
+	if m.ExpectedRevision != nil && *m.ExpectedRevision != v.Revision {
+		return nil, vaultErrorf(http.StatusConflict, CodeVaultStale, "expectedRevision %d is stale: the vault is at revision %d", *m.ExpectedRevision, v.Revision)
+	}
+	rev := v.Revision + 1
+	next := &vaultState{Revision: rev, Credentials: slices.Clone(v.Credentials), Bindings: slices.Clone(v.Bindings)}
+	if cc := m.Credentials; cc != nil {
+		for _, name := range cc.Delete {
+			i := slices.IndexFunc(next.Credentials, func(c storedCredential) bool { return c.Name == name })
+			if i < 0 {
+				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "credential %q is not in the vault", name)
+			}
+			next.Credentials = slices.Delete(next.Credentials, i, i+1)
+		}
+		for _, c := range cc.Replace {
+			sc, err := normalizeCredential(c)
+			if err != nil {
+				return nil, err
+			}
+			i := slices.IndexFunc(next.Credentials, func(o storedCredential) bool { return o.Name == sc.Name })
+			if i < 0 {
+				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "credential %q is not in the vault; add it instead", sc.Name)
+			}
+			sc.Revision = rev
+			next.Credentials[i] = sc
+		}
+		for _, c := range cc.Add {
+			sc, err := normalizeCredential(c)
+			if err != nil {
+				return nil, err
+			}
+			if slices.ContainsFunc(next.Credentials, func(o storedCredential) bool { return o.Name == sc.Name }) {
+				return nil, badVault(CodeVaultDuplicate, "credential %q is in the vault already; replace it instead", sc.Name)
+			}
+			sc.Revision = rev
+			next.Credentials = append(next.Credentials, sc)
+		}
+	}
+	if bc := m.Bindings; bc != nil {
+		for _, name := range bc.Delete {
+			i := slices.IndexFunc(next.Bindings, func(b storedBinding) bool { return b.Name == name })
+			if i < 0 {
+				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "binding %q is not in the vault", name)
+			}
+			next.Bindings = slices.Delete(next.Bindings, i, i+1)
+		}
+		for _, b := range bc.Replace {
+			nb, err := normalizeBinding(b)
+			if err != nil {
+				return nil, err
+			}
+			i := slices.IndexFunc(next.Bindings, func(o storedBinding) bool { return o.Name == nb.Name })
+			if i < 0 {
+				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "binding %q is not in the vault; add it instead", nb.Name)
+			}
+			next.Bindings[i] = storedBinding{Binding: nb, Revision: rev}
+		}
+		for _, b := range bc.Add {
+			nb, err := normalizeBinding(b)
+			if err != nil {
+				return nil, err
+			}
+			if slices.ContainsFunc(next.Bindings, func(o storedBinding) bool { return o.Name == nb.Name }) {
+				return nil, badVault(CodeVaultDuplicate, "binding %q is in the vault already; replace it instead", nb.Name)
+			}
+			next.Bindings = append(next.Bindings, storedBinding{Binding: nb, Revision: rev})
+		}
+	}
+	if err := next.checkWhole(); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// restored checks a vault read back from the state file as strictly as a new one.
+func (v *vaultState) restored() (*vaultState, error) {
+	if v == nil {
+		return nil, nil
+	}
+	for i, c := range v.Credentials {
+		sc, err := normalizeCredential(Credential{Name: c.Name, Source: CredentialSource{Value: c.Value}})
+		if err != nil {
+			return nil, err
+		}
+		sc.Revision = c.Revision
+		v.Credentials[i] = sc
+	}
+	for i, b := range v.Bindings {
+		nb, err := normalizeBinding(b.Binding)
+		if err != nil {
+			return nil, err
+		}
+		v.Bindings[i] = storedBinding{Binding: nb, Revision: b.Revision}
+	}
+	if err := v.checkWhole(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// vaultRequest is what a binding is matched against.
+type vaultRequest struct {
+	scheme, host, method, path string
+	port                       int
+}
+
+func (m BindingMatch) matches(r vaultRequest) bool {
+	if !slices.Contains(m.Schemes, r.scheme) || !slices.Contains(m.Ports, r.port) || !slices.Contains(m.Methods, r.method) {
+		return false
+	}
+	if !slices.ContainsFunc(m.Hosts, func(h string) bool { return hostMatches(h, r.host) }) {
+		return false
+	}
+	return slices.ContainsFunc(m.Paths, func(p string) bool { return globMatch(p, r.path) })
+}
+
+// matching returns the bindings that match r.
+func (v *vaultState) matching(r vaultRequest) []storedBinding {
+	if v == nil {
+		return nil
+	}
+	var out []storedBinding
+	for _, b := range v.Bindings {
+		if b.Match.matches(r) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// names reports whether some binding names host (any scheme, port or path), which is
+// what decides interception.
+func (v *vaultState) names(host string) bool {
+	if v == nil {
+		return false
+	}
+	for _, b := range v.Bindings {
+		if slices.ContainsFunc(b.Match.Hosts, func(h string) bool { return hostMatches(h, host) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// ports lists every port some binding names.
+func (v *vaultState) ports() []uint16 {
+	var out []uint16
+	if v == nil {
+		return nil
+	}
+	for _, b := range v.Bindings {
+		for _, p := range b.Match.Ports {
+			if !slices.Contains(out, uint16(p)) {
+				out = append(out, uint16(p))
+			}
+		}
+	}
+	return out
+}
+
+// value returns the value of credential name.
+func (v *vaultState) value(name string) string {
+	for _, c := range v.Credentials {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return ""
+}
+
+// headers renders binding b's headers (name → value).
+func (v *vaultState) headers(b storedBinding) [][2]string {
+	switch b.Auth.Type {
+	case AuthBearer:
+		return [][2]string{{"Authorization", "Bearer " + v.value(b.Auth.Credential)}}
+	case AuthBasic:
+		return [][2]string{{"Authorization", "Basic " + v.value(b.Auth.Credential)}}
+	case AuthAPIKey:
+		return [][2]string{{b.Auth.Name, v.value(b.Auth.Credential)}}
+	}
+	var out [][2]string
+	for _, h := range b.Auth.Headers {
+		out = append(out, [2]string{h.Name, v.value(h.Credential)})
+	}
+	return out
+}
+
+// secrets lists every credential value, longest first, for redaction.
+func (v *vaultState) secrets() []string {
+	if v == nil {
+		return nil
+	}
+	out := make([]string, 0, len(v.Credentials))
+	for _, c := range v.Credentials {
+		out = append(out, c.Value)
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}

@@ -1,0 +1,150 @@
+package egress
+
+import (
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func bearer(name, host string, paths ...string) Binding {
+	return Binding{Name: name, Match: BindingMatch{Hosts: []string{host}, Paths: paths}, Auth: BindingAuth{Type: AuthBearer, Credential: "tok"}}
+}
+
+var tokCred = Credential{Name: "tok", Source: CredentialSource{Type: "inline", Value: "s3cret-value"}}
+
+func TestVaultCreateRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		req  VaultCreate
+		code string
+	}{
+		{"unknown auth type", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: "oauth", Credential: "tok"}}}}, CodeVaultUnknownAuth},
+		{"unknown credential", VaultCreate{nil, []Binding{bearer("b", "a.test")}}, CodeVaultUnknownCred},
+		{"same host and path", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b1", "a.test"), bearer("b2", "a.test")}}, CodeVaultOverlap},
+		{"wildcard covers host", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b1", "*.test", "/v1/*"), bearer("b2", "a.test", "/v1/x")}}, CodeVaultOverlap},
+		{"path globs share a prefix", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b1", "a.test", "/v1/*"), bearer("b2", "a.test", "/v1/models/*")}}, CodeVaultOverlap},
+		{"header name not a token", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthAPIKey, Name: "X Key", Credential: "tok"}}}}, CodeVaultHeaderName},
+		{"header that frames the request", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthCustomHeaders, Headers: []HeaderSource{{Name: "Content-Length", Credential: "tok"}}}}}}, CodeVaultHeaderName},
+		{"value with CR LF", VaultCreate{[]Credential{{Name: "tok", Source: CredentialSource{Value: "a\r\nX-Evil: 1"}}}, nil}, CodeVaultValue},
+		{"value with NUL", VaultCreate{[]Credential{{Name: "tok", Source: CredentialSource{Value: "a\x00b"}}}, nil}, CodeVaultValue},
+		{"empty value", VaultCreate{[]Credential{{Name: "tok"}}, nil}, CodeVaultValue},
+		{"duplicate credential", VaultCreate{[]Credential{tokCred, tokCred}, nil}, CodeVaultDuplicate},
+		{"IP host", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b", "10.0.0.1")}}, CodeVaultMatch},
+		{"bad scheme", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Schemes: []string{"ftp"}, Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthBearer, Credential: "tok"}}}}, CodeVaultMatch},
+		{"path without slash", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b", "a.test", "v1/*")}}, CodeVaultMatch},
+		{"name with a slash", VaultCreate{[]Credential{{Name: "a/b", Source: CredentialSource{Value: "v"}}}, nil}, CodeVaultInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := newVault(tt.req)
+			if err == nil || err.Code != tt.code || err.Status != http.StatusBadRequest {
+				t.Fatalf("newVault = %v, want 400 %s", err, tt.code)
+			}
+			if strings.Contains(err.Message, "s3cret-value") || strings.Contains(err.Message, "X-Evil") {
+				t.Fatalf("the message quotes a value: %s", err.Message)
+			}
+		})
+	}
+}
+
+func TestVaultDisjointBindingsAndMatching(t *testing.T) {
+	v, err := newVault(VaultCreate{
+		Credentials: []Credential{tokCred, {Name: "k", Source: CredentialSource{Value: "kv"}}},
+		Bindings: []Binding{
+			bearer("v1", "api.test", "/v1/*"),
+			bearer("v2", "api.test", "/v2/*"),
+			{Name: "key", Match: BindingMatch{Hosts: []string{"*.other.test"}, Methods: []string{"post"}}, Auth: BindingAuth{Type: AuthAPIKey, Name: "x-api-key", Credential: "k"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		req  vaultRequest
+		want string
+	}{
+		{vaultRequest{"https", "api.test", "GET", "/v1/models", 443}, "v1"},
+		{vaultRequest{"https", "api.test", "GET", "/v2/a/b", 443}, "v2"},
+		{vaultRequest{"https", "api.test", "GET", "/v3", 443}, ""},
+		{vaultRequest{"https", "api.test", "GET", "/v1/x", 8443}, ""},
+		{vaultRequest{"http", "api.test", "GET", "/v1/x", 443}, ""},
+		{vaultRequest{"https", "a.other.test", "POST", "/", 443}, "key"},
+		{vaultRequest{"https", "other.test", "POST", "/", 443}, ""},
+		{vaultRequest{"https", "a.other.test", "GET", "/", 443}, ""},
+	} {
+		got := v.matching(tt.req)
+		name := ""
+		if len(got) == 1 {
+			name = got[0].Name
+		}
+		if len(got) > 1 || name != tt.want {
+			t.Errorf("matching(%+v) = %v, want %q", tt.req, got, tt.want)
+		}
+	}
+	if h := v.headers(v.Bindings[2]); len(h) != 1 || h[0] != [2]string{"x-api-key", "kv"} {
+		t.Errorf("apiKey headers = %v", h)
+	}
+	if !v.names("x.other.test") || v.names("nope.test") {
+		t.Error("names() is wrong")
+	}
+}
+
+func TestVaultMutationRevisions(t *testing.T) {
+	v, err := newVault(VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b", "a.test")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := int64(0)
+	if _, err := v.mutate(VaultMutation{ExpectedRevision: &stale}); err == nil || err.Status != http.StatusConflict || err.Code != CodeVaultStale {
+		t.Fatalf("stale revision: %v", err)
+	}
+	cur := v.Revision
+	next, err := v.mutate(VaultMutation{ExpectedRevision: &cur,
+		Credentials: &CredentialChanges{Replace: []Credential{{Name: "tok", Source: CredentialSource{Value: "new"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Revision != 2 || next.Credentials[0].Revision != 2 || next.Bindings[0].Revision != 1 || v.Credentials[0].Value != "s3cret-value" {
+		t.Fatalf("revisions after replace: %+v (old %+v)", next, v)
+	}
+	if _, err := next.mutate(VaultMutation{Credentials: &CredentialChanges{Delete: []string{"tok"}}}); err == nil || err.Code != CodeVaultUnknownCred {
+		t.Fatalf("deleting a bound credential: %v", err)
+	}
+	if _, err := next.mutate(VaultMutation{Bindings: &BindingChanges{Replace: []Binding{bearer("zz", "a.test")}}}); err == nil || err.Status != http.StatusNotFound {
+		t.Fatalf("replacing a missing binding: %v", err)
+	}
+	js, _ := json.Marshal(next.view())
+	if strings.Contains(string(js), "new") && strings.Contains(string(js), `"value"`) {
+		t.Fatalf("the view holds a value: %s", js)
+	}
+}
+
+func TestVaultStateFileRoundTrip(t *testing.T) {
+	s := &stateFile{path: filepath.Join(t.TempDir(), "policy.json")}
+	p := Policy{DefaultAction: ActionDeny, Egress: []Rule{{Action: ActionAllow, Target: "a.test"}}}
+	if err := s.save(p); err != nil {
+		t.Fatal(err)
+	}
+	v, verr := newVault(VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b", "a.test")}})
+	if verr != nil {
+		t.Fatal(verr)
+	}
+	if err := s.saveVault(v); err != nil {
+		t.Fatal(err)
+	}
+	// A policy change keeps the vault, and a vault change the policy.
+	if err := s.save(Policy{DefaultAction: ActionAllow, Egress: []Rule{}}); err != nil {
+		t.Fatal(err)
+	}
+	again := &stateFile{path: s.path}
+	got, ok, err := again.load(DefaultMaxRules)
+	if err != nil || !ok || got.DefaultAction != ActionAllow {
+		t.Fatalf("load = %+v %v %v", got, ok, err)
+	}
+	sv := again.savedVault()
+	if sv == nil || sv.Revision != 1 || sv.value("tok") != "s3cret-value" || len(sv.Bindings) != 1 {
+		t.Fatalf("saved vault = %+v", sv)
+	}
+}
