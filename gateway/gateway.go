@@ -7,7 +7,8 @@
 //	input.go         bad-input checks shared by create, claim and batch (4xx codes)
 //	validate.go      metadata, CPU and memory parsing
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
-//	claim.go         the claim of warm pool members and their late binding
+//	claim.go         the claim of warm pool members (one script, no agent call)
+//	latebind.go      claimed members' late binding off the claim's path; member deaths
 //	pools.go         pool CRUD and the pool's image pull
 //	poolmanager.go   the pool manager keeping every pool between its bounds
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
@@ -202,6 +203,8 @@ type Service struct {
 	watch watchHub
 	// crash is the state of crash-only recovery (takeover.go).
 	crash crashState
+	// binds tracks claimed members' late bindings under way (latebind.go).
+	binds lateBinds
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -215,6 +218,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	if log == nil {
 		log = slog.Default()
 	}
+	st.SetMeter(measureRecord)
 	return &Service{
 		cfg:     cfg,
 		store:   st,
@@ -231,6 +235,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		routes:   newRouteCache(),
 		preview:  newPreviewState(),
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
+		binds:    lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
 		pools: poolState{
 			starting: map[string]int{},
 			kick:     make(chan struct{}, 1),
@@ -264,6 +269,7 @@ func (s *Service) Start(ctx context.Context) {
 		}
 	})
 	s.runPoolManager()
+	s.watchMemberDeaths()
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
