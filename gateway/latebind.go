@@ -141,10 +141,13 @@ func (s *Service) applyLateBind(ctx context.Context, sb *store.Sandbox) error {
 		r.LateBind = nil
 		return nil
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // deleted meanwhile
+	if err != nil && !errors.Is(err, store.ErrNotFound) { // not found: deleted meanwhile
+		// Applied all the same: the member serves. The record keeps naming the binding,
+		// which another replica's first call applies once more (idempotent but for a
+		// changed entrypoint, which restarts).
+		s.log.Warn("late binding applied but not cleared in the store", "id", sb.ID, "err", err)
 	}
-	return err
+	return nil
 }
 
 // failMember marks a claimed member that cannot serve (dead, or its binding refused)
