@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -124,8 +123,12 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
-// claim binds up to n warm members in one script, applies the claim's late-bound settings
-// through each agent, and replaces members that turn out dead. It returns what it got.
+// claim binds up to n warm members in one script and returns them at once: the runtime
+// (event stream) or the pool manager's sweep has already taken dead members out of the
+// pool, so no agent is asked anything on the way. What the claim binds late (env,
+// entrypoint, egress policy) rides in each record and is applied in the background,
+// bounded; a member's first call waits for its own (BeforeAgentCall), and one that died
+// in between answers SANDBOX::UNAVAILABLE and is marked Failed.
 func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl, req CreateRequest, n int, batch string) ([]*store.Sandbox, error) {
 	now := time.Now().UTC()
 	metadata := withEntry(mergeMaps(tmpl.Metadata, req.Metadata), MetadataPool, p.Name)
@@ -158,6 +161,9 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	if entrypointChanged {
 		patch["entrypoint"] = req.Entrypoint
 	}
+	if lb := lateBindOf(req, entrypointChanged); lb != nil {
+		patch["lateBind"] = lb
+	}
 	got, err := s.store.Claim(ctx, p.Tenant, p.Name, caller.Tenant, n, patch, now.UnixMilli(), expires)
 	if err != nil {
 		return nil, err
@@ -166,43 +172,14 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 		return nil, nil
 	}
 	s.kickPools()
-	// Late binding, in parallel: env for every later command, a new main process if asked.
-	alive := make([]*store.Sandbox, 0, len(got))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	s.bindLate(got)
+	created := make([]store.Event, 0, len(got))
 	for _, sb := range got {
-		wg.Add(1)
-		go func(sb *store.Sandbox) {
-			defer wg.Done()
-			err := s.bindClaim(ctx, sb, req.Env, entrypointChanged)
-			if err == nil {
-				err = s.bindClaimEgress(ctx, caller, sb, req)
-			}
-			if err != nil {
-				s.log.Warn("claimed sandbox is dead; replacing it", "id", sb.ID, "pool", p.Name, "err", err)
-				s.discard(context.WithoutCancel(ctx), sb.ID)
-				return
-			}
-			mu.Lock()
-			alive = append(alive, sb)
-			mu.Unlock()
-		}(sb)
-	}
-	wg.Wait()
-	created := make([]store.Event, 0, len(alive))
-	for _, sb := range alive {
-		created = append(created, store.Event{Type: "sandbox.created", Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(),
+		created = append(created, store.Event{Type: "sandbox.created", Tenant: sb.Tenant, SandboxID: sb.ID, Time: now,
 			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}})
 	}
 	s.emitAll(ctx, created)
-	if missing := len(got) - len(alive); missing > 0 {
-		more, err := s.claim(ctx, caller, p, tmpl, req, missing, batch)
-		if err != nil {
-			return alive, nil
-		}
-		alive = append(alive, more...)
-	}
-	return alive, nil
+	return got, nil
 }
 
 // memberAlive pings a claimed member's agent. A slow answer on a loaded host is not a

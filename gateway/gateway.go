@@ -7,7 +7,8 @@
 //	input.go         bad-input checks shared by create, claim and batch (4xx codes)
 //	validate.go      metadata, CPU and memory parsing
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
-//	claim.go         the claim of warm pool members and their late binding
+//	claim.go         the claim of warm pool members (one script, no agent call)
+//	latebind.go      claimed members' late binding off the claim's path; member deaths
 //	pools.go         pool CRUD and the pool's image pull
 //	poolmanager.go   the pool manager keeping every pool between its bounds
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
@@ -207,6 +208,8 @@ type Service struct {
 	crash crashState
 	// failures counts the errors of background work (failures.go).
 	failures failureCounts
+	// binds tracks claimed members' late bindings under way (latebind.go).
+	binds lateBinds
 
 	// Every goroutine the service starts is counted in wg (through spawn, or wg.Add
 	// from a goroutine already counted), so that Stop waits for all of them.
@@ -228,6 +231,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		log = slog.Default()
 	}
 	stopCtx, cancelStop := context.WithCancel(context.Background())
+	st.SetMeter(measureRecord)
 	return &Service{
 		stopCtx: stopCtx, cancelStop: cancelStop,
 		cfg:     cfg,
@@ -245,6 +249,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		routes:   newRouteCache(),
 		preview:  newPreviewState(),
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
+		binds:    lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
 		pools: poolState{
 			starting: map[string]int{},
 			kick:     make(chan struct{}, 1),
@@ -278,6 +283,7 @@ func (s *Service) Start(ctx context.Context) {
 		}
 	})
 	s.runPoolManager()
+	s.watchMemberDeaths()
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)

@@ -66,6 +66,13 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 		s.adoptOrRemove(ctx, inst, now, startup)
 	}
+	// The usage counters admission reads are kept by the store's scripts; a write lost
+	// halfway (or a record from before them) is corrected here, off every request's path.
+	if fixed, err := s.store.RepairUsage(ctx); err != nil {
+		s.log.Debug("repair usage counters", "err", err)
+	} else if len(fixed) > 0 {
+		s.log.Info("repaired tenants' usage counters", "tenants", fixed)
+	}
 	// Leaked helpers are rare and listing them costs two engine calls: not every pass.
 	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok && (startup || s.reconciles.Add(1)%sweepEvery == 0) {
 		if n, err := sw.SweepHelpers(ctx); err != nil {

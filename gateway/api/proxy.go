@@ -67,6 +67,10 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 	}
 }
 
+// upstreamFailedKey carries, in a forwarded request, what to ask when its sandbox does
+// not answer (gateway.Service.UpstreamFailed for the sandbox it was routed to).
+type upstreamFailedKey struct{}
+
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	WriteUpstreamError(w, r, err)
 }
@@ -75,6 +79,13 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 func WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
+	}
+	if failed, ok := r.Context().Value(upstreamFailedKey{}).(func(error) error); ok {
+		// A claimed pool member that died after its claim is marked Failed here.
+		if e := failed(err); e != nil {
+			writeError(w, r, e)
+			return
+		}
 	}
 	writeError(w, r, gateway.Errorf(http.StatusBadGateway, gateway.CodeUpstreamError,
 		"the sandbox port did not answer: nothing is listening there, or it closed the connection"))
@@ -183,6 +194,13 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
 		return
 	}
+	// A claimed pool member's late bindings (env, egress policy…) hold from its first
+	// call: the call waits for them; a member that died after its claim answers
+	// SANDBOX::UNAVAILABLE (hotpaths, latebind.go).
+	if err := h.svc.BeforeAgentCall(r.Context(), sb); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	if sb.State != gateway.StateRunning || sb.Address == "" {
 		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
@@ -213,6 +231,11 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	}
 	rec := &recorder{ResponseWriter: w}
 	start := time.Now()
+	if sb.Pool != "" {
+		out = out.WithContext(context.WithValue(out.Context(), upstreamFailedKey{}, func(err error) error {
+			return h.svc.UpstreamFailed(r.Context(), sb, err)
+		}))
+	}
 	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
 	h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
 		Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})

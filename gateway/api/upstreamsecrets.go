@@ -2,7 +2,10 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+
+	"github.com/sandgate/sandgate/gateway"
 )
 
 // upstreamSecretsKey carries the credential headers a forwarded request must present to
@@ -48,5 +51,25 @@ type SecretHeaderTransport struct{ Next http.RoundTripper }
 
 // RoundTrip implements http.RoundTripper.
 func (t SecretHeaderTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.Next.RoundTrip(AddUpstreamSecrets(req))
+	resp, err := t.Next.RoundTrip(AddUpstreamSecrets(req))
+	if err == nil && resp.StatusCode == http.StatusUnauthorized && notThisAgentMatters(req) {
+		// The gateway sends the sandbox's own agent token: an agent refusing it is another
+		// sandbox's, which took over the address of a pool member that died. The forward's
+		// error handler then tells the caller (upstreamFailedKey).
+		resp.Body.Close()
+		return nil, errNotThisAgent
+	}
+	return resp, err
+}
+
+var errNotThisAgent = errors.New("the agent at the sandbox's address refused its token: another sandbox holds the address")
+
+// notThisAgentMatters reports whether req went to a claimed pool member's agent (the
+// only sandboxes whose death after a claim is looked for; see Service.UpstreamFailed).
+func notThisAgentMatters(req *http.Request) bool {
+	if _, ok := req.Context().Value(upstreamFailedKey{}).(func(error) error); !ok {
+		return false
+	}
+	secrets, _ := req.Context().Value(upstreamSecretsKey{}).(http.Header)
+	return secrets.Get(gateway.HeaderAgentToken) != ""
 }

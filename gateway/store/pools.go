@@ -148,9 +148,9 @@ func (s *Store) WarmIDs(ctx context.Context) (map[string]bool, error) {
 }
 
 var addWarmScript = redis.NewScript(`
--- KEYS: record, ready, warmSet, pools; ARGV: json, id, tenant, poolKey
+-- KEYS: record, ready, warmSet, pools; ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes
 if redis.call('HEXISTS', KEYS[4], ARGV[4]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', 1, 'tenant', ARGV[3], 'pool', ARGV[4])
+redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', 1, 'tenant', ARGV[3], 'pool', ARGV[4], 'ucpu', ARGV[5], 'umem', ARGV[6])
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
@@ -163,8 +163,9 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	cpu, mem := s.measure(sb)
 	n, err := addWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(), s.poolsKey()},
-		body, sb.ID, sb.Tenant, PoolKey(sb.Tenant, sb.Pool)).Int()
+		body, sb.ID, sb.Tenant, PoolKey(sb.Tenant, sb.Pool), cpu, mem).Int()
 	return n == 1, wrap(err)
 }
 
@@ -186,7 +187,7 @@ func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, 
 // single step: the record gets the claim's fields (tenant, metadata, expiry, batch…),
 // joins the tenant's index and the expiry schedule, and counts as allocated.
 var claimScript = redis.NewScript(`
--- KEYS: ready, warmSet, alloc, tenantIndex, allIndex, expiry
+-- KEYS: ready, warmSet, alloc, tenantIndex, allIndex, expiry, tenantUsage
 -- ARGV: n, patchJSON, createdMs, expiresMs ('' = none), recordPrefix, tenant, poolKey
 local n = tonumber(ARGV[1])
 local patch = cjson.decode(ARGV[2])
@@ -205,7 +206,13 @@ for i = 1, n do
     local js = cjson.encode(sb)
     redis.call('HSET', key, 'json', js, 'rev', rev, 'tenant', ARGV[6], 'pool', ARGV[7])
     redis.call('SADD', KEYS[3], id)
-    redis.call('ZADD', KEYS[4], ARGV[3], id)
+    if redis.call('ZADD', KEYS[4], ARGV[3], id) == 1 then
+      redis.call('HINCRBY', KEYS[7], 'sandboxes', 1)
+      local cpu = tonumber(redis.call('HGET', key, 'ucpu') or '0')
+      local mem = tonumber(redis.call('HGET', key, 'umem') or '0')
+      if cpu ~= 0 then redis.call('HINCRBY', KEYS[7], 'cpu', cpu) end
+      if mem ~= 0 then redis.call('HINCRBY', KEYS[7], 'mem', mem) end
+    end
     redis.call('ZADD', KEYS[5], ARGV[3], id)
     if ARGV[4] ~= '' then redis.call('ZADD', KEYS[6], ARGV[4], id) end
     out[#out + 1] = js
@@ -223,7 +230,7 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{s.readyKey(poolTenant, pool), s.warmSetKey(), s.allocKey(poolTenant, pool), s.tenantIndex(tenant), s.allIndex(), s.expiryKey()}
+	keys := []string{s.readyKey(poolTenant, pool), s.warmSetKey(), s.allocKey(poolTenant, pool), s.tenantIndex(tenant), s.allIndex(), s.expiryKey(), s.usageKey(tenant)}
 	res, err := claimScript.Run(ctx, s.rdb, keys, n, body, createdMs, expiresMs, s.Key("sandbox")+":", tenant, PoolKey(poolTenant, pool)).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)

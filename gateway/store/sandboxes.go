@@ -41,16 +41,30 @@ type Sandbox struct {
 	Owner string `json:"owner,omitempty"`
 	// PoolVersion is the template version a warm sandbox was built from.
 	PoolVersion int64 `json:"poolVersion,omitempty"`
+	// LateBind is what a claim left to apply through the member's agent and enforcer
+	// (env, entrypoint, egress policy); the gateway clears it once applied, and a
+	// member's first call waits for it.
+	LateBind *LateBind `json:"lateBind,omitempty"`
 	// Rev counts updates; Update refuses a write based on a stale read.
 	Rev int64 `json:"rev"`
+}
+
+// LateBind is a claim's settings still to be applied to a claimed pool member.
+type LateBind struct {
+	Env        map[string]string `json:"env,omitempty"`
+	Entrypoint bool              `json:"entrypoint,omitempty"`
+	// NetworkPolicy is the claim's networkPolicy as JSON text (a string, so that the
+	// claim script's cjson round trip cannot change its shape).
+	NetworkPolicy string `json:"networkPolicy,omitempty"`
 }
 
 // Each sandbox is a hash {json, rev, tenant}; the tenant index and the global index are
 // sorted sets by creation time (newest first on read); the expiry schedule is a sorted set
 // by expiresAt. The scripts keep the four in step.
 var putScript = redis.NewScript(`
--- KEYS: record, tenantIndex, allIndex, expiry
--- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none)
+-- KEYS: record, tenantIndex, allIndex, expiry, tenantUsage
+-- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none),
+--       cpuMillis, memoryBytes
 local cur = redis.call('HGET', KEYS[1], 'rev')
 if ARGV[5] == '' then
   if cur then return -1 end
@@ -62,8 +76,16 @@ else
 end
 local rev = 1
 if cur then rev = tonumber(cur) + 1 end
-redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', rev, 'tenant', ARGV[6])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+local oldCPU = tonumber(redis.call('HGET', KEYS[1], 'ucpu') or '0')
+local oldMem = tonumber(redis.call('HGET', KEYS[1], 'umem') or '0')
+redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', rev, 'tenant', ARGV[6], 'ucpu', ARGV[8], 'umem', ARGV[9])
+-- The tenant's usage counters move with its index (admission reads them, never a list).
+if redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[5], 'sandboxes', 1)
+  oldCPU, oldMem = 0, 0
+end
+if tonumber(ARGV[8]) ~= oldCPU then redis.call('HINCRBY', KEYS[5], 'cpu', tonumber(ARGV[8]) - oldCPU) end
+if tonumber(ARGV[9]) ~= oldMem then redis.call('HINCRBY', KEYS[5], 'mem', tonumber(ARGV[9]) - oldMem) end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
 if ARGV[4] == '' then
   redis.call('ZREM', KEYS[4], ARGV[2])
@@ -74,13 +96,20 @@ return rev
 `)
 
 var deleteScript = redis.NewScript(`
--- KEYS: record, allIndex, expiry; ARGV: id, tenantIndexPrefix, poolPrefix
+-- KEYS: record, allIndex, expiry; ARGV: id, tenantKeyPrefix, poolPrefix
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
 if not tenant then return 0 end
 local pool = redis.call('HGET', KEYS[1], 'pool')
 if pool then redis.call('SREM', ARGV[3] .. pool .. ':allocated', ARGV[1]) end
+local cpu = tonumber(redis.call('HGET', KEYS[1], 'ucpu') or '0')
+local mem = tonumber(redis.call('HGET', KEYS[1], 'umem') or '0')
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', ARGV[2] .. tenant .. ':sandboxes', ARGV[1])
+if redis.call('ZREM', ARGV[2] .. tenant .. ':sandboxes', ARGV[1]) == 1 then
+  local usage = ARGV[2] .. tenant .. ':usage'
+  redis.call('HINCRBY', usage, 'sandboxes', -1)
+  if cpu ~= 0 then redis.call('HINCRBY', usage, 'cpu', -cpu) end
+  if mem ~= 0 then redis.call('HINCRBY', usage, 'mem', -mem) end
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
@@ -89,6 +118,7 @@ return 1
 func (s *Store) sandboxKey(id string) string      { return s.Key("sandbox", id) }
 func (s *Store) tenantIndex(tenant string) string { return s.Key("tenant", tenant, "sandboxes") }
 func (s *Store) allIndex() string                 { return s.Key("sandboxes") }
+func (s *Store) usageKey(tenant string) string    { return s.Key("tenant", tenant, "usage") }
 func (s *Store) expiryKey() string                { return s.Key("expiry") }
 
 // ErrQuota reports a tenant at its concurrent-sandbox limit.
@@ -118,8 +148,9 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev, maxC
 	if sb.ExpiresAt != nil {
 		expires = strconv.FormatInt(sb.ExpiresAt.UnixMilli(), 10)
 	}
-	keys := []string{s.sandboxKey(sb.ID), s.tenantIndex(sb.Tenant), s.allIndex(), s.expiryKey()}
-	rev, err := putScript.Run(ctx, s.rdb, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant, maxConcurrent).Int64()
+	keys := []string{s.sandboxKey(sb.ID), s.tenantIndex(sb.Tenant), s.allIndex(), s.expiryKey(), s.usageKey(sb.Tenant)}
+	cpu, mem := s.measure(sb)
+	rev, err := putScript.Run(ctx, s.rdb, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant, maxConcurrent, cpu, mem).Int64()
 	if err != nil {
 		return wrap(err)
 	}

@@ -34,6 +34,8 @@ type Store struct {
 	// fail-fast hook, for readiness checks.
 	health health
 	probe  *redis.Client
+	// meter measures records for the tenants' usage counters (usage.go).
+	meter Meter
 	// clusterFile keeps the embedded store's cluster id across restarts.
 	clusterFile string
 	log         *slog.Logger

@@ -149,6 +149,8 @@ type Runtime struct {
 	// waiters are the Creates waiting for their pod to change, by sandbox id.
 	mu      sync.Mutex
 	waiters map[string][]chan struct{}
+	// deaths reports sandboxes that died to WatchDeaths (deaths.go); under mu.
+	deaths deathWatch
 }
 
 // New connects to the API server, starts the pod informer and waits for its first list.
@@ -200,9 +202,9 @@ func newWithClient(ctx context.Context, client kubernetes.Interface, opts Option
 		return obj, nil
 	})
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.podChanged,
-		UpdateFunc: func(_, obj any) { r.podChanged(obj) },
-		DeleteFunc: r.podChanged,
+		AddFunc:    func(obj any) { r.podChanged(obj); r.noteDeath(obj, false) },
+		UpdateFunc: func(_, obj any) { r.podChanged(obj); r.noteDeath(obj, false) },
+		DeleteFunc: func(obj any) { r.podChanged(obj); r.noteDeath(obj, true) },
 	}); err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // sandboxAddr reads a sandbox's address from the engine (the raw baseline's target).
@@ -127,65 +129,160 @@ func BenchmarkPreviewWebSocketEcho(b *testing.B) {
 	}
 }
 
-// BenchmarkPoolClaim: claim from a warm pool → first command completed, beside a cold
-// create of the same template → first command completed.
+// memberAgent is a direct client for a sandbox's agent (its address and token from the
+// engine), the raw baseline of a command through the gateway.
+func memberAgent(b testing.TB, id string) *agent {
+	a := directAgent(b, id)
+	a.base = fmt.Sprintf("http://%s:44772", sandboxAddr(b, id))
+	return a
+}
+
+// BenchmarkPoolClaim: claim from a warm pool → first command (`true`) completed, the way
+// an SDK does it (create, endpoint, command), beside the raw part: the same command
+// straight to a member's agent. claim-ms is the claim's response alone. A claim is one
+// Redis script (no agent call: liveness comes from the runtime's event stream, late
+// binding runs off the response), so what is left is three gateway round trips; the
+// first command waits only for a late binding the claim asked for. raw-cold-create is a
+// cold create of the same template → first command, for comparison.
 func BenchmarkPoolClaim(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=6")
 	g := e.startGateway()
 	g.createPool("bench", 10, 20, 0, 40, nil)
 	g.waitAvailable("bench", 20, 5*time.Minute)
-	for _, c := range []struct {
-		name string
-		body map[string]any
-	}{
-		{"sandgate-claim", map[string]any{"extensions": map[string]string{"poolRef": "bench"}}},
-		{"raw-cold-create", map[string]any{}},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			var lat latencies
-			for i := 0; i < b.N; i++ {
-				if c.name == "sandgate-claim" {
-					b.StopTimer()
-					waitFor(b, 2*time.Minute, func() bool { _, _, a := g.poolStatus("bench"); return a >= 1 }, "a warm sandbox")
-					b.StartTimer()
-				}
-				t0 := time.Now()
-				body := map[string]any{}
-				for k, v := range c.body {
-					body[k] = v
-				}
-				id := g.createSandbox(body)
-				if evs := g.agent(id).run("true"); lastEvent(evs).Type != "execution_complete" {
-					b.Fatalf("true: %+v", evs)
-				}
-				lat = append(lat, time.Since(t0))
-				b.StopTimer()
-				g.do("DELETE", "/v1/sandboxes/"+id, nil)
-				b.StartTimer()
+	var claimLat, directLat latencies
+	var direct *agent
+	b.Run("sandgate-claim", func(b *testing.B) {
+		var lat, claimOnly latencies
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			waitFor(b, 2*time.Minute, func() bool { _, _, a := g.poolStatus("bench"); return a >= 1 }, "a warm sandbox")
+			b.StartTimer()
+			t0 := time.Now()
+			id := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "bench"}})
+			claimOnly = append(claimOnly, time.Since(t0))
+			if evs := g.agent(id).run("true"); lastEvent(evs).Type != "execution_complete" {
+				b.Fatalf("true: %+v", evs)
 			}
-			lat.report(b)
-		})
-	}
+			lat = append(lat, time.Since(t0))
+			b.StopTimer()
+			g.do("DELETE", "/v1/sandboxes/"+id, nil)
+			b.StartTimer()
+		}
+		lat.report(b)
+		p50, _ := testenv.Quantiles(claimOnly, time.Millisecond)
+		b.ReportMetric(p50, "claim-ms")
+		claimLat = lat
+	})
+	b.Run("direct-agent", func(b *testing.B) {
+		if direct == nil {
+			id := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "bench"}})
+			direct = memberAgent(b, id)
+		}
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if evs := direct.run("true"); lastEvent(evs).Type != "execution_complete" {
+				b.Fatalf("true: %+v", evs)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		lat.report(b)
+		directLat = lat
+	})
+	p50, p99 := testenv.Quantiles(claimLat, time.Millisecond)
+	base, _ := testenv.Quantiles(directLat, time.Millisecond)
+	testenv.RecordFigure(b, testenv.Figure{Name: "claim_first_command", Unit: "ms", P50: p50, P99: p99, BaselineP50: base, Target: "<= 15 p50, <= 50 p99"})
+	b.Run("raw-cold-create", func(b *testing.B) {
+		var lat latencies
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			id := g.createSandbox(map[string]any{})
+			if evs := g.agent(id).run("true"); lastEvent(evs).Type != "execution_complete" {
+				b.Fatalf("true: %+v", evs)
+			}
+			lat = append(lat, time.Since(t0))
+			b.StopTimer()
+			g.do("DELETE", "/v1/sandboxes/"+id, nil)
+			b.StartTimer()
+		}
+		lat.report(b)
+	})
 }
 
-// BenchmarkBatch100: a batch of 100 from a warm pool until every member answered a
-// command, beside 100 cold creates (as one batch from a template) until the same.
+// BenchmarkBatch100: a batch of 100 from a warm pool: bound (the response, every member
+// Running in it: one claim script) and answered (until every member answered `true`
+// through the gateway, 100 clients at once). Baselines from the same run: for bound, the
+// same batch from a template, cold, until every member runs (raw-cold); for answered,
+// the same 100 commands straight to the members' agents (direct-agent).
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
 	g.client.Timeout = 15 * time.Minute
 	tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
 	g.createPool("hundred", 100, 100, 0, 100, nil)
-	run := func(b *testing.B, body map[string]any) {
-		var lat latencies
+	type member struct {
+		ID     string
+		Status struct{ State string }
+	}
+	fanOut := func(b *testing.B, ids []string, run func(id string) []event) {
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func(id string) {
+				defer wg.Done()
+				if evs := run(id); lastEvent(evs).Type != "execution_complete" {
+					b.Errorf("member %s: %+v", id, evs)
+				}
+			}(id)
+		}
+		wg.Wait()
+	}
+	var bound, answered, coldBound, direct latencies
+	b.Run("sandgate-warm", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if body["poolRef"] != nil {
-				b.StopTimer()
-				g.waitAvailable("hundred", 100, 10*time.Minute)
-				b.StartTimer()
-			}
+			b.StopTimer()
+			g.waitAvailable("hundred", 100, 10*time.Minute)
+			b.StartTimer()
 			t0 := time.Now()
-			r := g.do("POST", "/v1/batches", body)
+			r := g.do("POST", "/v1/batches", map[string]any{"count": 100, "poolRef": "hundred"})
+			tBound := time.Since(t0)
+			if r.Status != 202 {
+				b.Fatalf("batch: %d %s", r.Status, r.Body)
+			}
+			var bt struct {
+				ID      string
+				Members []member
+			}
+			json.Unmarshal(r.Body, &bt)
+			ids := make([]string, 0, len(bt.Members))
+			for _, m := range bt.Members {
+				if m.Status.State != "Running" {
+					b.Fatalf("member %s is %s in the response, want Running", m.ID, m.Status.State)
+				}
+				ids = append(ids, m.ID)
+			}
+			fanOut(b, ids, func(id string) []event { return g.agent(id).run("true") })
+			answered = append(answered, time.Since(t0))
+			bound = append(bound, tBound)
+			b.StopTimer()
+			agents := map[string]*agent{}
+			for _, id := range ids {
+				agents[id] = memberAgent(b, id)
+			}
+			t1 := time.Now()
+			fanOut(b, ids, func(id string) []event { return agents[id].run("true") })
+			direct = append(direct, time.Since(t1))
+			g.do("DELETE", "/v1/batches/"+bt.ID, nil)
+			b.StartTimer()
+		}
+		answered.report(b)
+		p50, _ := testenv.Quantiles(bound, time.Millisecond)
+		b.ReportMetric(p50, "bound-ms")
+	})
+	b.Run("raw-cold", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			r := g.do("POST", "/v1/batches", map[string]any{"count": 100, "template": tmpl})
 			if r.Status != 202 {
 				b.Fatalf("batch: %d %s", r.Status, r.Body)
 			}
@@ -194,26 +291,19 @@ func BenchmarkBatch100(b *testing.B) {
 				s := g.do("GET", "/v1/batches/"+bid, nil).JSON(b)["summary"].(map[string]any)
 				return s["running"].(float64) == 100
 			}, "100 members running")
-			var members []struct{ ID string }
-			json.Unmarshal(func() []byte {
-				raw, _ := json.Marshal(g.do("GET", "/v1/batches/"+bid, nil).JSON(b)["members"])
-				return raw
-			}(), &members)
-			var wg sync.WaitGroup
-			for _, m := range members {
-				wg.Add(1)
-				go func(id string) { defer wg.Done(); g.agent(id).run("true") }(m.ID)
-			}
-			wg.Wait()
-			lat = append(lat, time.Since(t0))
+			coldBound = append(coldBound, time.Since(t0))
 			b.StopTimer()
 			g.do("DELETE", "/v1/batches/"+bid, nil)
 			b.StartTimer()
 		}
-		lat.report(b)
-	}
-	b.Run("sandgate-warm", func(b *testing.B) { run(b, map[string]any{"count": 100, "poolRef": "hundred"}) })
-	b.Run("raw-cold", func(b *testing.B) { run(b, map[string]any{"count": 100, "template": tmpl}) })
+		coldBound.report(b)
+	})
+	bp50, bp99 := testenv.Quantiles(bound, time.Millisecond)
+	cold, _ := testenv.Quantiles(coldBound, time.Millisecond)
+	testenv.RecordFigure(b, testenv.Figure{Name: "batch100_bound", Unit: "ms", P50: bp50, P99: bp99, BaselineP50: cold, Target: "<= 20"})
+	ap50, ap99 := testenv.Quantiles(answered, time.Millisecond)
+	dp50, _ := testenv.Quantiles(direct, time.Millisecond)
+	testenv.RecordFigure(b, testenv.Figure{Name: "batch100_answered", Unit: "ms", P50: ap50, P99: ap99, BaselineP50: dp50, Target: "<= 300"})
 }
 
 // BenchmarkAPIWithPolicy: API requests/s (GET /v1/sandboxes) with the default policy

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // BenchmarkK8sBatch: batches of 100 and 1000 on the Kubernetes runtime, from warm pools
@@ -21,14 +23,49 @@ import (
 //     by verb and resource is logged);
 //   - pod-creates/refilled-pod: of those, pod creates (the gateway's only write of a
 //     refill; a pod delete per claimed member is its other).
+//
+// The figures (bench/results.json) are k8s_batch<N>_bound and k8s_batch<N>_ping beside
+// the cold batch of the same size (the raw baseline: pods created on demand), and
+// k8s_batch100_writes (API writes during the warm claim; target 0).
 func BenchmarkK8sBatch(b *testing.B) {
 	for _, size := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("warm-%d", size), func(b *testing.B) { benchWarm(b, size) })
-		b.Run(fmt.Sprintf("cold-%d", size), func(b *testing.B) { benchCold(b, size) })
+		var warm, cold k8sBatchResult
+		b.Run(fmt.Sprintf("warm-%d", size), func(b *testing.B) { warm = benchWarm(b, size) })
+		b.Run(fmt.Sprintf("cold-%d", size), func(b *testing.B) { cold = benchCold(b, size) })
+		if warm.n == 0 {
+			continue
+		}
+		targets := map[int][2]string{100: {"<= 10", "<= 150"}, 1000: {"<= 50", "<= 1500"}}[size]
+		testenv.RecordFigure(b, testenv.Figure{Name: fmt.Sprintf("k8s_batch%d_bound", size), Unit: "ms", P50: warm.boundMs(), P99: warm.boundMs(), BaselineP50: cold.boundMs(), Target: targets[0]})
+		testenv.RecordFigure(b, testenv.Figure{Name: fmt.Sprintf("k8s_batch%d_ping", size), Unit: "ms", P50: warm.pingMs(), P99: warm.pingMs(), BaselineP50: cold.pingMs(), Target: targets[1]})
+		if size == 100 {
+			testenv.RecordFigure(b, testenv.Figure{Name: "k8s_batch100_writes", Unit: "count", P50: warm.writes / float64(warm.n), P99: warm.writes / float64(warm.n), Target: "== 0"})
+		}
 	}
 }
 
-func benchWarm(b *testing.B, size int) {
+// k8sBatchResult sums a benchmark's batches (n of them).
+type k8sBatchResult struct {
+	n             int
+	bound, pinged time.Duration
+	writes        float64
+}
+
+func (r k8sBatchResult) boundMs() float64 {
+	if r.n == 0 {
+		return 0
+	}
+	return float64(r.bound.Microseconds()) / 1000 / float64(r.n)
+}
+
+func (r k8sBatchResult) pingMs() float64 {
+	if r.n == 0 {
+		return 0
+	}
+	return float64(r.pinged.Microseconds()) / 1000 / float64(r.n)
+}
+
+func benchWarm(b *testing.B, size int) k8sBatchResult {
 	ns := newNamespace(b)
 	g := startGateway(b, ns)
 	g.createPool("bench", size, nil)
@@ -84,9 +121,10 @@ func benchWarm(b *testing.B, size int) {
 	b.ReportMetric(claimW/n, "api-writes/claim")
 	b.ReportMetric(refillW/n/float64(size), "api-writes/refilled-pod")
 	b.ReportMetric(createW/n/float64(size), "pod-creates/refilled-pod")
+	return k8sBatchResult{n: b.N, bound: bound, pinged: pinged, writes: claimW}
 }
 
-func benchCold(b *testing.B, size int) {
+func benchCold(b *testing.B, size int) k8sBatchResult {
 	ns := newNamespace(b)
 	g := startGateway(b, ns)
 	tmpl := map[string]any{"image": map[string]any{"uri": image}, "entrypoint": []string{"sleep", "infinity"},
@@ -134,6 +172,7 @@ func benchCold(b *testing.B, size int) {
 	b.ReportMetric(float64(bound.Microseconds())/1000/n, "bound-ms")
 	b.ReportMetric(float64(pinged.Microseconds())/1000/n, "ping-ms")
 	b.ReportMetric(writesPerPod/n, "api-writes/pod")
+	return k8sBatchResult{n: b.N, bound: bound, pinged: pinged}
 }
 
 func memberIDs(bt batch) []string {
