@@ -124,6 +124,9 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
 	spec.ExpiresAt = s.expiryFor(now, req.Timeout, q)
+	if err := checkHostPaths(spec.Volumes); err != nil {
+		return nil, err
+	}
 	metadata := req.Metadata
 	if batch != "" {
 		metadata = withEntry(metadata, MetadataBatch, batch)
@@ -139,6 +142,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
+	spec.Volumes = namespaceVolumes(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Volumes)
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
@@ -180,6 +184,9 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 }
 
 func runtimeCreateError(image string, err error) error {
+	if verr := volumeCreateError(err); verr != nil {
+		return verr
+	}
 	if errors.Is(err, errors.ErrUnsupported) {
 		return &Error{Status: http.StatusBadRequest, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
 	}
@@ -298,9 +305,11 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 			}
 		}
 	}
-	if len(req.Volumes) > 0 && string(req.Volumes) != "null" && string(req.Volumes) != "[]" {
-		return spec, invalid("volumes: host and PVC volumes are not enabled on this gateway")
+	vols, err := parseVolumes(req.Volumes)
+	if err != nil {
+		return spec, err
 	}
+	spec.Volumes = vols
 	if req.Platform != nil && req.Platform.OS != "" && req.Platform.OS != "linux" {
 		return spec, invalid("platform.os %q: only linux is supported", req.Platform.OS)
 	}

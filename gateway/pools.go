@@ -76,8 +76,13 @@ func (s *Service) validatePool(req PoolRequest) error {
 	if req.Template.Extensions["poolRef"] != "" {
 		return Errorf(400, CodePoolInvalid, "template.extensions.poolRef: a pool's template cannot claim from a pool")
 	}
-	if _, err := s.validateCreate(*req.Template); err != nil {
+	spec, err := s.validateCreate(*req.Template)
+	if err != nil {
 		return err
+	}
+	if len(spec.Volumes) > 0 {
+		// Warm members start before anyone claims them; volumes are bound at create.
+		return Errorf(400, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
 	}
 	c := req.CapacitySpec
 	switch {

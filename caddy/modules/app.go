@@ -130,6 +130,10 @@ type App struct {
 	// enforced by the Rego admission rule on platform data allowed_registries
 	// (SANDGATE_IMAGE_REGISTRIES, comma-separated).
 	ImageRegistries []string `json:"image_registries,omitempty"`
+	// VolumeHostPrefixes are the host directories under which sandboxes may bind-mount
+	// host volumes (empty: none), enforced by the Rego admission rule on platform data
+	// volume_host_prefixes (SANDGATE_VOLUME_HOST_PREFIXES, comma-separated).
+	VolumeHostPrefixes []string `json:"volume_host_prefixes,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -179,6 +183,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	if a.Egress != "on" && a.Egress != "off" {
 		return fmt.Errorf("egress %q: want on or off", a.Egress)
+	}
+	if _, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err != nil {
+		return fmt.Errorf("volume_host_prefixes: %w", err)
 	}
 	if a.PublicURL != "" {
 		u, err := url.Parse(a.PublicURL)
@@ -330,7 +337,7 @@ func (a *App) coreKey() string {
 	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s|%s|%q|%q|%q|%s|%s|%s|%s|%d|%d", a.RedisURL, a.RedisPrefix, a.Runtime, a.DockerHost, a.DockerNetwork, a.AgentBinary, a.PolicyDir,
 		a.Egress, a.EgressDefaultAction, a.EgressAlwaysDeny, a.EgressAlwaysAllow, a.EgressGatewayAddresses,
 		a.Kubeconfig, a.Namespace, a.K8sAgentImage, a.K8sGVisorRuntimeClass, a.K8sQPS, a.K8sBurst) +
-		fmt.Sprintf("|%s|%q|%s", a.ImagePull, a.ImageRegistries, a.ClusterID)
+		fmt.Sprintf("|%s|%q|%s|%q", a.ImagePull, a.ImageRegistries, a.ClusterID, a.VolumeHostPrefixes)
 }
 
 // gatewayAddresses lists what the platform denies as the gateway's own: the operator's
@@ -381,6 +388,12 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 	}
 	if len(a.ImageRegistries) > 0 {
 		data["allowed_registries"] = a.ImageRegistries
+	}
+	if len(a.VolumeHostPrefixes) > 0 {
+		// Resolved like the paths of requests, so that both name real directories.
+		if prefixes, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err == nil {
+			data["volume_host_prefixes"] = prefixes
+		}
 	}
 	return data
 }

@@ -64,6 +64,7 @@ func init() {
 //		egress_gateway_addresses <ip-or-cidr,…>   # beside the host's own addresses and its Docker bridges'
 //		image_pull       never|missing|always   # docker: when a create pulls its image
 //		image_registries <host,host,…>    # registries images may be pulled from (empty: any)
+//		volume_host_prefixes <dir,dir,…>  # host directories sandboxes may bind-mount (empty: none)
 //		plugin_cache_dir <dir>            # compiled WASM plugins survive restarts
 //		plugin_timeout   <duration>       # default deadline of a plugin hook call
 //	}
@@ -97,6 +98,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,
 			"egress_gateway_addresses": &app.EgressGatewayAddresses,
 			"image_registries":         &app.ImageRegistries,
+			"volume_host_prefixes":     &app.VolumeHostPrefixes,
 		}
 		if p, ok := lists[name]; ok {
 			// Comma-separated, so that one environment variable holds the whole list.
