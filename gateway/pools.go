@@ -102,6 +102,9 @@ func (s *Service) validatePool(req PoolRequest) error {
 
 // CreatePool defines a pool; the manager fills it in the background.
 func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest) (*PoolView, error) {
+	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
+		return nil, err
+	}
 	if err := s.validatePool(req); err != nil {
 		return nil, err
 	}
@@ -235,6 +238,9 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	}
 	if req.Name != name {
 		return nil, Errorf(400, CodePoolInvalid, "name %q in the body differs from %q in the path", req.Name, name)
+	}
+	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
+		return nil, err
 	}
 	if err := s.validatePool(req); err != nil {
 		return nil, err
