@@ -189,6 +189,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
+	s.scheduleIdle(ctx, saved)
 	return saved, nil
 }
 
@@ -313,6 +314,10 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 		case ExtensionPublic:
 			if v != "true" && v != "false" {
 				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)
+			}
+		case ExtensionIdlePause:
+			if err := s.validateIdlePause(v); err != nil {
+				return spec, err
 			}
 		}
 	}

@@ -183,6 +183,12 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
 		return
 	}
+	sb, release, err := h.svc.WakeForAccess(r.Context(), sb) // idle pause: resume on use
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer release()
 	if sb.State != gateway.StateRunning || sb.Address == "" {
 		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return

@@ -11,7 +11,7 @@ import (
 
 // removeSnapshotImagesOfTenant removes, at the end of the test, the snapshot images
 // sandgate made for tenant (after the env's containers, which may use them).
-func removeSnapshotImagesOfTenant(t *testing.T, e *env, tenant string) {
+func removeSnapshotImagesOfTenant(t testing.TB, e *env, tenant string) {
 	t.Cleanup(func() {
 		e.removeDockerObjects()
 		for _, ref := range snapshotImagesOfTenant(t, tenant) {
@@ -20,7 +20,7 @@ func removeSnapshotImagesOfTenant(t *testing.T, e *env, tenant string) {
 	})
 }
 
-func snapshotImagesOfTenant(t *testing.T, tenant string) []string {
+func snapshotImagesOfTenant(t testing.TB, tenant string) []string {
 	out, err := exec.Command("docker", "image", "ls", "--filter", "label=sandgate.io/tenant="+tenant,
 		"--filter", "label=sandgate.io/snapshot", "--format", "{{.Repository}}:{{.Tag}}").Output()
 	if err != nil {
