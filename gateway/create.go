@@ -177,6 +177,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	}
 	if err := s.waitReady(ctx, inst); err != nil {
 		s.discard(context.WithoutCancel(ctx), spec.ID)
+		s.discardVolumes(context.WithoutCancel(ctx), spec)
 		return nil, err
 	}
 	started := time.Now().UTC()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -307,10 +308,27 @@ func volumeCreateError(err error) error {
 	switch {
 	case errors.Is(err, runtimes.ErrVolumeNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist and createIfNotExists is false", Cause: err}
+	case errors.Is(err, runtimes.ErrVolumeUnsupported):
+		return &Error{Status: http.StatusBadRequest, Code: CodeVolumeUnsupported, Message: err.Error(), Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeForeign):
 		// Never reached through namespaced names; answered like a missing one so that
 		// nothing about another tenant leaks.
 		return &Error{Status: http.StatusNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist", Cause: err}
 	}
 	return nil
+}
+
+// discardVolumes removes the volumes a failed create made (after its sandbox was removed),
+// so that a refused create leaves nothing behind; runtimes without named volumes of their
+// own (Kubernetes removes its claims in Create) skip it.
+func (s *Service) discardVolumes(ctx context.Context, spec runtimes.Spec) {
+	type volumeDiscarder interface {
+		DiscardVolumes(ctx context.Context, id string)
+	}
+	if len(spec.Volumes) == 0 {
+		return
+	}
+	if d, ok := s.runtime.(volumeDiscarder); ok {
+		d.DiscardVolumes(ctx, spec.ID)
+	}
 }

@@ -40,6 +40,8 @@ var (
 	ErrVolumeNotFound = errors.New("volume not found")
 	// ErrVolumeForeign is a claim of the right name that belongs to another tenant.
 	ErrVolumeForeign = errors.New("volume belongs to another tenant")
+	// ErrVolumeUnsupported is a kind of volume (or an option of one) this runtime cannot mount.
+	ErrVolumeUnsupported = errors.New("volume not supported by this runtime")
 	// ErrInUse is an object (a snapshot's image) that sandboxes still use.
 	ErrInUse = errors.New("in use by sandboxes")
 )

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -45,7 +44,7 @@ func (r *Runtime) mountVolumes(ctx context.Context, spec runtimes.Spec) ([]mount
 		}
 		if v.SubPath != "" && !r.apiAtLeast(volumeSubpathAPI) {
 			return fail(fmt.Errorf("volume %q: subPath of a named volume needs Docker Engine API %.2f or newer (this engine speaks %s): %w",
-				v.Name, volumeSubpathAPI, r.cli.ClientVersion(), errors.ErrUnsupported))
+				v.Name, volumeSubpathAPI, r.cli.ClientVersion(), runtimes.ErrVolumeUnsupported))
 		}
 		made, err := r.ensureVolume(ctx, spec, v)
 		if err != nil {
@@ -124,4 +123,18 @@ func (r *Runtime) removeVolumesOf(ctx context.Context, id string) {
 func (r *Runtime) apiAtLeast(v float64) bool {
 	got, err := strconv.ParseFloat(r.cli.ClientVersion(), 64)
 	return err == nil && got >= v
+}
+
+// DiscardVolumes removes the named volumes the create of sandbox id made, for a create
+// that failed after its container started (the core calls it beside Delete then).
+func (r *Runtime) DiscardVolumes(ctx context.Context, id string) {
+	list, err := r.cli.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", labelVolumeCreatedBy+"="+id)})
+	if err != nil {
+		return
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, v := range list.Items {
+		names = append(names, v.Name)
+	}
+	r.removeVolumes(ctx, names)
 }

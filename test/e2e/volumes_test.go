@@ -229,6 +229,17 @@ func TestVolumesNamed(t *testing.T) {
 		}
 	})
 
+	t.Run("a create that fails after its start removes the volume it made", func(t *testing.T) {
+		r := a.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
+			"entrypoint": []string{"false"}, "volumes": pvc("doomed", nil)})
+		expectError(t, r, 422, "SANDBOX::START_FAILED")
+		for _, v := range volumesOfTenant(t, ta) {
+			if strings.HasSuffix(v, "-doomed") {
+				t.Fatalf("the failed create left its volume %s", v)
+			}
+		}
+	})
+
 	t.Run("size quota", func(t *testing.T) {
 		expectError(t, a.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
 			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": pvc("big", map[string]any{"storage": "2Gi"})}), 429, "QUOTA::VOLUME_SIZE")
