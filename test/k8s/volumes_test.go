@@ -29,16 +29,18 @@ func TestVolumesPVC(t *testing.T) {
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "sg-test-" + randomHex(4)},
 		Spec: corev1.PersistentVolumeSpec{
-			StorageClassName: class,
-			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")},
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName:       class,
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/sandgate-k8s-pv"}},
 		},
 	}
 	if _, err := kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kube.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kube.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
 
 	id := g.createSandbox(map[string]any{"volumes": []map[string]any{{
 		"name": "data", "mountPath": "/data", "subPath": "work",
