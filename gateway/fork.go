@@ -49,6 +49,9 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, req ForkRe
 	}
 	if snap.State != SnapshotReady {
 		drop()
+		if snap.Reason == reasonSandboxGone {
+			return nil, Errorf(http.StatusConflict, CodeNotRunning, "fork: sandbox %s is no longer running: %s", id, snap.Message)
+		}
 		return nil, Errorf(http.StatusInternalServerError, CodeRuntimeError, "fork: the snapshot of sandbox %s failed: %s", id, snap.Message)
 	}
 	tmpl, err := s.resolveSnapshot(ctx, owner, CreateRequest{SnapshotID: snap.ID})

@@ -35,6 +35,9 @@ const (
 	CodeQuotaSnapshots      = "QUOTA::SNAPSHOTS"
 )
 
+// reasonSandboxGone is the reason of a snapshot whose sandbox vanished before the commit.
+const reasonSandboxGone = "sandbox_gone"
+
 // snapshotTimeout bounds one commit.
 const snapshotTimeout = 10 * time.Minute
 
@@ -194,7 +197,7 @@ func (s *Service) commitSnapshot(ctx context.Context, snap *store.Snapshot) {
 		s.log.Warn("snapshot failed", "snapshot", snap.ID, "sandbox", snap.SandboxID, "err", err)
 		snap.State, snap.Reason, snap.Message = SnapshotFailed, "commit_failed", "the runtime could not commit the sandbox's filesystem"
 		if errors.Is(err, runtimes.ErrNotFound) {
-			snap.Message = "the sandbox was gone before its snapshot was taken"
+			snap.Reason, snap.Message = reasonSandboxGone, "the sandbox was gone before its snapshot was taken"
 		}
 	} else {
 		snap.State = SnapshotReady

@@ -268,3 +268,41 @@ func TestFork(t *testing.T) {
 		t.Fatalf("a copy's egress policy is %s, want the source's", got)
 	}
 }
+
+// TestSnapshotFailed: a snapshot whose commit fails ends Failed with a message, and a
+// create from it (not Ready) is refused with SNAPSHOT::NOT_READY, creating nothing. The
+// container is removed behind the gateway's back (reconciliation slowed down so that the
+// record still says Running): the one way to make a commit fail on demand.
+func TestSnapshotFailed(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.startGateway("SANDGATE_SYNC_INTERVAL=10m")
+	id := g.createSandbox(map[string]any{})
+	if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id).CombinedOutput(); err != nil {
+		t.Fatalf("docker rm: %v %s", err, out)
+	}
+	r := g.do("POST", "/v1/sandboxes/"+id+"/snapshots", nil)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("snapshot: %d %s", r.Status, r.Body)
+	}
+	snap := r.JSON(t)["id"].(string)
+	var st map[string]any
+	waitFor(t, time.Minute, func() bool {
+		st = g.do("GET", "/v1/snapshots/"+snap, nil).JSON(t)["status"].(map[string]any)
+		return st["state"] != "Creating"
+	}, "the snapshot to end")
+	if st["state"] != "Failed" || st["message"] == "" {
+		t.Fatalf("snapshot status %v, want Failed with a message", st)
+	}
+	before := len(e.containers())
+	expectError(t, g.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap}), 409, "SNAPSHOT::NOT_READY")
+	expectError(t, g.do("POST", "/v1/sandboxes/"+id+"/fork", map[string]any{"count": 2}), 409, "SANDBOX::NOT_RUNNING")
+	if n := len(e.containers()); n != before {
+		t.Fatalf("containers %d → %d", before, n)
+	}
+	if r := g.do("DELETE", "/v1/snapshots/"+snap, nil); r.Status != 204 {
+		t.Fatalf("delete a failed snapshot: %d %s", r.Status, r.Body)
+	}
+	if items := g.do("GET", "/v1/snapshots", nil).JSON(t)["items"].([]any); len(items) != 0 {
+		t.Fatalf("snapshots left: %v", items)
+	}
+}
