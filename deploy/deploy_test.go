@@ -119,6 +119,8 @@ func TestGatewayRBACIsPodsOnlyInTheSandboxNamespace(t *testing.T) {
 		"pods":     {"get", "list", "watch", "create", "delete"},
 		"pods/log": {"get"},
 		"secrets":  {"create", "delete"},
+		// pvc volumes: looked up by name, made, removed; never listed or watched.
+		"persistentvolumeclaims": {"get", "create", "delete"},
 	}
 	granted := map[string]bool{}
 	for _, rule := range role.Rules {

@@ -38,6 +38,7 @@ type admissionRequest struct {
 	Timeout       *int64
 	Count         int
 	Runtime       string
+	Volumes       []policy.Volume
 }
 
 // admit checks a create of req.Count sandboxes against the tenant's quotas (Rego) and
@@ -65,10 +66,11 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 		Tenant: policy.TenantQuotas{ID: caller.Tenant, Quotas: policy.Quotas{
 			MaxConcurrent: q.MaxConcurrent, MaxCPUMillis: q.MaxCPUMillis, MaxMemoryBytes: q.MaxMemoryBytes,
 			MaxTimeoutSeconds: q.MaxTimeoutSeconds, MaxBatchSize: q.MaxBatchSize, AllowedImages: q.AllowedImages, Runtime: q.Runtime,
+			MaxVolumes: q.MaxVolumes, MaxVolumeBytes: q.MaxVolumeBytes, HostVolumePrefixes: q.HostVolumePrefixes, DenyHostVolumes: q.DenyHostVolumes,
 		}},
 		Usage: usage,
 		Request: policy.CreateRequest{Image: req.Image, CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, TimeoutSeconds: req.Timeout, Count: req.Count, Runtime: req.Runtime,
-			ImageRegistry: req.ImageRegistry, ImageLocal: req.ImageLocal},
+			ImageRegistry: req.ImageRegistry, ImageLocal: req.ImageLocal, Volumes: req.Volumes},
 	}
 	d := s.policy.Admit(ctx, in)
 	if !d.Allow {
@@ -149,5 +151,5 @@ func (s *Service) imageWillNotBePulled(ctx context.Context, image string) bool {
 
 // admissionFor describes a create of count sandboxes of spec for the admission policy.
 func admissionFor(spec runtimes.Spec, req CreateRequest, count int) admissionRequest {
-	return admissionRequest{Image: spec.Image, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Timeout: req.Timeout, Count: count, Runtime: req.Extensions["runtime"]}
+	return admissionRequest{Image: spec.Image, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Timeout: req.Timeout, Count: count, Runtime: req.Extensions["runtime"], Volumes: admissionVolumes(spec.Volumes)}
 }

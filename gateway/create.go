@@ -69,8 +69,14 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		return nil, err
 	}
 	if pool := req.Extensions["poolRef"]; pool != "" {
+		if req.SnapshotID != "" {
+			return nil, invalid("give one of extensions.poolRef and snapshotId, not both")
+		}
 		rec, err = s.createFromPool(ctx, caller, pool, req)
 	} else {
+		if req, err = s.resolveSnapshot(ctx, caller, req); err != nil {
+			return nil, err
+		}
 		var spec runtimes.Spec
 		if spec, err = s.validateCreate(req); err == nil {
 			if _, err = s.admit(ctx, caller, admissionFor(spec, req, 1)); err == nil {
@@ -124,6 +130,9 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
 	spec.ExpiresAt = s.expiryFor(now, req.Timeout, q)
+	if err := checkHostPaths(spec.Volumes); err != nil {
+		return nil, err
+	}
 	metadata := req.Metadata
 	if batch != "" {
 		metadata = withEntry(metadata, MetadataBatch, batch)
@@ -139,6 +148,10 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
+	if err := checkSnapshotImage(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Image); err != nil {
+		return nil, err
+	}
+	spec.Volumes = namespaceVolumes(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Volumes)
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
@@ -164,6 +177,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	}
 	if err := s.waitReady(ctx, inst); err != nil {
 		s.discard(context.WithoutCancel(ctx), spec.ID)
+		s.discardVolumes(context.WithoutCancel(ctx), spec)
 		return nil, err
 	}
 	started := time.Now().UTC()
@@ -176,10 +190,14 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
+	s.scheduleIdle(ctx, saved)
 	return saved, nil
 }
 
 func runtimeCreateError(image string, err error) error {
+	if verr := volumeCreateError(err); verr != nil {
+		return verr
+	}
 	if errors.Is(err, errors.ErrUnsupported) {
 		return &Error{Status: http.StatusBadRequest, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
 	}
@@ -248,7 +266,9 @@ func (s *Service) discard(ctx context.Context, id string) {
 func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 	var spec runtimes.Spec
 	if req.SnapshotID != "" {
-		return spec, invalid("snapshotId: snapshots are not supported by this gateway yet; give an image")
+		// resolveSnapshot turns a snapshotId into its image before validation, where the
+		// caller's tenant is known; one left here came by a path without snapshots.
+		return spec, invalid("snapshotId: not accepted here; create from a snapshot with POST /v1/sandboxes")
 	}
 	if req.Image == nil || strings.TrimSpace(req.Image.URI) == "" {
 		return spec, invalid("image.uri is required")
@@ -296,11 +316,17 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 			if v != "true" && v != "false" {
 				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)
 			}
+		case ExtensionIdlePause:
+			if err := s.validateIdlePause(v); err != nil {
+				return spec, err
+			}
 		}
 	}
-	if len(req.Volumes) > 0 && string(req.Volumes) != "null" && string(req.Volumes) != "[]" {
-		return spec, invalid("volumes: host and PVC volumes are not enabled on this gateway")
+	vols, err := parseVolumes(req.Volumes)
+	if err != nil {
+		return spec, err
 	}
+	spec.Volumes = vols
 	if req.Platform != nil && req.Platform.OS != "" && req.Platform.OS != "linux" {
 		return spec, invalid("platform.os %q: only linux is supported", req.Platform.OS)
 	}

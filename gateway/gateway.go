@@ -29,6 +29,10 @@
 //	previewdomain.go refusing a preview domain that shares a site with the console
 //	sessions.go      console sign-in sessions and CSRF
 //	renewonaccess.go proxied-request activity: access events and renew-on-access
+//	idlepause.go     idle pause (extensions idle.pause.seconds) and resume on the next request
+//	volumes.go       volumes: validation, host path resolution, per-tenant claim names
+//	snapshots.go     snapshots: commit to a tenant-owned image, create and pools from one
+//	fork.go          fork: a snapshot and a batch of copies from it
 //	events.go        the event pipeline: emitted, queued, handed to plugins, read, followed
 //	audit.go         the tenant audit stream (policy decisions, plugin records)
 //	plugins.go       tenants' WASM plugins: management and keeping replicas in line
@@ -210,6 +214,8 @@ type Service struct {
 	failures failureCounts
 	// binds tracks claimed members' late bindings under way (latebind.go).
 	binds lateBinds
+	// idle is this gateway's part of idle pausing (idlepause.go).
+	idle idleState
 
 	// Every goroutine the service starts is counted in wg (through spawn, or wg.Add
 	// from a goroutine already counted), so that Stop waits for all of them.
@@ -248,6 +254,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),
 		preview:  newPreviewState(),
+		idle:     idleState{inflight: map[string]*idleFlight{}, touched: map[string]time.Time{}, waking: map[string]chan struct{}{}},
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 		binds:    lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
 		pools: poolState{
@@ -288,6 +295,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
 	s.runAccessLog()
+	s.runIdlePauser()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {

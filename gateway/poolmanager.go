@@ -238,6 +238,9 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return err
 	}
+	if err := checkSnapshotImage(spec.Labels[runtimes.LabelCluster], p.Tenant, spec.Image); err != nil {
+		return err
+	}
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		return err

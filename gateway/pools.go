@@ -76,8 +76,13 @@ func (s *Service) validatePool(req PoolRequest) error {
 	if req.Template.Extensions["poolRef"] != "" {
 		return Errorf(400, CodePoolInvalid, "template.extensions.poolRef: a pool's template cannot claim from a pool")
 	}
-	if _, err := s.validateCreate(*req.Template); err != nil {
+	spec, err := s.validateCreate(*req.Template)
+	if err != nil {
 		return err
+	}
+	if len(spec.Volumes) > 0 {
+		// Warm members start before anyone claims them; volumes are bound at create.
+		return Errorf(400, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
 	}
 	c := req.CapacitySpec
 	switch {
@@ -97,6 +102,9 @@ func (s *Service) validatePool(req PoolRequest) error {
 
 // CreatePool defines a pool; the manager fills it in the background.
 func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest) (*PoolView, error) {
+	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
+		return nil, err
+	}
 	if err := s.validatePool(req); err != nil {
 		return nil, err
 	}
@@ -228,6 +236,9 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	}
 	if req.Name != name {
 		return nil, Errorf(400, CodePoolInvalid, "name %q in the body differs from %q in the path", req.Name, name)
+	}
+	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
+		return nil, err
 	}
 	if err := s.validatePool(req); err != nil {
 		return nil, err

@@ -156,6 +156,14 @@ type Quotas struct {
 	AllowedImages     []string `json:"allowedImages,omitempty"`
 	// Runtime, when set, is the only OCI runtime the tenant may use (runsc).
 	Runtime string `json:"runtime,omitempty"`
+	// MaxVolumes and MaxVolumeBytes bound one sandbox's volumes: their number and the
+	// storage its pvc volumes ask for in total.
+	MaxVolumes     int64 `json:"maxVolumes,omitempty"`
+	MaxVolumeBytes int64 `json:"maxVolumeBytes,omitempty"`
+	// HostVolumePrefixes, when set, narrows the platform's host volume prefixes for the
+	// tenant; DenyHostVolumes refuses the tenant every host volume.
+	HostVolumePrefixes []string `json:"hostVolumePrefixes,omitempty"`
+	DenyHostVolumes    bool     `json:"denyHostVolumes,omitempty"`
 }
 
 // TenantQuotas names a tenant and its quotas.
@@ -190,6 +198,22 @@ type CreateRequest struct {
 	// (platform data allowed_registries) applies only to images that will be pulled.
 	ImageRegistry string `json:"imageRegistry,omitempty"`
 	ImageLocal    bool   `json:"imageLocal,omitempty"`
+	// Volumes are the sandbox's mounts; a host volume's path is already resolved
+	// (symlinks, ..) to where it really leads.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is the admission view of one volume of a create.
+type Volume struct {
+	Name      string `json:"name"`
+	Type      string `json:"type"` // "host" or "pvc"
+	MountPath string `json:"mountPath"`
+	ReadOnly  bool   `json:"readOnly,omitempty"`
+	// HostPath is the resolved host path (type host).
+	HostPath string `json:"hostPath,omitempty"`
+	// ClaimName is the tenant's claim name and StorageBytes its size (type pvc).
+	ClaimName    string `json:"claimName,omitempty"`
+	StorageBytes int64  `json:"storageBytes,omitempty"`
 }
 
 // AdmissionInput is the input of the admission policy.

@@ -280,7 +280,7 @@ func validatePlatformData(platform map[string]any) error {
 	if v, ok := platform["default_action"]; ok && v != ActionAllow && v != ActionDeny {
 		errs = append(errs, fmt.Errorf("platform data default_action must be allow or deny"))
 	}
-	for _, key := range []string{"suspended_tenants", "denied_images", "allowed_registries"} {
+	for _, key := range []string{"suspended_tenants", "denied_images", "allowed_registries", "volume_host_prefixes"} {
 		if v, ok := platform[key]; ok && v != nil {
 			if _, isList := v.([]any); !isList {
 				errs = append(errs, fmt.Errorf("platform data %s must be a list", key))

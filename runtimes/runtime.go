@@ -39,6 +39,14 @@ var (
 	// ErrImagePull wraps a pull the registry refused or that failed (see PullError).
 	ErrImagePull   = errors.New("image pull failed")
 	ErrUnavailable = errors.New("runtime unavailable")
+	// ErrVolumeNotFound is a claim that does not exist and was not to be created.
+	ErrVolumeNotFound = errors.New("volume not found")
+	// ErrVolumeForeign is a claim of the right name that belongs to another tenant.
+	ErrVolumeForeign = errors.New("volume belongs to another tenant")
+	// ErrVolumeUnsupported is a kind of volume (or an option of one) this runtime cannot mount.
+	ErrVolumeUnsupported = errors.New("volume not supported by this runtime")
+	// ErrInUse is an object (a snapshot's image) that sandboxes still use.
+	ErrInUse = errors.New("in use by sandboxes")
 )
 
 // Spec is what the core asks a runtime to start.
@@ -69,6 +77,33 @@ type Spec struct {
 	// "runsc" for gVisor); empty uses the runtime's configured default. The core sets it
 	// from the tenant's settings or an admitted create request, never from raw input.
 	Runtime string
+	// Volumes are the sandbox's mounts, validated by the core: host paths resolved and
+	// admitted, claim names already namespaced per tenant.
+	Volumes []Volume
+}
+
+// Volume is one mount of a sandbox. Exactly one of HostPath and Claim is set.
+type Volume struct {
+	// Name is the request's name of the volume (unique in the sandbox).
+	Name      string
+	MountPath string
+	ReadOnly  bool
+	// HostPath is the bind source on the engine's host: absolute, symlinks resolved,
+	// the request's subPath already joined.
+	HostPath string
+	// Claim is the engine's name of the volume (a Docker named volume, a
+	// PersistentVolumeClaim), namespaced per tenant by the core; SubPath is a relative
+	// directory inside it.
+	Claim   string
+	SubPath string
+	// CreateIfNotExists makes the runtime create the claim when it is missing;
+	// DeleteOnTermination removes it with the sandbox, only when this create made it.
+	CreateIfNotExists   bool
+	DeleteOnTermination bool
+	// StorageClass, StorageBytes and AccessModes shape a claim the runtime creates.
+	StorageClass string
+	StorageBytes int64
+	AccessModes  []string
 }
 
 // ImageAuth are registry credentials (OpenSandbox's image.auth).

@@ -20,6 +20,8 @@ echo "== gateway end to end: throughput and latency of preview and API requests 
 go test -count=1 -run '^$' -bench 'Preview|APIWithPolicy' -benchtime 3s -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: creates and claims (10x)"
 go test -count=1 -run '^$' -bench 'ColdCreate|PoolClaim' -benchtime 10x -timeout 30m ./test/e2e/ 2>&1 | filter
+echo "== gateway end to end: snapshot, fork of 10, resume on access (1x)"
+go test -count=1 -run '^$' -bench 'BenchmarkState$' -benchtime 1x -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: batches of 100 (1x)"
 go test -count=1 -run '^$' -bench 'Batch100' -benchtime 1x -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: faults: a burst of 20 expiries, proxied calls through a 15s Redis outage, takeover of a killed gateway's work (1x)"

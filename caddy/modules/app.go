@@ -137,6 +137,10 @@ type App struct {
 	// upstream TLS against, besides the sandbox image's system roots
 	// (SANDGATE_VAULT_UPSTREAM_CA).
 	VaultUpstreamCA string `json:"vault_upstream_ca,omitempty"`
+	// VolumeHostPrefixes are the host directories under which sandboxes may bind-mount
+	// host volumes (empty: none), enforced by the Rego admission rule on platform data
+	// volume_host_prefixes (SANDGATE_VOLUME_HOST_PREFIXES, comma-separated).
+	VolumeHostPrefixes []string `json:"volume_host_prefixes,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -279,6 +283,9 @@ func (a *App) Validate() error {
 	}
 	if _, ok := runtimeBuilders[a.Runtime]; !ok && a.Runtime != "" {
 		return fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
+	}
+	if _, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err != nil {
+		return fmt.Errorf("volume_host_prefixes: %w", err)
 	}
 	if a.PublicURL != "" {
 		u, err := url.Parse(a.PublicURL)
@@ -439,6 +446,12 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 	}
 	if len(a.ImageRegistries) > 0 {
 		data["allowed_registries"] = a.ImageRegistries
+	}
+	if len(a.VolumeHostPrefixes) > 0 {
+		// Resolved like the paths of requests, so that both name real directories.
+		if prefixes, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err == nil {
+			data["volume_host_prefixes"] = prefixes
+		}
 	}
 	return data
 }

@@ -194,6 +194,12 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
 		return
 	}
+	sb, release, err := h.svc.WakeForAccess(r.Context(), sb) // idle pause: resume on use
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer release()
 	// A claimed pool member's late bindings (env, egress policy…) hold from its first
 	// call: the call waits for them; a member that died after its claim answers
 	// SANDBOX::UNAVAILABLE (hotpaths, latebind.go).

@@ -42,6 +42,15 @@ type Quotas struct {
 	// AllowManualCleanup lets the tenant create sandboxes with timeout null that never
 	// expire (deleted by hand); without it they get the gateway's default timeout.
 	AllowManualCleanup bool `json:"allowManualCleanup,omitempty"`
+	// MaxVolumes and MaxVolumeBytes bound one sandbox's volumes (count, pvc storage);
+	// HostVolumePrefixes narrows the platform's host volume prefixes for the tenant and
+	// DenyHostVolumes refuses it host volumes (decided by the Rego admission policy).
+	MaxVolumes         int64    `json:"maxVolumes,omitempty"`
+	MaxVolumeBytes     int64    `json:"maxVolumeBytes,omitempty"`
+	HostVolumePrefixes []string `json:"hostVolumePrefixes,omitempty"`
+	DenyHostVolumes    bool     `json:"denyHostVolumes,omitempty"`
+	// MaxSnapshots bounds the snapshots a tenant keeps.
+	MaxSnapshots int64 `json:"maxSnapshots,omitempty"`
 }
 
 // APIKey is an issued key; only its hash is stored.

@@ -156,3 +156,71 @@ non_negative(x) if {
 	is_number(x)
 	x >= 0
 }
+
+# Volumes. request.volumes lists the sandbox's mounts; a host volume's hostPath is
+# already resolved by the gateway (symlinks, ..) to where it really leads, so these
+# rules judge the real target. Host volumes are allowed only under the operator's
+# prefixes (data.sandgate.platform.volume_host_prefixes, set from
+# SANDGATE_VOLUME_HOST_PREFIXES; empty = no host volumes), narrowed per tenant by the
+# quota hostVolumePrefixes, and refused to a tenant with denyHostVolumes.
+volumes := object.get(req, "volumes", [])
+
+host_volumes contains v if {
+	some v in volumes
+	v.type == "host"
+}
+
+host_prefixes := object.get(platform, "volume_host_prefixes", [])
+
+deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
+	some v in host_volumes
+	count(host_prefixes) == 0
+	msg := sprintf("volume %q: host volumes are not enabled on this gateway (the operator sets SANDGATE_VOLUME_HOST_PREFIXES)", [v.name])
+}
+
+deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
+	some v in host_volumes
+	count(host_prefixes) > 0
+	not under_any(v.hostPath, host_prefixes)
+	msg := sprintf("volume %q: host path %q is outside the allowed prefixes", [v.name, v.hostPath])
+}
+
+deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
+	some v in host_volumes
+	tenant_prefixes := object.get(quotas, "hostVolumePrefixes", [])
+	count(tenant_prefixes) > 0
+	not under_any(v.hostPath, tenant_prefixes)
+	msg := sprintf("volume %q: host path %q is outside the prefixes tenant %s may mount", [v.name, v.hostPath, tenant_id])
+}
+
+deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
+	some v in host_volumes
+	object.get(quotas, "denyHostVolumes", false)
+	msg := sprintf("volume %q: tenant %s may not mount host paths", [v.name, tenant_id])
+}
+
+deny contains {"code": "QUOTA::VOLUMES", "message": msg} if {
+	max := limit("maxVolumes")
+	count(volumes) > max
+	msg := sprintf("tenant %s may mount at most %v volumes in a sandbox; %v were requested", [tenant_id, max, count(volumes)])
+}
+
+deny contains {"code": "QUOTA::VOLUME_SIZE", "message": msg} if {
+	max := limit("maxVolumeBytes")
+	asked := sum([object.get(v, "storageBytes", 0) | some v in volumes])
+	asked > max
+	msg := sprintf("tenant %s may ask for at most %v bytes of volume storage in a sandbox; %v were requested", [tenant_id, max, asked])
+}
+
+# under_any(p, prefixes): p is one of the prefixes or lies below one (a prefix
+# "/data" covers "/data/x", never "/database").
+under_any(p, prefixes) if {
+	some prefix in prefixes
+	trimmed := trim_right(prefix, "/")
+	under(p, trimmed)
+}
+
+under(p, prefix) if p == prefix
+
+# The prefix "/" is trimmed to "" and so covers every absolute path.
+under(p, prefix) if startswith(p, concat("", [prefix, "/"]))

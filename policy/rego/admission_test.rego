@@ -226,3 +226,63 @@ test_no_registries_means_any if {
 	ds := denials(doc) with data.sandgate.platform as {"allowed_registries": []}
 	count(ds) == 0
 }
+
+# --- volumes ---
+
+host_vol(p) := {"name": "data", "type": "host", "mountPath": "/data", "hostPath": p}
+
+with_volumes(doc, vols) := with_request(doc, {"volumes": vols})
+
+test_host_volume_refused_without_prefixes if {
+	codes(with_volumes(base, [host_vol("/srv/data")])) == {"VOLUME::HOST_NOT_ALLOWED"}
+}
+
+test_host_volume_under_prefix_admitted if {
+	d := admission.deny with input as with_volumes(base, [host_vol("/srv/data/x")])
+		with data.sandgate.platform.volume_host_prefixes as ["/srv/data/"]
+	count(d) == 0
+}
+
+test_host_volume_prefix_is_a_directory_boundary if {
+	d := admission.deny with input as with_volumes(base, [host_vol("/srv/database")])
+		with data.sandgate.platform.volume_host_prefixes as ["/srv/data"]
+	{v.code | some v in d} == {"VOLUME::HOST_NOT_ALLOWED"}
+}
+
+test_host_volume_tenant_prefixes_narrow if {
+	doc := with_volumes(with_quotas({"hostVolumePrefixes": ["/srv/data/t1"]}), [host_vol("/srv/data/t2")])
+	d := admission.deny with input as doc with data.sandgate.platform.volume_host_prefixes as ["/srv/data"]
+	{v.code | some v in d} == {"VOLUME::HOST_NOT_ALLOWED"}
+}
+
+test_host_volume_tenant_denied if {
+	doc := with_volumes(with_quotas({"denyHostVolumes": true}), [host_vol("/srv/data/x")])
+	d := admission.deny with input as doc with data.sandgate.platform.volume_host_prefixes as ["/srv/data"]
+	{v.code | some v in d} == {"VOLUME::HOST_NOT_ALLOWED"}
+}
+
+test_pvc_volume_needs_no_prefix if {
+	count(denials(with_volumes(base, [{"name": "v", "type": "pvc", "mountPath": "/v", "claimName": "c"}]))) == 0
+}
+
+test_volume_count_quota if {
+	vols := [{"name": "a", "type": "pvc", "mountPath": "/a", "claimName": "a"}, {"name": "b", "type": "pvc", "mountPath": "/b", "claimName": "b"}]
+	codes(with_volumes(with_quotas({"maxVolumes": 1}), vols)) == {"QUOTA::VOLUMES"}
+}
+
+test_volume_size_quota if {
+	vols := [{"name": "a", "type": "pvc", "mountPath": "/a", "claimName": "a", "storageBytes": 2048}]
+	codes(with_volumes(with_quotas({"maxVolumeBytes": 1024}), vols)) == {"QUOTA::VOLUME_SIZE"}
+}
+
+test_host_volume_at_the_prefix_itself_admitted if {
+	d := admission.deny with input as with_volumes(base, [host_vol("/srv/data")])
+		with data.sandgate.platform.volume_host_prefixes as ["/srv/data"]
+	count(d) == 0
+}
+
+test_host_volume_root_prefix_covers_all if {
+	d := admission.deny with input as with_volumes(base, [host_vol("/anything")])
+		with data.sandgate.platform.volume_host_prefixes as ["/"]
+	count(d) == 0
+}

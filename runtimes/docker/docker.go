@@ -303,6 +303,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		// The entrypoint starts once the enforcer's rules are in place (startEgress).
 		cmd = nil
 	}
+	mounts, madeVolumes, err := r.mountVolumes(ctx, spec)
+	if err != nil {
+		return runtimes.Instance{}, err
+	}
+	hostCfg.Mounts = mounts
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Entrypoint: []string{agentPath, "init", "--"},
@@ -316,6 +321,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		Name: containerName(spec.ID), Config: cfg, HostConfig: hostCfg,
 	})
 	if err != nil {
+		r.removeVolumes(context.WithoutCancel(ctx), madeVolumes)
 		return runtimes.Instance{}, fmt.Errorf("create container: %w", err)
 	}
 	cleanup := func() {
@@ -325,6 +331,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 			r.removeEgress(rmCtx, spec.ID)
 		}
 		_, _ = r.cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		r.removeVolumes(rmCtx, madeVolumes)
 	}
 	// The enforcer sidecar is created while the workload is prepared and started.
 	type prepared struct {
@@ -582,6 +589,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	}()
 	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	<-egressRemoved
+	if err == nil || cerrdefs.IsNotFound(err) {
+		r.removeVolumesOf(ctx, id)
+	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		// A removal already in progress finishes by itself.
 		if strings.Contains(err.Error(), "already in progress") {

@@ -301,17 +301,23 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		}
 		runtimeClass = r.opts.GVisorRuntimeClass
 	}
+	claims, err := r.ensureClaims(ctx, spec)
+	if err != nil {
+		return runtimes.Instance{}, err
+	}
 	pod := r.podFor(spec, withEgress, runtimeClass)
 	if withEgress && spec.Egress.CredentialProxy {
 		if err := r.withCredentialProxy(pod, spec); err != nil {
 			return runtimes.Instance{}, err
 		}
 	}
+	addVolumes(pod, spec, claims)
 
 	changed, unwatch := r.watch(spec.ID)
 	defer unwatch()
 	created, err := r.client.CoreV1().Pods(r.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
+		r.deleteClaims(context.WithoutCancel(ctx), claims)
 		if apierrors.IsAlreadyExists(err) {
 			return runtimes.Instance{}, fmt.Errorf("create pod %s: a pod of that name exists already: %w", pod.Name, err)
 		}
@@ -330,6 +336,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		if derr := r.Delete(delCtx, spec.ID); derr != nil {
 			r.log.Warn("remove a pod that did not start", "id", spec.ID, "err", derr)
 		}
+		r.deleteClaims(delCtx, claims)
 		return runtimes.Instance{}, err
 	}
 	return inst, nil
@@ -422,13 +429,16 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	// Only a pod made with image.auth has a pull secret (the informer's copy says so,
 	// without another API call for every other sandbox).
 	withSecret := false
-	if pod, err := r.pods.Get(PodName(id)); err == nil && len(pod.Spec.ImagePullSecrets) > 0 {
-		withSecret = true
+	var claims []string
+	if pod, err := r.pods.Get(PodName(id)); err == nil {
+		withSecret = len(pod.Spec.ImagePullSecrets) > 0
+		claims = claimsToDelete(pod)
 	}
 	err := r.client.CoreV1().Pods(r.opts.Namespace).Delete(ctx, PodName(id), metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete pod %s: %w", PodName(id), err)
 	}
+	r.deleteClaims(ctx, claims)
 	// The garbage collector would remove it with the pod; removing it now does not leave
 	// credentials behind for the grace period (or on a cluster without a collector).
 	if withSecret {

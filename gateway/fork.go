@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork (a sandgate extension): count
+// copies of a Running sandbox, each with the source's files, env and egress policy and
+// its own id, token and expiry (timeout, metadata as in a batch).
+type ForkRequest struct {
+	Count    int               `json:"count"`
+	Timeout  *int64            `json:"timeout,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Fork snapshots a sandbox and starts a batch of count sandboxes from the snapshot,
+// answered like a batch. The snapshot stays (listed, and counted against the tenant's
+// snapshot quota) while its copies use its image; a fork that cannot start its batch
+// removes it again, so a refused fork leaves nothing behind.
+func (s *Service) Fork(ctx context.Context, caller Caller, id string, req ForkRequest) (*BatchView, error) {
+	if req.Count < 1 || req.Count > s.cfg.MaxBatchSize {
+		return nil, invalid("count %d: want 1 to %d", req.Count, s.cfg.MaxBatchSize)
+	}
+	if err := s.validateClaimInput(CreateRequest{Timeout: req.Timeout, Metadata: req.Metadata}); err != nil {
+		return nil, err
+	}
+	sb, err := s.Lookup(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	// The batch quota is checked before anything is made (admission checks it again).
+	q, err := s.tenantQuotas(ctx, sb.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	if q.MaxBatchSize > 0 && int64(req.Count) > q.MaxBatchSize {
+		return nil, Errorf(http.StatusTooManyRequests, "QUOTA::BATCH_SIZE", "tenant %s may create at most %d sandboxes in one batch; %d were requested", sb.Tenant, q.MaxBatchSize, req.Count)
+	}
+	owner := Caller{Tenant: sb.Tenant, KeyID: caller.KeyID, KeyRole: caller.KeyRole}
+	snap, err := s.startSnapshot(ctx, caller, id, SnapshotRequest{Name: "fork of " + id})
+	if err != nil {
+		return nil, err
+	}
+	s.commitSnapshot(context.WithoutCancel(ctx), snap)
+	drop := func() {
+		_ = s.DeleteSnapshot(context.WithoutCancel(ctx), owner, snap.ID)
+	}
+	if snap.State != SnapshotReady {
+		drop()
+		if snap.Reason == reasonSandboxGone {
+			return nil, Errorf(http.StatusConflict, CodeNotRunning, "fork: sandbox %s is no longer running: %s", id, snap.Message)
+		}
+		return nil, Errorf(http.StatusInternalServerError, CodeRuntimeError, "fork: the snapshot of sandbox %s failed: %s", id, snap.Message)
+	}
+	tmpl, err := s.resolveSnapshot(ctx, owner, CreateRequest{SnapshotID: snap.ID})
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	b, err := s.CreateBatch(ctx, owner, BatchRequest{Count: req.Count, Template: &tmpl, Timeout: req.Timeout, Metadata: req.Metadata})
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	s.log.Info("forked", "sandbox", id, "snapshot", snap.ID, "batch", b.ID, "count", req.Count, "took", time.Since(snap.CreatedAt).Round(time.Millisecond))
+	return b, nil
+}

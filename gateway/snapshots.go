@@ -1,0 +1,372 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/distribution/reference"
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Snapshot states.
+const (
+	SnapshotCreating = "Creating"
+	SnapshotReady    = "Ready"
+	SnapshotFailed   = "Failed"
+	SnapshotDeleting = "Deleting"
+)
+
+// Stable codes of snapshot refusals.
+const (
+	CodeSnapshotUnsupported = "SNAPSHOT::UNSUPPORTED"
+	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
+	CodeSnapshotNotReady    = "SNAPSHOT::NOT_READY"
+	CodeSnapshotInUse       = "SNAPSHOT::IN_USE"
+	CodeSnapshotInvalid     = "SNAPSHOT::INVALID_PARAMETER"
+	CodeQuotaSnapshots      = "QUOTA::SNAPSHOTS"
+)
+
+// reasonSandboxGone is the reason of a snapshot whose sandbox vanished before the commit.
+const reasonSandboxGone = "sandbox_gone"
+
+// snapshotTimeout bounds one commit.
+const snapshotTimeout = 10 * time.Minute
+
+// snapshotRepoPrefix starts the local image repository of every snapshot; a create naming
+// such an image directly must name one of its own tenant's (see checkSnapshotImage).
+const snapshotRepoPrefix = "sandgate-snapshots/"
+
+// Snapshotter is what a runtime offers to keep a sandbox's filesystem as an image.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, id, ref string, labels map[string]string) error
+	RemoveSnapshot(ctx context.Context, ref string) error
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// SnapshotView is the API form of a snapshot.
+type SnapshotView struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandboxId"`
+	Name      string    `json:"name,omitempty"`
+	Status    Status    `json:"status"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Items      []SnapshotView `json:"items"`
+	Pagination Pagination     `json:"pagination"`
+}
+
+// SnapshotQuery filters and pages GET /v1/snapshots.
+type SnapshotQuery struct {
+	SandboxID string
+	States    []string
+	Page      int
+	PageSize  int
+}
+
+func snapshotView(snap *store.Snapshot) SnapshotView {
+	at := snap.LastTransitionAt
+	return SnapshotView{ID: snap.ID, SandboxID: snap.SandboxID, Name: snap.Name, CreatedAt: snap.CreatedAt,
+		Status: Status{State: snap.State, Reason: snap.Reason, Message: snap.Message, LastTransitionAt: &at}}
+}
+
+func snapshotNotFound(id string) *Error {
+	return Errorf(http.StatusNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
+}
+
+func (s *Service) snapshotter() (Snapshotter, error) {
+	if sn, ok := s.runtime.(Snapshotter); ok {
+		return sn, nil
+	}
+	return nil, Errorf(http.StatusBadRequest, CodeSnapshotUnsupported,
+		"snapshots are not supported on the %s runtime of this gateway (Docker only)", s.runtime.Name())
+}
+
+// snapshotImage is the local image reference of a tenant's snapshot: the repository is
+// a digest of deployment and tenant, the tag the snapshot id.
+func snapshotImage(cluster, tenant, id string) string {
+	return snapshotRepo(cluster, tenant) + ":" + id
+}
+
+func snapshotRepo(cluster, tenant string) string {
+	sum := sha256.Sum256([]byte(cluster + "\x00" + tenant))
+	return snapshotRepoPrefix + hex.EncodeToString(sum[:8])
+}
+
+// checkSnapshotImage refuses a create that names another tenant's snapshot image as its
+// image: snapshots are reached by snapshotId, and only the owner's.
+func checkSnapshotImage(cluster, tenant, image string) error {
+	// The engine treats "docker.io/sandgate-snapshots/…" and "sandgate-snapshots/…" as
+	// one image, so the comparison is on the familiar (short) name.
+	name := image
+	if named, err := reference.ParseNormalizedNamed(image); err == nil {
+		name = reference.FamiliarString(named)
+	}
+	if !strings.HasPrefix(name, snapshotRepoPrefix) {
+		return nil
+	}
+	if strings.HasPrefix(name, snapshotRepo(cluster, tenant)+":") && !strings.Contains(name, "@") {
+		return nil
+	}
+	return Errorf(http.StatusNotFound, CodeSnapshotNotFound, "image %q: no such snapshot of this tenant; create from a snapshot with snapshotId", image)
+}
+
+// CreateSnapshot starts a snapshot of a Running sandbox and answers at once (Creating);
+// the commit runs in the background and ends Ready or Failed.
+func (s *Service) CreateSnapshot(ctx context.Context, caller Caller, sandboxID string, req SnapshotRequest) (*SnapshotView, error) {
+	snap, err := s.startSnapshot(ctx, caller, sandboxID, req)
+	if err != nil {
+		return nil, err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.commitSnapshot(context.Background(), snap)
+	}()
+	v := snapshotView(snap)
+	return &v, nil
+}
+
+// startSnapshot checks a snapshot request and writes its Creating record.
+func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID string, req SnapshotRequest) (*store.Snapshot, error) {
+	if len(req.Name) > 128 || strings.ContainsRune(req.Name, 0) {
+		return nil, Errorf(http.StatusBadRequest, CodeSnapshotInvalid, "name: at most 128 characters")
+	}
+	if _, err := s.snapshotter(); err != nil {
+		return nil, err
+	}
+	sb, err := s.Lookup(ctx, caller, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != StateRunning && sb.State != StatePaused {
+		return nil, Errorf(http.StatusConflict, CodeNotRunning, "sandbox %s is %s; only a Running sandbox can be snapshotted", sandboxID, sb.State)
+	}
+	q, err := s.tenantQuotas(ctx, sb.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := s.clusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	id := uuid.NewString()
+	snap := &store.Snapshot{
+		ID: id, Tenant: sb.Tenant, SandboxID: sb.ID, Name: req.Name, State: SnapshotCreating,
+		LastTransitionAt: now, CreatedAt: now, Image: snapshotImage(cluster, sb.Tenant, id),
+		SourceImage: sb.Image, Entrypoint: sb.Entrypoint, ResourceLimits: sb.ResourceLimits, EgressPolicy: sb.EgressPolicy,
+	}
+	if err := s.store.CreateSnapshot(ctx, snap, q.MaxSnapshots); err != nil {
+		if errors.Is(err, store.ErrQuota) {
+			return nil, Errorf(http.StatusTooManyRequests, CodeQuotaSnapshots, "snapshots quota: tenant %s keeps its limit of %d snapshots; delete one first", sb.Tenant, q.MaxSnapshots)
+		}
+		return nil, err
+	}
+	return snap, nil
+}
+
+// commitSnapshot makes the snapshot's image and records the outcome.
+func (s *Service) commitSnapshot(ctx context.Context, snap *store.Snapshot) {
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	sn, err := s.snapshotter()
+	if err == nil {
+		err = sn.Snapshot(ctx, snap.SandboxID, snap.Image, map[string]string{
+			"sandgate.io/snapshot": snap.ID, runtimes.LabelTenant: snap.Tenant,
+		})
+	}
+	now := time.Now().UTC()
+	snap.LastTransitionAt = now
+	if err != nil {
+		s.log.Warn("snapshot failed", "snapshot", snap.ID, "sandbox", snap.SandboxID, "err", err)
+		snap.State, snap.Reason, snap.Message = SnapshotFailed, "commit_failed", "the runtime could not commit the sandbox's filesystem"
+		if errors.Is(err, runtimes.ErrNotFound) {
+			snap.Reason, snap.Message = reasonSandboxGone, "the sandbox was gone before its snapshot was taken"
+		}
+	} else {
+		snap.State = SnapshotReady
+	}
+	// A snapshot deleted while it was being made stays deleted, and its image goes.
+	cur, gerr := s.store.GetSnapshot(ctx, snap.Tenant, snap.ID)
+	if errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.State == SnapshotDeleting) {
+		if err == nil {
+			_ = sn.RemoveSnapshot(ctx, snap.Image)
+		}
+		_ = s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
+		return
+	}
+	if err := s.store.PutSnapshot(ctx, snap); err != nil {
+		s.log.Warn("record snapshot", "snapshot", snap.ID, "err", err)
+	}
+}
+
+// lookupSnapshot returns a snapshot of the caller's tenant (any tenant for the admin);
+// another tenant's answers 404 like a missing one.
+func (s *Service) lookupSnapshot(ctx context.Context, caller Caller, id string) (*store.Snapshot, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, snapshotNotFound(id)
+	}
+	if caller.Admin {
+		all, err := s.store.ListSnapshots(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, snap := range all {
+			if snap.ID == id {
+				return snap, nil
+			}
+		}
+		return nil, snapshotNotFound(id)
+	}
+	snap, err := s.store.GetSnapshot(ctx, caller.Tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, snapshotNotFound(id)
+	}
+	return snap, err
+}
+
+// GetSnapshot returns one snapshot.
+func (s *Service) GetSnapshot(ctx context.Context, caller Caller, id string) (*SnapshotView, error) {
+	snap, err := s.lookupSnapshot(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	v := snapshotView(snap)
+	return &v, nil
+}
+
+// ListSnapshots returns the caller's snapshots, newest first, filtered and paged.
+func (s *Service) ListSnapshots(ctx context.Context, caller Caller, q SnapshotQuery) (*SnapshotList, error) {
+	tenant := caller.Tenant
+	if caller.Admin {
+		tenant = ""
+	}
+	all, err := s.store.ListSnapshots(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	states := map[string]bool{}
+	for _, st := range q.States {
+		states[strings.ToLower(st)] = true
+	}
+	items := []SnapshotView{}
+	for _, snap := range all {
+		if q.SandboxID != "" && snap.SandboxID != q.SandboxID {
+			continue
+		}
+		if len(states) > 0 && !states[strings.ToLower(snap.State)] {
+			continue
+		}
+		items = append(items, snapshotView(snap))
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.After(items[j].CreatedAt) })
+	total := len(items)
+	pages := (total + q.PageSize - 1) / q.PageSize
+	start := min((q.Page-1)*q.PageSize, total)
+	end := min(start+q.PageSize, total)
+	return &SnapshotList{Items: items[start:end], Pagination: Pagination{Page: q.Page, PageSize: q.PageSize,
+		TotalItems: total, TotalPages: pages, HasNextPage: q.Page < pages}}, nil
+}
+
+// DeleteSnapshot removes a snapshot and its image. One still being made is marked
+// Deleting and goes when its commit ends; one that sandboxes still run from answers 409.
+func (s *Service) DeleteSnapshot(ctx context.Context, caller Caller, id string) error {
+	snap, err := s.lookupSnapshot(ctx, caller, id)
+	if err != nil {
+		return err
+	}
+	if snap.State == SnapshotCreating || snap.State == SnapshotDeleting {
+		snap.State, snap.LastTransitionAt = SnapshotDeleting, time.Now().UTC()
+		return s.store.PutSnapshot(ctx, snap)
+	}
+	if snap.State == SnapshotReady {
+		sn, err := s.snapshotter()
+		if err != nil {
+			return err
+		}
+		if err := sn.RemoveSnapshot(ctx, snap.Image); err != nil {
+			if errors.Is(err, runtimes.ErrInUse) {
+				return Errorf(http.StatusConflict, CodeSnapshotInUse, "snapshot %s: sandboxes created from it still exist; delete them first", id)
+			}
+			return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
+		}
+	}
+	return s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
+}
+
+// resolveSnapshot turns a create's snapshotId into the create of its image: the image,
+// and the source's entrypoint, resource limits and egress policy where the request gives
+// none. The snapshot must be the caller's and Ready.
+func (s *Service) resolveSnapshot(ctx context.Context, caller Caller, req CreateRequest) (CreateRequest, error) {
+	if req.SnapshotID == "" {
+		return req, nil
+	}
+	if _, err := s.snapshotter(); err != nil {
+		return req, err
+	}
+	if req.Image != nil && req.Image.URI != "" {
+		return req, invalid("give one of image and snapshotId, not both")
+	}
+	snap, err := s.store.GetSnapshot(ctx, caller.Tenant, req.SnapshotID)
+	if errors.Is(err, store.ErrNotFound) {
+		return req, snapshotNotFound(req.SnapshotID)
+	}
+	if err != nil {
+		return req, err
+	}
+	if snap.State != SnapshotReady {
+		return req, Errorf(http.StatusConflict, CodeSnapshotNotReady, "snapshot %s is %s; a sandbox can be created only from a Ready snapshot", snap.ID, snap.State)
+	}
+	req.Image = &ImageSpec{URI: snap.Image}
+	if len(req.Entrypoint) == 0 {
+		req.Entrypoint = snap.Entrypoint
+	}
+	if len(req.ResourceLimits) == 0 {
+		req.ResourceLimits = snap.ResourceLimits
+	}
+	if len(req.NetworkPolicy) == 0 && len(snap.EgressPolicy) > 0 {
+		req.NetworkPolicy = snap.EgressPolicy
+	}
+	req.SnapshotID = ""
+	return req, nil
+}
+
+// resolvePoolSnapshot makes a pool template's snapshotId the template of its image (the
+// caller's own Ready snapshot), and refuses a template naming another tenant's snapshot
+// image directly.
+func (s *Service) resolvePoolSnapshot(ctx context.Context, caller Caller, req *PoolRequest) error {
+	if req.Template == nil {
+		return nil
+	}
+	if req.Template.SnapshotID != "" {
+		tmpl, err := s.resolveSnapshot(ctx, caller, *req.Template)
+		if err != nil {
+			return err
+		}
+		req.Template = &tmpl
+	}
+	if req.Template.Image == nil {
+		return nil
+	}
+	cluster, err := s.clusterID(ctx)
+	if err != nil {
+		return err
+	}
+	return checkSnapshotImage(cluster, caller.Tenant, strings.TrimSpace(req.Template.Image.URI))
+}

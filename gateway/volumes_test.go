@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestResolveHostPath: a host path is judged by where it really leads: symlinks and ".."
+// of its existing part resolved, a missing rest joined as written.
+func TestResolveHostPath(t *testing.T) {
+	root := t.TempDir()
+	root, _ = filepath.EvalSymlinks(root)
+	allowed, outside := filepath.Join(root, "allowed"), filepath.Join(root, "outside")
+	for _, d := range []string{allowed, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(allowed, "link")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, in, want string }{
+		{"plain", allowed, allowed},
+		{"symlink out", filepath.Join(allowed, "link"), outside},
+		{"below a symlink, missing", filepath.Join(allowed, "link", "new", "dir"), filepath.Join(outside, "new", "dir")},
+		{"dot-dot", allowed + "/../outside", outside},
+		{"missing under allowed", filepath.Join(allowed, "nope"), filepath.Join(allowed, "nope")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := resolveHostPath(tt.in); got != tt.want {
+				t.Errorf("resolveHostPath(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseVolumesCodes: each bad volume is refused with its stable code.
+func TestParseVolumesCodes(t *testing.T) {
+	tests := []struct {
+		name, body, code string
+	}{
+		{"ok pvc", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c"}}]`, ""},
+		{"ok host", `[{"name":"a","mountPath":"/a","readOnly":true,"subPath":"x/y","host":{"path":"/srv"}}]`, ""},
+		{"null", `null`, ""},
+		{"ossfs", `[{"name":"a","mountPath":"/a","ossfs":{}}]`, CodeVolumeUnsupported},
+		{"dot-dot subPath", `[{"name":"a","mountPath":"/a","subPath":"x/../..","pvc":{"claimName":"c"}}]`, CodeVolumeInvalid},
+		{"root", `[{"name":"a","mountPath":"/","pvc":{"claimName":"c"}}]`, CodeVolumeInvalid},
+		{"agent dir", `[{"name":"a","mountPath":"/.sandgate/","pvc":{"claimName":"c"}}]`, CodeVolumeInvalid},
+		{"proc", `[{"name":"a","mountPath":"/proc/x","pvc":{"claimName":"c"}}]`, CodeVolumeInvalid},
+		{"relative host", `[{"name":"a","mountPath":"/a","host":{"path":"srv"}}]`, CodeVolumeInvalid},
+		{"claim with slash", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"a/b"}}]`, CodeVolumeInvalid},
+		{"access mode", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c","accessModes":["Everything"]}}]`, CodeVolumeInvalid},
+		{"same mount cleaned", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c"}},{"name":"b","mountPath":"/a/./","pvc":{"claimName":"d"}}]`, CodeVolumeInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseVolumes(json.RawMessage(tt.body))
+			got := ""
+			if e, ok := AsError(err); ok {
+				got = e.Code
+			} else if err != nil {
+				t.Fatalf("error without a code: %v", err)
+			}
+			if got != tt.code {
+				t.Errorf("code = %q, want %q (err %v)", got, tt.code, err)
+			}
+		})
+	}
+}
+
+// TestVolumeClaimNameIsPerTenant: no claim name of one tenant spells another's.
+func TestVolumeClaimNameIsPerTenant(t *testing.T) {
+	a := VolumeClaimName("c1", "tenant-a", "data")
+	if b := VolumeClaimName("c1", "tenant-b", "data"); a == b {
+		t.Fatalf("two tenants share %s", a)
+	}
+	if other := VolumeClaimName("c2", "tenant-a", "data"); a == other {
+		t.Fatalf("two deployments share %s", a)
+	}
+	// Tenant B giving A's engine name (minus the prefix) as its claim gets something else.
+	if b := VolumeClaimName("c1", "tenant-b", a[len("sgv-"):]); b == a {
+		t.Fatal("a claim name spelled another tenant's volume")
+	}
+}

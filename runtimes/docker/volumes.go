@@ -1,0 +1,140 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Labels of the named volumes sandgate creates.
+const (
+	// labelVolumeCreatedBy is the sandbox whose create made the volume.
+	labelVolumeCreatedBy = "sandgate.io/created-by"
+	// labelVolumeDeleteWith names the sandbox whose removal removes the volume
+	// (deleteOnSandboxTermination): only ever set on a volume that sandbox's create made.
+	labelVolumeDeleteWith = "sandgate.io/delete-with"
+)
+
+// volumeSubpathAPI is the first engine API that honours a named volume's Subpath; an
+// older engine ignores the field and would mount the whole volume.
+const volumeSubpathAPI = 1.45
+
+// mountVolumes turns a spec's volumes into engine mounts, creating the named volumes
+// that are missing and asked for. It returns the names it created, which the caller
+// removes if the create fails after all.
+func (r *Runtime) mountVolumes(ctx context.Context, spec runtimes.Spec) ([]mount.Mount, []string, error) {
+	var mounts []mount.Mount
+	var created []string
+	fail := func(err error) ([]mount.Mount, []string, error) {
+		r.removeVolumes(context.WithoutCancel(ctx), created)
+		return nil, nil, err
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != "" {
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+			continue
+		}
+		if v.SubPath != "" && !r.apiAtLeast(volumeSubpathAPI) {
+			return fail(fmt.Errorf("volume %q: subPath of a named volume needs Docker Engine API %.2f or newer (this engine speaks %s): %w",
+				v.Name, volumeSubpathAPI, r.cli.ClientVersion(), runtimes.ErrVolumeUnsupported))
+		}
+		made, err := r.ensureVolume(ctx, spec, v)
+		if err != nil {
+			return fail(err)
+		}
+		if made {
+			created = append(created, v.Claim)
+		}
+		m := mount.Mount{Type: mount.TypeVolume, Source: v.Claim, Target: v.MountPath, ReadOnly: v.ReadOnly,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
+		if v.SubPath != "" {
+			m.VolumeOptions.Subpath = v.SubPath
+		}
+		mounts = append(mounts, m)
+	}
+	return mounts, created, nil
+}
+
+// ensureVolume makes sure the named volume of v exists and is the tenant's, creating it
+// when it is missing and v allows; made reports that this call created it.
+func (r *Runtime) ensureVolume(ctx context.Context, spec runtimes.Spec, v runtimes.Volume) (made bool, err error) {
+	got, err := r.cli.VolumeInspect(ctx, v.Claim, client.VolumeInspectOptions{})
+	if err == nil {
+		if owner := got.Volume.Labels[runtimes.LabelTenant]; owner != "" && owner != spec.Tenant {
+			return false, fmt.Errorf("volume %q: %w", v.Name, runtimes.ErrVolumeForeign)
+		}
+		return false, nil
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return false, fmt.Errorf("inspect volume %q: %w", v.Name, err)
+	}
+	if !v.CreateIfNotExists {
+		return false, fmt.Errorf("volume %q (claim does not exist and createIfNotExists is false): %w", v.Name, runtimes.ErrVolumeNotFound)
+	}
+	labels := map[string]string{
+		runtimes.LabelTenant: spec.Tenant,
+		labelVolumeCreatedBy: spec.ID,
+	}
+	if c := spec.Labels[runtimes.LabelCluster]; c != "" {
+		labels[runtimes.LabelCluster] = c
+	}
+	if v.DeleteOnTermination {
+		labels[labelVolumeDeleteWith] = spec.ID
+	}
+	if _, err := r.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: v.Claim, Labels: labels}); err != nil {
+		return false, fmt.Errorf("create volume %q: %w", v.Name, err)
+	}
+	return true, nil
+}
+
+// removeVolumes removes named volumes, best effort (a volume another sandbox still
+// mounts stays).
+func (r *Runtime) removeVolumes(ctx context.Context, names []string) {
+	for _, name := range names {
+		_, _ = r.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{})
+	}
+}
+
+// removeVolumesOf removes the volumes marked to go with sandbox id (deleteOnSandboxTermination
+// on the create that made them). A volume another sandbox still mounts stays.
+func (r *Runtime) removeVolumesOf(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	list, err := r.cli.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", labelVolumeDeleteWith+"="+id)})
+	if err != nil {
+		return
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, v := range list.Items {
+		names = append(names, v.Name)
+	}
+	r.removeVolumes(ctx, names)
+}
+
+// apiAtLeast reports whether the negotiated engine API is at least v.
+func (r *Runtime) apiAtLeast(v float64) bool {
+	got, err := strconv.ParseFloat(r.cli.ClientVersion(), 64)
+	return err == nil && got >= v
+}
+
+// DiscardVolumes removes the named volumes the create of sandbox id made, for a create
+// that failed after its container started (the core calls it beside Delete then).
+func (r *Runtime) DiscardVolumes(ctx context.Context, id string) {
+	list, err := r.cli.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", labelVolumeCreatedBy+"="+id)})
+	if err != nil {
+		return
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, v := range list.Items {
+		names = append(names, v.Name)
+	}
+	r.removeVolumes(ctx, names)
+}
