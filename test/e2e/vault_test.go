@@ -5,12 +5,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -240,11 +238,6 @@ type echoAnswer struct {
 	APIKey string `json:"apiKey"`
 }
 
-func sha256Hex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
 // curlEcho fetches https://echo.vault.test<path> from the sandbox with a fake token,
 // verifying TLS with the sandbox's own trust store (no -k), and returns the answer and
 // the response headers.
@@ -357,25 +350,25 @@ func TestCredentialVault(t *testing.T) {
 
 	t.Run("a matching request carries the real token, the sandbox sees neither it nor the key", func(t *testing.T) {
 		ans, headers := curlEcho(t, a, "GET", "/api/models")
-		if ans.Auth != sha256Hex("Bearer "+real) {
-			t.Fatalf("the echo server did not get the real token: auth sha256 %s (the fake one is %s)", ans.Auth, sha256Hex("Bearer fake-token-in-sandbox"))
+		if ans.Auth != sha256Hex([]byte("Bearer "+real)) {
+			t.Fatalf("the echo server did not get the real token: auth sha256 %s (the fake one is %s)", ans.Auth, sha256Hex([]byte("Bearer fake-token-in-sandbox")))
 		}
 		if strings.Contains(headers, real) || !strings.Contains(headers, "[REDACTED]") {
 			t.Fatalf("the echoed Authorization response header is not redacted:\n%s", headers)
 		}
 		out, _ := exec.Command("docker", "logs", w.echo).CombinedOutput()
-		if !strings.Contains(string(out), "auth-sha256="+sha256Hex("Bearer "+real)) {
+		if !strings.Contains(string(out), "auth-sha256="+sha256Hex([]byte("Bearer "+real))) {
 			t.Fatalf("the echo server's log does not show the real token's request:\n%s", out)
 		}
 	})
 
 	t.Run("a path no binding names gets no header", func(t *testing.T) {
 		ans, _ := curlEcho(t, a, "GET", "/other")
-		if ans.Auth != sha256Hex("Bearer fake-token-in-sandbox") {
+		if ans.Auth != sha256Hex([]byte("Bearer fake-token-in-sandbox")) {
 			t.Fatalf("a non-matching path was changed: auth sha256 %s", ans.Auth)
 		}
 		ans, _ = curlEcho(t, a, "OPTIONS", "/api/models")
-		if ans.Auth != sha256Hex("Bearer fake-token-in-sandbox") {
+		if ans.Auth != sha256Hex([]byte("Bearer fake-token-in-sandbox")) {
 			t.Fatalf("a method no binding names was changed: auth sha256 %s", ans.Auth)
 		}
 	})
@@ -404,7 +397,7 @@ func TestCredentialVault(t *testing.T) {
 		// Two bindings that could match one request are refused at creation, so that
 		// no request ever has two to choose from.
 		ans, _ := curlEcho(t, a, "GET", "/api/v2/x")
-		if ans.Auth != sha256Hex("Bearer "+real) {
+		if ans.Auth != sha256Hex([]byte("Bearer "+real)) {
 			t.Fatalf("after the refused overlap the one binding no longer injects: %s", ans.Auth)
 		}
 	})
@@ -455,7 +448,7 @@ func TestCredentialVault(t *testing.T) {
 			t.Fatalf("revision after restart %v, want %v", got, rev)
 		}
 		ans, _ := curlEcho(t, a, "POST", "/api/again")
-		if ans.Auth != sha256Hex("Bearer "+real) {
+		if ans.Auth != sha256Hex([]byte("Bearer "+real)) {
 			t.Fatalf("after the restart the real token was not injected: %s", ans.Auth)
 		}
 	})
@@ -656,7 +649,7 @@ func TestCredentialVaultEnforcerRestored(t *testing.T) {
 		t.Fatalf("POST after the restore: %d %s", r.Status, r.Body)
 	}
 	ans, _ := curlEcho(t, a, "GET", "/api/x")
-	if ans.Auth != sha256Hex("Bearer "+real) {
+	if ans.Auth != sha256Hex([]byte("Bearer "+real)) {
 		t.Fatalf("after the restore the real token was not injected: %s", ans.Auth)
 	}
 }
@@ -705,11 +698,11 @@ func TestCredentialVaultReadOnlyRootfs(t *testing.T) {
 		t.Fatalf("POST: %d %s", r.Status, r.Body)
 	}
 	ans, _ := curlEcho(t, a, "GET", "/api/x")
-	if ans.Auth != sha256Hex("Bearer "+real) {
+	if ans.Auth != sha256Hex([]byte("Bearer "+real)) {
 		t.Fatalf("curl: the real token was not injected: %s", ans.Auth)
 	}
 	py := `python3 -c "import urllib.request, json; print(json.load(urllib.request.urlopen(urllib.request.Request('https://` + vaultEchoHost + `/api/py', headers={'Authorization': 'Bearer fake'})))['auth'])"`
-	if out := strings.TrimSpace(stdoutOf(a.run(py))); out != sha256Hex("Bearer "+real) {
+	if out := strings.TrimSpace(stdoutOf(a.run(py))); out != sha256Hex([]byte("Bearer "+real)) {
 		t.Fatalf("python: %q", out)
 	}
 }
