@@ -124,6 +124,7 @@ func mergeMaps(a, b map[string]string) map[string]string {
 // claim binds up to n warm members in one script, applies the claim's late-bound settings
 // through each agent, and replaces members that turn out dead. It returns what it got.
 func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl, req CreateRequest, n int, batch string) ([]*store.Sandbox, error) {
+	defer s.metrics.Claim(time.Now())
 	now := time.Now().UTC()
 	metadata := withEntry(mergeMaps(tmpl.Metadata, req.Metadata), MetadataPool, p.Name)
 	if batch != "" {

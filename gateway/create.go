@@ -13,6 +13,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -139,6 +140,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
+	stages := s.metrics.Stages()
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
@@ -155,6 +157,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		}
 		return nil, err
 	}
+	stages.Done(metrics.StageStore)
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		if derr := s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID); derr != nil {
@@ -162,10 +165,12 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		}
 		return nil, runtimeCreateError(spec.Image, err)
 	}
+	stages.Done(metrics.StageRuntimeCreate)
 	if err := s.waitReady(ctx, inst); err != nil {
 		s.discard(context.WithoutCancel(ctx), spec.ID)
 		return nil, err
 	}
+	stages.Done(metrics.StageAgentReady)
 	started := time.Now().UTC()
 	saved, err := s.store.ModifySandbox(ctx, spec.ID, func(sb *store.Sandbox) error {
 		sb.State, sb.LastTransitionAt, sb.Address = StateRunning, started, inst.Address
@@ -175,6 +180,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		s.discard(context.WithoutCancel(ctx), spec.ID)
 		return nil, err
 	}
+	stages.Finish(metrics.StageStore)
 	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
 	return saved, nil
 }

@@ -48,6 +48,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -202,6 +203,8 @@ type Service struct {
 	watch watchHub
 	// crash is the state of crash-only recovery (takeover.go).
 	crash crashState
+	// metrics are the event-driven Prometheus series (metrics.go).
+	metrics *metrics.Set
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -226,6 +229,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 			IdleConnTimeout:     30 * time.Second,
 		}},
 		owner:    randomToken(8),
+		metrics:  metrics.New(),
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),

@@ -134,6 +134,8 @@ type App struct {
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
 	PluginTimeout caddy.Duration `json:"plugin_timeout,omitempty"`
+	// MetricsConfig says where Prometheus metrics are served (metrics.go).
+	MetricsConfig
 
 	core *core
 }
@@ -303,7 +305,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.APIKey == "" {
 		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
 	}
-	return nil
+	return a.provisionMetrics(ctx)
 }
 
 // resolveSecrets replaces the placeholders of the secret settings ({env.*}, {file.*})
@@ -386,10 +388,10 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 }
 
 // Start implements caddy.App.
-func (a *App) Start() error { return nil }
+func (a *App) Start() error { return a.startMetrics() }
 
 // Stop implements caddy.App.
-func (a *App) Stop() error { return nil }
+func (a *App) Stop() error { return a.stopMetrics() }
 
 // Cleanup implements caddy.CleanerUpper: releases this config's hold on the core.
 func (a *App) Cleanup() error {

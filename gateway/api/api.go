@@ -22,6 +22,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Forward proxies requests into sandboxes; nil uses NewForward.
 	Forward Forward
+	// Metrics serves the Prometheus scrape at /metrics (admin only); nil: 404.
+	Metrics http.Handler
 }
 
 // Handler serves the whole gateway API.
@@ -82,6 +84,7 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/health", handler: h.health, public: true},
 		{method: "GET", path: "/ready", handler: h.ready, public: true},
 		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
+		{method: "GET", path: "/metrics", handler: h.serveMetrics, action: "metrics.read"},
 		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
 		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
 		// The live list; more specific than /sandboxes/{id}, so the mux prefers it.
