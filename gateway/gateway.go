@@ -117,6 +117,9 @@ type Config struct {
 	// CheckRegistries makes admission learn whether an image is already on the engine, for
 	// the registries rule (SANDGATE_IMAGE_REGISTRIES set): one engine call per create.
 	CheckRegistries bool
+	// UsageInterval is how often each sandbox's resource use is read (usage.go); zero
+	// uses DefaultUsageInterval, negative turns the sampler off.
+	UsageInterval time.Duration
 }
 
 // Defaults fills zero fields of c.
@@ -205,6 +208,8 @@ type Service struct {
 	crash crashState
 	// metrics are the event-driven Prometheus series (metrics.go).
 	metrics *metrics.Set
+	// resourceUse is every sandbox's resource history (usage.go).
+	resourceUse usageState
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -272,6 +277,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
 	s.runAccessLog()
+	s.runUsageSampler()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {

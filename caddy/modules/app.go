@@ -197,6 +197,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if d := a.EgressDefaultAction; d != "" && d != "allow" && d != "deny" {
 		return fmt.Errorf("egress_default_action %q: want allow or deny", d)
 	}
+	usageInterval, err := a.usageInterval()
+	if err != nil {
+		return err
+	}
 	pull, err := docker.ParsePullPolicy(a.ImagePull)
 	if err != nil {
 		return fmt.Errorf("image_pull: %w", err)
@@ -281,6 +285,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			PullImages:      a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
 			PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
 			CheckRegistries: len(a.ImageRegistries) > 0,
+			UsageInterval:   usageInterval,
 		}, st, rt, pol, slogger)
 		host, err := a.startPlugins(bg, svc, slogger)
 		if err != nil {

@@ -92,7 +92,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 			"kubeconfig":       &app.Kubeconfig, "namespace": &app.Namespace, "k8s_agent_image": &app.K8sAgentImage,
 			"k8s_gvisor_runtime_class": &app.K8sGVisorRuntimeClass,
 			"image_pull":               &app.ImagePull,
-			"metrics_listen":           &app.MetricsListen, "metrics_tenant_label": &app.MetricsTenantLabel,
+			"metrics_listen":           &app.MetricsListen, "metrics_tenant_label": &app.MetricsTenantLabel, "sandbox_metrics_interval": &app.SandboxMetricsInterval,
 		}
 		lists := map[string]*[]string{
 			"egress_always_deny": &app.EgressAlwaysDeny, "egress_always_allow": &app.EgressAlwaysAllow,

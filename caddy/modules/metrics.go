@@ -23,10 +23,28 @@ type MetricsConfig struct {
 	// MetricsTenantLabel "off" drops the tenant label from sandgate_sandboxes, for
 	// deployments with many tenants (SANDGATE_METRICS_TENANT_LABEL, default "on").
 	MetricsTenantLabel string `json:"metrics_tenant_label,omitempty"`
+	// SandboxMetricsInterval is how often each sandbox's resource use is read for
+	// GET /sandboxes/{id}/metrics (a duration, default 5s; "off" reads none).
+	SandboxMetricsInterval string `json:"sandbox_metrics_interval,omitempty"`
 
 	metricsHandler http.Handler
 	metricsServer  *http.Server
 	metricsCtx     caddy.Context
+}
+
+// usageInterval parses SandboxMetricsInterval: zero is the default, negative is off.
+func (m *MetricsConfig) usageInterval() (time.Duration, error) {
+	switch m.SandboxMetricsInterval {
+	case "":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	d, err := caddy.ParseDuration(m.SandboxMetricsInterval)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("sandbox_metrics_interval %q: want a duration of 1s or more, or off", m.SandboxMetricsInterval)
+	}
+	return d, nil
 }
 
 // provisionMetrics registers the gateway's series into this config's Caddy metrics

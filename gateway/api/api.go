@@ -97,6 +97,8 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/sandboxes/{id}/renew-expiration", handler: h.renewSandbox},
 		{method: "POST", path: "/sandboxes/{id}/access/rotate", handler: h.rotateAccess, action: "sandbox.access.rotate"},
 		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint, action: "sandbox.proxy"},
+		{method: "GET", path: "/sandboxes/{id}/metrics", handler: h.sandboxMetrics, action: "sandbox.get"},
+		{method: "GET", path: "/sandboxes/{id}/metrics/watch", handler: h.watchSandboxMetrics, action: "sandbox.get"},
 		{method: "POST", path: "/tenants", handler: h.createTenant},
 		{method: "GET", path: "/tenants", handler: h.listTenants},
 		{method: "GET", path: "/tenants/{id}", handler: h.getTenant},

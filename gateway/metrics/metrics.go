@@ -48,14 +48,13 @@ const (
 // Set is the event-driven series of one gateway. A nil *Set records nothing, so code
 // built without one (unit tests) needs no guard.
 type Set struct {
-	createStage   *prometheus.HistogramVec
-	claim         prometheus.Histogram
-	batch         prometheus.Histogram
-	policy        *prometheus.HistogramVec
-	reconcile     *prometheus.CounterVec
-	proxied       *prometheus.CounterVec
-	proxiedBytes  *prometheus.CounterVec
-	egressDenials prometheus.Counter
+	createStage  *prometheus.HistogramVec
+	claim        prometheus.Histogram
+	batch        prometheus.Histogram
+	policy       *prometheus.HistogramVec
+	reconcile    *prometheus.CounterVec
+	proxied      *prometheus.CounterVec
+	proxiedBytes *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast policy decision (0.1 ms) to a slow cold create (60 s).
@@ -96,16 +95,12 @@ func New() *Set {
 			Namespace: Namespace, Name: "proxied_response_bytes_total",
 			Help: "Response bytes proxied out of sandboxes by kind (agent, preview).",
 		}, []string{"kind"}),
-		egressDenials: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "egress_denials_total",
-			Help: "Egress requests refused by the enforcers (names answered NXDOMAIN), as reported to this gateway.",
-		}),
 	}
 }
 
 // Collectors lists the series of s for registration.
 func (s *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes, s.egressDenials}
+	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes}
 }
 
 // CreateStage records a create stage that began at start.
@@ -192,13 +187,6 @@ func (s *Set) Proxied(agent bool, status int, bytes int64) {
 	s.proxied.WithLabelValues(kind, StatusClass(status)).Inc()
 	if bytes > 0 {
 		s.proxiedBytes.WithLabelValues(kind).Add(float64(bytes))
-	}
-}
-
-// EgressDenied counts n egress denials.
-func (s *Set) EgressDenied(n int) {
-	if s != nil && n > 0 {
-		s.egressDenials.Add(float64(n))
 	}
 }
 
