@@ -44,7 +44,7 @@ type admissionRequest struct {
 // admit checks a create of req.Count sandboxes against the tenant's quotas (Rego) and
 // takes that many tokens from its create-rate bucket (shared by every gateway).
 func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest) (store.Quotas, error) {
-	defer s.metrics.CreateStage(metrics.StageAdmission, time.Now())
+	defer s.metrics.CreateStage(ctx, metrics.StageAdmission, time.Now())
 	q, err := s.tenantQuotas(ctx, caller.Tenant)
 	if err != nil {
 		return q, err

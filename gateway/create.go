@@ -140,7 +140,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
-	stages := s.metrics.Stages()
+	stages := s.metrics.Stages(ctx)
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,

@@ -50,6 +50,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -229,10 +230,10 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		runtime: rt,
 		policy:  pol,
 		log:     log,
-		agentHTTP: &http.Client{Transport: &http.Transport{
+		agentHTTP: &http.Client{Transport: tracing.Transport(&http.Transport{
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     30 * time.Second,
-		}},
+		})},
 		owner:    randomToken(8),
 		metrics:  metrics.New(),
 		stop:     make(chan struct{}),

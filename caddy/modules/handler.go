@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/tracing"
 )
 
 func init() {
@@ -60,6 +61,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // forward hands an authorized, rewritten request to Caddy's reverse_proxy.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, upstream string) {
+	tracing.Inject(r.Context(), r.Header)
 	err := h.proxy.ServeHTTP(w, withUpstream(r, upstream), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
 	if err != nil {
 		api.WriteUpstreamError(w, r, err)

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/tracing"
 )
 
 // MetricsConfig is where the app serves Prometheus metrics; App embeds it.
@@ -31,6 +35,10 @@ type MetricsConfig struct {
 	metricsServer  *http.Server
 	metricsCtx     caddy.Context
 }
+
+// tracingOnce starts the process's trace exporter with the first config (the
+// OTEL_EXPORTER_OTLP_* variables are the process's, not a config's).
+var tracingOnce sync.Once
 
 // usageInterval parses SandboxMetricsInterval: zero is the default, negative is off.
 func (m *MetricsConfig) usageInterval() (time.Duration, error) {
@@ -60,6 +68,11 @@ func (a *App) provisionMetrics(ctx caddy.Context) error {
 		}
 	}
 	a.metricsCtx = ctx
+	tracingOnce.Do(func() {
+		if _, err := tracing.Setup(context.Background(), "sandgate", gateway.Version); err != nil {
+			ctx.Slogger().Error("tracing is off: the OTLP exporter did not start", "err", err)
+		}
+	})
 	reg := ctx.GetMetricsRegistry()
 	if reg == nil {
 		return errors.New("no Caddy metrics registry")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/web"
 )
 
@@ -227,6 +228,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("X-Request-ID", id)
 	}
 	w.Header().Set("X-Request-ID", id)
+	r, endSpan := tracing.StartRequest(r, id)
+	defer func() { endSpan(r.Pattern) }()
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {

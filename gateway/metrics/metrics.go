@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate/gateway/tracing"
 )
 
 // Namespace prefixes every series.
@@ -103,10 +105,12 @@ func (s *Set) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes}
 }
 
-// CreateStage records a create stage that began at start.
-func (s *Set) CreateStage(stage string, start time.Time) {
+// CreateStage records a create stage that began at start, and its span in ctx's trace.
+func (s *Set) CreateStage(ctx context.Context, stage string, start time.Time) {
+	end := time.Now()
+	tracing.Record(ctx, "sandgate.create."+stage, start, end)
 	if s != nil {
-		s.createStage.WithLabelValues(stage).Observe(time.Since(start).Seconds())
+		s.createStage.WithLabelValues(stage).Observe(end.Sub(start).Seconds())
 	}
 }
 
@@ -114,19 +118,22 @@ func (s *Set) CreateStage(stage string, start time.Time) {
 // previous mark to its stage (a stage may come twice, the store's does), and Finish
 // observes every stage once. A create that fails before Finish records nothing.
 type Stages struct {
+	ctx   context.Context
 	set   *Set
 	last  time.Time
 	spent map[string]time.Duration
 }
 
-// Stages starts timing a sequence of create stages now.
-func (s *Set) Stages() *Stages {
-	return &Stages{set: s, last: time.Now(), spent: make(map[string]time.Duration, 4)}
+// Stages starts timing a sequence of create stages now; each stage is also a span of
+// ctx's trace.
+func (s *Set) Stages(ctx context.Context) *Stages {
+	return &Stages{ctx: ctx, set: s, last: time.Now(), spent: make(map[string]time.Duration, 4)}
 }
 
 // Done adds the time since the previous mark to stage.
 func (st *Stages) Done(stage string) {
 	now := time.Now()
+	tracing.Record(st.ctx, "sandgate.create."+stage, st.last, now)
 	st.spent[stage] += now.Sub(st.last)
 	st.last = now
 }
