@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,4 +276,39 @@ func TestSandboxMetrics(t *testing.T) {
 		expectError(t, other.do("GET", "/v1/sandboxes/"+busy+"/metrics", nil), 404, "SANDBOX::NOT_FOUND")
 		expectError(t, other.do("GET", "/v1/sandboxes/"+busy+"/metrics/watch", nil), 404, "SANDBOX::NOT_FOUND")
 	})
+}
+
+// TestConsoleUsageGraphs: the sandbox detail page draws the CPU and memory of a busy
+// sandbox over time with points from the gateway's history (screenshot kept in
+// artifacts/console/usage-graphs.png).
+func TestConsoleUsageGraphs(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (make deps installs it): %v", err)
+	}
+	e := newEnv(t, nil)
+	g := e.startGateway("SANDGATE_SANDBOX_METRICS_INTERVAL=1s")
+	requireConsoleAssets(t, g)
+	id := g.createSandbox(map[string]any{"entrypoint": []string{"sh", "-c", "while :; do :; done"},
+		"resourceLimits": map[string]string{"cpu": "500m", "memory": "256Mi"}})
+	waitFor(t, time.Minute, func() bool { return len(g.usageOf(id).History) >= 5 }, "five samples of the sandbox")
+
+	b := newConsoleBrowser(t, chromium, "http://"+g.Addr)
+	b.signIn(t, g.APIKey, "admin")
+	b.open(t, "#/sandboxes/"+id)
+	b.waitFor(t, 30*time.Second, "the CPU chart drawn with points",
+		`(() => { const f = document.querySelector("[data-testid=cpu-chart]"); return !!f && Number(f.dataset.points) >= 5 && !!f.querySelector("canvas") })()`)
+	b.waitFor(t, 10*time.Second, "the memory chart", `!!document.querySelector("[data-testid=memory-chart] canvas")`)
+	// The canvas has ink: uPlot drew the series, not only the frame.
+	drawn := b.eval(t, `(() => {
+		const c = document.querySelector("[data-testid=cpu-chart] canvas");
+		const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+		let blue = 0;
+		for (let i = 0; i < d.length; i += 4) if (d[i+2] > 180 && d[i] < 90 && d[i+3] > 0) blue++;
+		return String(blue);
+	})()`)
+	if consoleAtoi(t, drawn) < 20 {
+		t.Fatalf("the CPU chart's canvas has %s pixels of the series colour; the line is not drawn", drawn)
+	}
+	b.shot(t, "usage-graphs")
 }
