@@ -64,8 +64,10 @@ func StartRequest(r *http.Request, requestID string) (*http.Request, func(patter
 		return r, func(string) {}
 	}
 	ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := tracer().Start(ctx, r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String(AttrRequestID, requestID), semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
+	// The span is named by the route pattern, never the path: a preview path may carry a
+	// signed link's token.
+	ctx, span := tracer().Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(AttrRequestID, requestID), semconv.HTTPRequestMethodKey.String(r.Method)))
 	return r.WithContext(ctx), func(pattern string) {
 		if pattern != "" {
 			span.SetName(pattern)
