@@ -105,6 +105,7 @@ func (s *Service) sampleUsage(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	s.sampleFleet(ctx, recs)
 	running := make(map[string]*store.Sandbox, len(recs))
 	for _, sb := range recs {
 		if sb.State == StateRunning && sb.Address != "" {

@@ -86,6 +86,7 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/ready", handler: h.ready, public: true},
 		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
 		{method: "GET", path: "/metrics", handler: h.serveMetrics, action: "metrics.read"},
+		{method: "GET", path: "/fleet/metrics", handler: h.fleetMetrics, action: "metrics.read"},
 		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
 		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
 		// The live list; more specific than /sandboxes/{id}, so the mux prefers it.

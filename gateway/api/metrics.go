@@ -26,6 +26,16 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway
 	h.opts.Metrics.ServeHTTP(w, r)
 }
 
+// fleetMetrics is GET /v1/fleet/metrics: the fleet's history for the console (admin only).
+func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+	f, err := h.svc.Fleet(c)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
 // sandboxMetrics is GET /v1/sandboxes/{id}/metrics: the sandbox's resource use now and
 // over the last 15 minutes.
 func (h *Handler) sandboxMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {

@@ -15,7 +15,9 @@ package metrics
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +59,19 @@ type Set struct {
 	reconcile    *prometheus.CounterVec
 	proxied      *prometheus.CounterVec
 	proxiedBytes *prometheus.CounterVec
+
+	// recent keeps the last creates' total durations for the console's p50/p99.
+	recentMu sync.Mutex
+	recent   []timedDuration
 }
+
+type timedDuration struct {
+	at time.Time
+	d  time.Duration
+}
+
+// recentCreates is how many create durations RecentCreateQuantiles looks at, at most.
+const recentCreates = 1024
 
 // latencyBuckets span a fast policy decision (0.1 ms) to a slow cold create (60 s).
 var latencyBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
@@ -144,9 +158,40 @@ func (st *Stages) Finish(stage string) {
 	if st.set == nil {
 		return
 	}
+	var total time.Duration
 	for name, d := range st.spent {
 		st.set.createStage.WithLabelValues(name).Observe(d.Seconds())
+		total += d
 	}
+	st.set.recentMu.Lock()
+	if len(st.set.recent) >= recentCreates {
+		st.set.recent = append(st.set.recent[:0], st.set.recent[len(st.set.recent)-recentCreates/2:]...)
+	}
+	st.set.recent = append(st.set.recent, timedDuration{time.Now(), total})
+	st.set.recentMu.Unlock()
+}
+
+// RecentCreateQuantiles returns the p50 and p99 of the cold creates that finished
+// within window; n is how many there were.
+func (s *Set) RecentCreateQuantiles(window time.Duration) (p50, p99 time.Duration, n int) {
+	if s == nil {
+		return 0, 0, 0
+	}
+	since := time.Now().Add(-window)
+	s.recentMu.Lock()
+	var ds []time.Duration
+	for _, r := range s.recent {
+		if r.at.After(since) {
+			ds = append(ds, r.d)
+		}
+	}
+	s.recentMu.Unlock()
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	q := func(p float64) time.Duration { return ds[int(p*float64(len(ds)-1))] }
+	return q(0.5), q(0.99), len(ds)
 }
 
 // Claim records a claim that began at start.

@@ -100,6 +100,10 @@ func TestMetricsScrape(t *testing.T) {
 		if st, body := scrape(t, apiURL, ""); st != 401 {
 			t.Fatalf("no key: %d %s", st, body)
 		}
+		expectError(t, admin.do("GET", "/v1/fleet/metrics", nil), 403, "FORBIDDEN")
+		if r := g.do("GET", "/v1/fleet/metrics", nil); r.Status != 200 {
+			t.Fatalf("fleet history with the admin key: %d %s", r.Status, r.Body)
+		}
 	})
 
 	want := []struct {
@@ -291,6 +295,7 @@ func TestConsoleUsageGraphs(t *testing.T) {
 	requireConsoleAssets(t, g)
 	id := g.createSandbox(map[string]any{"entrypoint": []string{"sh", "-c", "while :; do :; done"},
 		"resourceLimits": map[string]string{"cpu": "500m", "memory": "256Mi"}})
+	g.createPool("warm", 1, 1, 0, 1, nil)
 	waitFor(t, time.Minute, func() bool { return len(g.usageOf(id).History) >= 5 }, "five samples of the sandbox")
 
 	b := newConsoleBrowser(t, chromium, "http://"+g.Addr)
@@ -311,4 +316,9 @@ func TestConsoleUsageGraphs(t *testing.T) {
 		t.Fatalf("the CPU chart's canvas has %s pixels of the series colour; the line is not drawn", drawn)
 	}
 	b.shot(t, "usage-graphs")
+
+	b.open(t, "#/fleet")
+	b.waitFor(t, 30*time.Second, "the fleet's charts drawn with points",
+		`["fleet-states-chart", "fleet-latency-chart", "fleet-pools-chart"].every((id) => { const f = document.querySelector("[data-testid=" + id + "]"); return !!f && Number(f.dataset.points) >= 3 && !!f.querySelector("canvas") })`)
+	b.shot(t, "fleet-graphs")
 }

@@ -348,6 +348,23 @@ export const sandboxes = {
   usage: (id: string) => request<SandboxUsage>("GET", `/v1/sandboxes/${enc(id)}/metrics`),
 };
 
+/** FleetHistory is GET /v1/fleet/metrics: the fleet over the last 15 minutes (admin only). */
+export interface FleetHistory {
+  intervalSeconds: number;
+  history: {
+    time: string;
+    sandboxes: Record<string, number>;
+    createP50Seconds: number | null;
+    createP99Seconds: number | null;
+    creates: number;
+    pools: { name: string; available: number; target: number }[];
+  }[];
+}
+
+export const fleet = {
+  history: () => request<FleetHistory>("GET", "/v1/fleet/metrics"),
+};
+
 /** UsagePoint is one sample of a sandbox's resource use (GET /v1/sandboxes/{id}/metrics). */
 export interface UsagePoint {
   time: string;
