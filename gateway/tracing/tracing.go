@@ -11,6 +11,8 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,8 +72,11 @@ func StartRequest(r *http.Request, requestID string) (*http.Request, func(patter
 		trace.WithAttributes(attribute.String(AttrRequestID, requestID), semconv.HTTPRequestMethodKey.String(r.Method)))
 	return r.WithContext(ctx), func(pattern string) {
 		if pattern != "" {
-			span.SetName(pattern)
 			span.SetAttributes(semconv.HTTPRoute(pattern))
+			if !strings.Contains(pattern, " ") { // a route for any method
+				pattern = r.Method + " " + pattern
+			}
+			span.SetName(pattern)
 		}
 		span.End()
 	}
@@ -123,4 +128,51 @@ func (t transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
 	return resp, nil
+}
+
+// maxServerTimings bounds the spans one answer's Server-Timing header may add: the
+// agent runs inside the sandbox, so what it reports is the workload's to forge.
+const maxServerTimings = 4
+
+// RecordServerTiming turns the Server-Timing entries of a sandbox agent's answer
+// ("spawn;dur=1.2") into spans "sandbox-agent.<step>" of ctx's trace, placed from start
+// (when the request was forwarded) for their duration. Step names are kept to short
+// lowercase words; anything else is dropped.
+func RecordServerTiming(ctx context.Context, h http.Header, start time.Time) {
+	if !Enabled() || !trace.SpanFromContext(ctx).SpanContext().IsValid() {
+		return
+	}
+	n := 0
+	for _, v := range h.Values("Server-Timing") {
+		for _, entry := range strings.Split(v, ",") {
+			if n >= maxServerTimings {
+				return
+			}
+			name, dur, ok := parseServerTiming(entry)
+			if !ok {
+				continue
+			}
+			n++
+			Record(ctx, "sandbox-agent."+name, start, start.Add(dur))
+		}
+	}
+}
+
+// parseServerTiming reads one "name;dur=ms" entry.
+func parseServerTiming(entry string) (string, time.Duration, bool) {
+	parts := strings.Split(strings.TrimSpace(entry), ";")
+	name := strings.TrimSpace(parts[0])
+	if name == "" || len(name) > 32 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz-") != "" {
+		return "", 0, false
+	}
+	for _, p := range parts[1:] {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(p), "dur="); ok {
+			ms, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(ms >= 0 && ms <= 3.6e6) { // NaN fails both
+				return "", 0, false
+			}
+			return name, time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	return "", 0, false
 }

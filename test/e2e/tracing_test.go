@@ -119,6 +119,26 @@ func TestTracesOfACreate(t *testing.T) {
 	}, "every span of the create in its trace")
 	t.Logf("spans of one create: %v", names)
 
+	// The agent's own steps (the spawn of a command, a file upload) come back as
+	// Server-Timing and join the trace of the proxied request.
+	if out := stdoutOf(g.agent(id).run("echo traced")); out != "traced" {
+		t.Fatalf("command output %q", out)
+	}
+	uploadFile(t, g.agent(id), "/tmp/traced.txt", []byte("hello"))
+	for _, step := range []string{"sandbox-agent.spawn", "sandbox-agent.file-upload"} {
+		waitFor(t, 30*time.Second, func() bool {
+			for _, s := range rc.find(func(s *tracepb.Span) bool { return s.Name == step }) {
+				parents := rc.find(func(p *tracepb.Span) bool {
+					return string(p.SpanId) == string(s.ParentSpanId) && p.Kind == tracepb.Span_SPAN_KIND_SERVER && strings.HasPrefix(p.Name, "POST /sandboxes/{id}/proxy/{port}")
+				})
+				if len(parents) == 1 {
+					return true
+				}
+			}
+			return false
+		}, "a "+step+" span under the proxied request's span")
+	}
+
 	startPreviewServer(t, g, id)
 	proxied := g.do("GET", fmt.Sprintf("/sandboxes/%s/proxy/%d/headers", id, previewPort), nil, "X-Request-ID", reqID+"-proxy")
 	if proxied.Status != 200 {
