@@ -29,6 +29,14 @@ const usageWindow = 15 * time.Minute
 // the engine walks the writable layer).
 const usageDiskEvery = 12
 
+// usageEgressEvery is how many samples pass between two reads of the enforcer's
+// denial counter.
+const usageEgressEvery = 3
+
+// gatewayStart is when this process began: denials a sandbox's enforcer counted before
+// it are not this gateway's to add to its counter.
+var gatewayStart = time.Now()
+
 // usageConcurrency bounds the readings under way at once.
 const usageConcurrency = 4
 
@@ -56,6 +64,9 @@ type UsagePoint struct {
 	NetTxBytes       *uint64 `json:"netTxBytes"`
 	// DiskBytes is the size of the writable layer, read once a minute.
 	DiskBytes *int64 `json:"diskBytes"`
+	// EgressDeniedQueries counts the DNS questions the sandbox's egress enforcer refused
+	// since it started (read every usageEgressEvery samples; null without an enforcer).
+	EgressDeniedQueries *uint64 `json:"egressDeniedQueries"`
 }
 
 // SandboxUsage is the body of GET /sandboxes/{id}/metrics.
@@ -82,6 +93,9 @@ type usageSeries struct {
 	disk   *int64
 	n      int
 	source string
+	// denied is the enforcer's last denial count; deniedSeen says there was one.
+	denied     uint64
+	deniedSeen bool
 }
 
 func (s *Service) usageInterval() time.Duration {
@@ -146,8 +160,14 @@ func (s *Service) sampleOne(ctx context.Context, sb *store.Sandbox) {
 		s.resourceUse.series[sb.ID] = ser
 	}
 	withDisk := ser.n%usageDiskEvery == 0
+	withEgress := ser.n%usageEgressEvery == 0 && s.enforcesEgress()
 	ser.n++
 	s.resourceUse.mu.Unlock()
+	if withEgress {
+		if n, err := s.enforcerDenials(ctx, sb); err == nil {
+			s.noteDenials(sb, ser, n)
+		}
+	}
 
 	var p UsagePoint
 	var u runtimes.Usage
@@ -185,6 +205,10 @@ func (s *Service) sampleOne(ctx context.Context, sb *store.Sandbox) {
 		p = pointFrom(prev, u)
 	}
 	p.DiskBytes = ser.disk
+	if ser.deniedSeen {
+		d := ser.denied
+		p.EgressDeniedQueries = &d
+	}
 	ser.peak = max(ser.peak, p.MemoryBytes, p.MemoryPeakBytes)
 	p.MemoryPeakBytes = ser.peak
 	ser.points = append(ser.points, p)
@@ -217,6 +241,52 @@ func pointFrom(prev, u runtimes.Usage) UsagePoint {
 }
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
+
+// enforcerDenials reads the denial counter of the sandbox's egress enforcer (/healthz).
+func (s *Service) enforcerDenials(ctx context.Context, sb *store.Sandbox) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/healthz", sb.Address, runtimes.EgressPort), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.agentHTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		DeniedQueries *uint64 `json:"deniedQueries"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("enforcer healthz: %s", resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&h); err != nil || h.DeniedQueries == nil {
+		return 0, fmt.Errorf("enforcer healthz: no deniedQueries")
+	}
+	return *h.DeniedQueries, nil
+}
+
+// maxDenialStep bounds what one reading adds to the gateway's counter: the number
+// comes from inside the sandbox, where a workload could answer in the enforcer's place
+// while it restarts.
+const maxDenialStep = 100000
+
+// noteDenials adds what the enforcer denied since the previous reading to the
+// gateway's counter. The first reading of a sandbox older than this gateway is a
+// baseline; a count that went down is a restarted enforcer counting from zero.
+func (s *Service) noteDenials(sb *store.Sandbox, ser *usageSeries, n uint64) {
+	s.resourceUse.mu.Lock()
+	defer s.resourceUse.mu.Unlock()
+	var step uint64
+	switch {
+	case !ser.deniedSeen && sb.CreatedAt.Before(gatewayStart):
+	case !ser.deniedSeen || n < ser.denied:
+		step = n
+	default:
+		step = n - ser.denied
+	}
+	ser.denied, ser.deniedSeen = n, true
+	s.metrics.EgressDenied(min(step, maxDenialStep))
+}
 
 // agentUsage reads the agent's own cgroup reading (GET /metrics on the agent).
 func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint, error) {

@@ -59,6 +59,7 @@ type Set struct {
 	reconcile    *prometheus.CounterVec
 	proxied      *prometheus.CounterVec
 	proxiedBytes *prometheus.CounterVec
+	egressDenied prometheus.Counter
 
 	// recent keeps the last creates' total durations for the console's p50/p99.
 	recentMu sync.Mutex
@@ -111,12 +112,16 @@ func New() *Set {
 			Namespace: Namespace, Name: "proxied_response_bytes_total",
 			Help: "Response bytes proxied out of sandboxes by kind (agent, preview).",
 		}, []string{"kind"}),
+		egressDenied: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "egress_denials_total",
+			Help: "DNS questions the sandboxes' egress enforcers refused, as this gateway's sampler read them (every gateway reads every sandbox: take the max over gateways, not the sum).",
+		}),
 	}
 }
 
 // Collectors lists the series of s for registration.
 func (s *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes}
+	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes, s.egressDenied}
 }
 
 // CreateStage records a create stage that began at start, and its span in ctx's trace.
@@ -239,6 +244,13 @@ func (s *Set) Proxied(agent bool, status int, bytes int64) {
 	s.proxied.WithLabelValues(kind, StatusClass(status)).Inc()
 	if bytes > 0 {
 		s.proxiedBytes.WithLabelValues(kind).Add(float64(bytes))
+	}
+}
+
+// EgressDenied counts n egress denials.
+func (s *Set) EgressDenied(n uint64) {
+	if s != nil && n > 0 {
+		s.egressDenied.Add(float64(n))
 	}
 }
 

@@ -73,12 +73,17 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	e := newEnv(t, nil)
-	g := e.startGateway("SANDGATE_METRICS_LISTEN=" + listen)
+	g := e.startGateway("SANDGATE_METRICS_LISTEN="+listen, "SANDGATE_SANDBOX_METRICS_INTERVAL=1s")
 	g.mustPutPlugin("audit", examplePlugin(t, "audit-jsonl"), `{"hooks":["on_event"]}`)
 
-	id := g.createSandbox(map[string]any{})
+	id := g.createSandbox(map[string]any{"networkPolicy": map[string]any{"defaultAction": "deny", "egress": []any{}}})
 	if out := stdoutOf(g.agent(id).run("echo hi")); out != "hi" {
 		t.Fatalf("command output %q", out)
+	}
+	// A denied egress: the enforcer's DNS proxy answers NXDOMAIN (the name never leaves
+	// the sandbox's network namespace).
+	if out := stdoutOf(g.agent(id).run("getent hosts denied.test || echo none")); out != "none" {
+		t.Fatalf("getent hosts denied.test = %q, want none", out)
 	}
 	g.createPool("warm", 1, 1, 0, 2, nil)
 	g.waitAvailable("warm", 1, 90*time.Second)
@@ -124,6 +129,7 @@ func TestMetricsScrape(t *testing.T) {
 		{"sandgate_proxied_requests_total", []string{"kind=agent", "class=2xx"}},
 		{"sandgate_proxied_response_bytes_total", []string{"kind=agent"}},
 		{"sandgate_plugin_calls_total", []string{"plugin=default/audit"}},
+		{"sandgate_egress_denials_total", nil},
 		// Caddy's own series, from the same registry.
 		{"caddy_config_last_reload_successful", nil},
 		{"go_goroutines", nil},
