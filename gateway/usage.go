@@ -120,9 +120,14 @@ func (s *Service) sampleUsage(ctx context.Context) {
 		return
 	}
 	s.sampleFleet(ctx, recs)
+	// Warm pool members wait unclaimed: nobody's workload runs there yet.
+	warm, err := s.store.WarmIDs(ctx)
+	if err != nil {
+		return
+	}
 	running := make(map[string]*store.Sandbox, len(recs))
 	for _, sb := range recs {
-		if sb.State == StateRunning && sb.Address != "" {
+		if sb.State == StateRunning && sb.Address != "" && !warm[sb.ID] {
 			running[sb.ID] = sb
 		}
 	}

@@ -213,14 +213,15 @@ type usagePoint struct {
 func TestSandboxMetrics(t *testing.T) {
 	e := newEnv(t, nil)
 	g := e.startGateway("SANDGATE_SANDBOX_METRICS_INTERVAL=2s")
+	// A quarter CPU: a limit the busy loop reaches even on a loaded machine.
 	busy := g.createSandbox(map[string]any{"entrypoint": []string{"sh", "-c", "while :; do :; done"},
-		"resourceLimits": map[string]string{"cpu": "500m", "memory": "256Mi"}})
+		"resourceLimits": map[string]string{"cpu": "250m", "memory": "256Mi"}})
 	alloc := g.createSandbox(map[string]any{"entrypoint": []string{"python3", "-c", "import time\nb = b'x' * (200 << 20)\ntime.sleep(3600)"},
 		"resourceLimits": map[string]string{"cpu": "1", "memory": "512Mi"}})
 
 	t.Run("busy loop: CPU near its limit", func(t *testing.T) {
 		var last usagePoint
-		waitFor(t, 2*time.Minute, func() bool {
+		waitFor(t, 3*time.Minute, func() bool {
 			u := g.usageOf(busy)
 			if u.Current == nil {
 				return false
@@ -228,12 +229,14 @@ func TestSandboxMetrics(t *testing.T) {
 			last = *u.Current
 			return len(u.History) >= 3 && last.CPUPercent >= 70
 		}, "the busy sandbox's CPU to near its limit")
-		if last.CPULimitCores == nil || *last.CPULimitCores != 0.5 {
-			t.Fatalf("cpuLimitCores = %v, want 0.5", last.CPULimitCores)
+		t.Logf("busy sandbox: %.3f cores of 0.25 (%.1f%%), %d points", last.CPUCores, last.CPUPercent, len(g.usageOf(busy).History))
+		if last.CPULimitCores == nil || *last.CPULimitCores != 0.25 {
+			t.Fatalf("cpuLimitCores = %v, want 0.25", last.CPULimitCores)
 		}
-		t.Logf("busy sandbox: %.3f cores of 0.5 (%.1f%%), %d points", last.CPUCores, last.CPUPercent, len(g.usageOf(busy).History))
-		if last.CPUPercent > 130 || last.CPUCores > 0.65 {
-			t.Fatalf("a sandbox limited to 0.5 CPU uses %.3f cores (%.1f%%)", last.CPUCores, last.CPUPercent)
+		for _, p := range g.usageOf(busy).History {
+			if p.CPUPercent > 130 {
+				t.Fatalf("a sandbox limited to 0.25 CPU used %.3f cores (%.1f%%) at %s", p.CPUCores, p.CPUPercent, p.Time)
+			}
 		}
 		if last.Pids == nil || *last.Pids < 1 || last.NetRxBytes == nil || last.MemoryLimitBytes != 256<<20 {
 			t.Fatalf("point lacks pids, network or the memory limit: %+v", last)
