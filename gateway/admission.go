@@ -9,6 +9,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -44,6 +45,7 @@ type admissionRequest struct {
 // admit checks a create of req.Count sandboxes against the tenant's quotas (Rego) and
 // takes that many tokens from its create-rate bucket (shared by every gateway).
 func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest) (store.Quotas, error) {
+	defer s.metrics.CreateStage(ctx, metrics.StageAdmission, time.Now())
 	q, err := s.tenantQuotas(ctx, caller.Tenant)
 	if err != nil {
 		return q, err
@@ -72,7 +74,9 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 		Request: policy.CreateRequest{Image: req.Image, CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, TimeoutSeconds: req.Timeout, Count: req.Count, Runtime: req.Runtime,
 			ImageRegistry: req.ImageRegistry, ImageLocal: req.ImageLocal, Volumes: req.Volumes},
 	}
+	start := time.Now()
 	d := s.policy.Admit(ctx, in)
+	s.metrics.PolicyDecision(metrics.PolicyAdmission, d.Allow, start)
 	if !d.Allow {
 		s.logDecision(caller.Tenant, "sandbox.create", d)
 		return q, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -35,7 +36,9 @@ func (s *Service) Authorize(ctx context.Context, caller Caller, action string, r
 		Resource:  policy.Resource{Kind: res.Kind, ID: res.ID, Tenant: res.Tenant},
 		Request:   policy.Request{Method: method, Path: path, Body: body},
 	}
+	start := time.Now()
 	d := s.policy.Access(ctx, in)
+	s.metrics.PolicyDecision(metrics.PolicyAccess, d.Allow, start)
 	s.logDecision(caller.Tenant, action, d)
 	if d.Allow {
 		return nil

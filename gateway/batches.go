@@ -58,6 +58,7 @@ type BatchSummary struct {
 // script (and returned Running); the rest start cold in the background (Pending), each
 // failure recorded against its member.
 func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchRequest) (*BatchView, error) {
+	defer s.metrics.Batch(time.Now())
 	if req.Count < 1 || req.Count > s.cfg.MaxBatchSize {
 		return nil, invalid("count %d: want 1 to %d", req.Count, s.cfg.MaxBatchSize)
 	}

@@ -130,6 +130,7 @@ func mergeMaps(a, b map[string]string) map[string]string {
 // bounded; a member's first call waits for its own (BeforeAgentCall), and one that died
 // in between answers SANDBOX::UNAVAILABLE and is marked Failed.
 func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl, req CreateRequest, n int, batch string) ([]*store.Sandbox, error) {
+	defer s.metrics.Claim(time.Now())
 	now := time.Now().UTC()
 	metadata := withEntry(mergeMaps(tmpl.Metadata, req.Metadata), MetadataPool, p.Name)
 	if batch != "" {

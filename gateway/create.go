@@ -13,6 +13,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -152,6 +153,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	spec.Volumes = namespaceVolumes(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Volumes)
+	stages := s.metrics.Stages(ctx)
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
@@ -168,6 +170,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		}
 		return nil, err
 	}
+	stages.Done(metrics.StageStore)
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		if derr := s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID); derr != nil {
@@ -175,11 +178,13 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		}
 		return nil, runtimeCreateError(spec.Image, err)
 	}
+	stages.Done(metrics.StageRuntimeCreate)
 	if err := s.waitReady(ctx, inst); err != nil {
 		s.discard(context.WithoutCancel(ctx), spec.ID)
 		s.discardVolumes(context.WithoutCancel(ctx), spec)
 		return nil, err
 	}
+	stages.Done(metrics.StageAgentReady)
 	started := time.Now().UTC()
 	saved, err := s.store.ModifySandbox(ctx, spec.ID, func(sb *store.Sandbox) error {
 		sb.State, sb.LastTransitionAt, sb.Address = StateRunning, started, inst.Address
@@ -189,6 +194,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		s.discard(context.WithoutCancel(ctx), spec.ID)
 		return nil, err
 	}
+	stages.Finish(metrics.StageStore)
 	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
 	s.scheduleIdle(ctx, saved)
 	return saved, nil

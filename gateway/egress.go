@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -145,7 +146,9 @@ func strictJSON(data []byte, v any) error {
 // effectiveEgress asks Rego for the policy a sandbox really gets; a denial (invalid
 // input, or a policy error: fail closed) becomes the decision's status and code.
 func (s *Service) effectiveEgress(ctx context.Context, tenant, id string, np *policy.NetworkPolicy) (policy.NetworkPolicy, error) {
+	start := time.Now()
 	effective, d := s.policy.Egress(ctx, policy.EgressInput{Tenant: tenant, Sandbox: id, NetworkPolicy: np})
+	s.metrics.PolicyDecision(metrics.PolicyEgress, d.Allow, start)
 	if !d.Allow {
 		if d.Cause != nil {
 			s.log.Error("egress policy failed; denying", "decision", d)

@@ -54,7 +54,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -122,6 +124,9 @@ type Config struct {
 	// CheckRegistries makes admission learn whether an image is already on the engine, for
 	// the registries rule (SANDGATE_IMAGE_REGISTRIES set): one engine call per create.
 	CheckRegistries bool
+	// UsageInterval is how often each sandbox's resource use is read (usage.go); zero
+	// uses DefaultUsageInterval, negative turns the sampler off.
+	UsageInterval time.Duration
 }
 
 // Defaults fills zero fields of c.
@@ -216,6 +221,10 @@ type Service struct {
 	binds lateBinds
 	// idle is this gateway's part of idle pausing (idlepause.go).
 	idle idleState
+	// metrics are the event-driven Prometheus series (metrics.go).
+	metrics *metrics.Set
+	// resourceUse is every sandbox's resource history (usage.go).
+	resourceUse usageState
 
 	// Every goroutine the service starts is counted in wg (through spawn, or wg.Add
 	// from a goroutine already counted), so that Stop waits for all of them.
@@ -245,11 +254,12 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		runtime: rt,
 		policy:  pol,
 		log:     log,
-		agentHTTP: &http.Client{Transport: &http.Transport{
+		agentHTTP: &http.Client{Transport: tracing.Transport(&http.Transport{
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     30 * time.Second,
-		}},
+		})},
 		owner:    randomToken(8),
+		metrics:  metrics.New(),
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),
@@ -296,6 +306,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.syncPolicy(ctx)
 	s.runAccessLog()
 	s.runIdlePauser()
+	s.runUsageSampler()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {

@@ -36,6 +36,9 @@ var coreHTTPExceptions = []string{
 	"gateway/publicaccess.go", "gateway/sandboxes.go", "gateway/sessions.go", "gateway/tenants.go",
 	// Added by this session's features (statuses of their errors), before item 3 lands.
 	"gateway/fork.go", "gateway/latebind.go", "gateway/snapshots.go", "gateway/vault.go", "gateway/volumes.go",
+	"gateway/fleet.go", "gateway/usage.go",
+	// The agent client's tracing transport (it wraps the agent client, so it is HTTP by nature).
+	"gateway/tracing/tracing.go",
 }
 
 // apiBelowCoreExceptions are gateway/api's files that import runtimes or gateway/store

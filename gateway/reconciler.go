@@ -165,6 +165,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	unowned := inst.Pool != "" || inst.Tenant == ""
 	if expired || unowned || inst.State == runtimes.StateExited {
 		s.log.Info("removing orphaned sandbox container", "id", inst.ID, "expired", expired, "pool", inst.Pool, "state", inst.State)
+		s.metrics.Reconciled("removed")
 		if err := s.runtime.Delete(ctx, inst.ID); err != nil {
 			s.backgroundError("reconciler", "remove orphan", err, "id", inst.ID)
 		}
@@ -207,6 +208,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 		return
 	}
 	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
+	s.metrics.Reconciled("adopted")
 	s.emit(ctx, rec, "sandbox.adopted", nil)
 }
 
@@ -216,6 +218,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 // Running. Nobody is waiting for it: the create that made it failed with its gateway.
 func (s *Service) removeHalfMade(ctx context.Context, inst runtimes.Instance) {
 	s.log.Warn("removing a sandbox whose creation never finished (no enforcer running or no entrypoint started)", "id", inst.ID, "state", inst.State)
+	s.metrics.Reconciled("removed")
 	if err := s.runtime.Delete(ctx, inst.ID); err != nil {
 		s.backgroundError("reconciler", "remove half-made sandbox", err, "id", inst.ID)
 	}

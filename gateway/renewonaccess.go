@@ -27,6 +27,7 @@ const activityThrottle = time.Second
 // off the request path) and, at most once per activityThrottle, records activity, which
 // may extend the sandbox's life.
 func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
+	s.noteProxied(rec)
 	ev := store.Event{Type: "preview.accessed", Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: map[string]any{
 		"port": rec.Port, "method": rec.Method, "path": rec.Path, "status": rec.Status, "bytes": rec.Bytes,
 		"durationMs": float64(rec.Duration.Microseconds()) / 1000, "credential": rec.Credential,

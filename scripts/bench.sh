@@ -17,7 +17,7 @@ go test -count=1 -p 1 -run '^$' -bench . -benchtime "$FAST" -timeout 30m $unit_p
 echo "== gateway end to end: request paths ($FAST)"
 go test -count=1 -run '^$' -bench 'TrueRoundTrip|PluginAudit|Egress|VaultHTTPS|AgentTransfer|StdoutStream|CodeOnePlusOne|AgentCode' -benchtime "$FAST" -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: throughput and latency of preview and API requests (3s each)"
-go test -count=1 -run '^$' -bench 'Preview|APIWithPolicy' -benchtime 3s -timeout 30m ./test/e2e/ 2>&1 | filter
+go test -count=1 -run '^$' -bench 'Preview|APIWithPolicy|APIObserved' -benchtime 3s -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: creates and claims (10x)"
 go test -count=1 -run '^$' -bench 'ColdCreate|PoolClaim' -benchtime 10x -timeout 30m ./test/e2e/ 2>&1 | filter
 echo "== gateway end to end: snapshot, fork of 10, resume on access (1x)"

@@ -36,6 +36,19 @@ func init() {
 // runs sandboxes; the core it builds survives config reloads (it is shared through a
 // usage pool keyed by that config), so an embedded store keeps its data across reloads.
 type App struct {
+	// MetricsListen, when set (host:port), serves /metrics without credentials on a
+	// listener of its own, for a scraper on a network the API's clients cannot reach
+	// (SANDGATE_METRICS_LISTEN). /metrics on the API address always asks for the
+	// platform admin key.
+	MetricsListen string `json:"metrics_listen,omitempty"`
+	// MetricsTenantLabel "off" drops the tenant label from sandgate_sandboxes, for
+	// deployments with many tenants (SANDGATE_METRICS_TENANT_LABEL, default "on").
+	MetricsTenantLabel string `json:"metrics_tenant_label,omitempty"`
+	// SandboxMetricsInterval is how often each sandbox's resource use is read for
+	// GET /sandboxes/{id}/metrics (a duration, default 5s; "off" reads none).
+	SandboxMetricsInterval string `json:"sandbox_metrics_interval,omitempty"`
+	// metricsServing is the running state of the metrics listener (metrics.go).
+	metricsServing
 	// APIKey is the platform admin key. Write a placeholder resolved at provision,
 	// {env.SANDGATE_API_KEY} as the default Caddyfile does, rather than the value, so
 	// that the config (admin API, autosave, `sandgate adapt`) never holds the key.
@@ -270,7 +283,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.APIKey == "" {
 		log.Warn("no API key configured (SANDGATE_API_KEY): every authenticated route answers 401")
 	}
-	return nil
+	return a.provisionMetrics(ctx)
 }
 
 // Validate implements caddy.Validator: it rejects every setting no Caddyfile would
@@ -301,6 +314,9 @@ func (a *App) Validate() error {
 	}
 	if _, err := docker.ParsePullPolicy(a.ImagePull); err != nil {
 		return fmt.Errorf("image_pull: %w", err)
+	}
+	if _, err := a.usageInterval(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -348,6 +364,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		cancelPolicy()
 		<-watching
 	}
+	usageInterval, _ := a.usageInterval() // Validate checked it
 	svc := gateway.New(gateway.Config{
 		MinTimeout:      time.Duration(a.MinTimeout),
 		MaxTimeout:      time.Duration(a.MaxTimeout),
@@ -366,6 +383,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		PullImages:      a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
 		PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
 		CheckRegistries: len(a.ImageRegistries) > 0,
+		UsageInterval:   usageInterval,
 	}, st, rt, pol, log)
 	host, err := a.startPlugins(bg, svc, log)
 	if err != nil {
@@ -457,10 +475,10 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 }
 
 // Start implements caddy.App.
-func (a *App) Start() error { return nil }
+func (a *App) Start() error { return a.startMetrics() }
 
 // Stop implements caddy.App.
-func (a *App) Stop() error { return nil }
+func (a *App) Stop() error { return a.stopMetrics() }
 
 // Cleanup implements caddy.CleanerUpper: releases this config's hold on the core.
 func (a *App) Cleanup() error {

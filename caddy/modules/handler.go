@@ -4,12 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/tracing"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 func init() {
@@ -54,13 +59,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// The agent's and the enforcer's tokens are added below reverse_proxy, which logs
 	// the request it hands to its transport (headers and all) on every upstream error.
 	h.proxy.Transport = api.SecretHeaderTransport{Next: h.proxy.Transport}
-	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward})
+	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward, Metrics: app.metricsHandler})
 	return nil
 }
 
+// agentPortSuffix ends the upstream address of a sandbox's agent, whose Server-Timing
+// entries become spans of the request's trace.
+var agentPortSuffix = ":" + strconv.Itoa(runtimes.AgentPort)
+
 // forward hands an authorized, rewritten request to Caddy's reverse_proxy.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, upstream string) {
+	tracing.Inject(r.Context(), r.Header)
+	start := time.Now()
 	err := h.proxy.ServeHTTP(w, withUpstream(r, upstream), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+	if strings.HasSuffix(upstream, agentPortSuffix) {
+		tracing.RecordServerTiming(r.Context(), w.Header(), start)
+	}
 	if err != nil {
 		api.WriteUpstreamError(w, r, err)
 	}

@@ -95,6 +95,9 @@ var settings = []setting{
 	{name: "volume_host_prefixes", env: "SANDGATE_VOLUME_HOST_PREFIXES", kind: kindList, doc: "host directories sandboxes may bind-mount (empty: none)", field: func(a *App) any { return &a.VolumeHostPrefixes }},
 	{name: "plugin_cache_dir", env: "SANDGATE_PLUGIN_CACHE_DIR", doc: "compiled WASM plugins survive restarts", field: func(a *App) any { return &a.PluginCacheDir }},
 	{name: "plugin_timeout", env: "SANDGATE_PLUGIN_TIMEOUT", def: "100ms", kind: kindDuration, doc: "default deadline of a plugin hook call", field: func(a *App) any { return &a.PluginTimeout }},
+	{name: "metrics_listen", env: "SANDGATE_METRICS_LISTEN", doc: "host:port serving /metrics without credentials", field: func(a *App) any { return &a.MetricsListen }},
+	{name: "metrics_tenant_label", env: "SANDGATE_METRICS_TENANT_LABEL", def: "on", values: []string{"on", "off"}, doc: "on|off: the tenant label of sandgate_sandboxes", field: func(a *App) any { return &a.MetricsTenantLabel }},
+	{name: "sandbox_metrics_interval", env: "SANDGATE_SANDBOX_METRICS_INTERVAL", def: "5s", doc: "how often each sandbox's resource use is read (a duration, or off)", field: func(a *App) any { return &a.SandboxMetricsInterval }},
 }
 
 // settingNamed returns the setting called name.

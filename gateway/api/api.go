@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/web"
 )
 
@@ -22,6 +23,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Forward proxies requests into sandboxes; nil uses NewForward.
 	Forward Forward
+	// Metrics serves the Prometheus scrape at /metrics (admin only); nil: 404.
+	Metrics http.Handler
 }
 
 // Handler serves the whole gateway API.
@@ -84,6 +87,8 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/health", handler: h.health, public: true},
 		{method: "GET", path: "/ready", handler: h.ready, public: true},
 		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
+		{method: "GET", path: "/metrics", handler: h.serveMetrics, action: "metrics.read"},
+		{method: "GET", path: "/fleet/metrics", handler: h.fleetMetrics, action: "metrics.read"},
 		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
 		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
 		// The live list; more specific than /sandboxes/{id}, so the mux prefers it.
@@ -101,6 +106,8 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/snapshots", handler: h.listSnapshots},
 		{method: "GET", path: "/snapshots/{id}", handler: h.getSnapshot},
 		{method: "DELETE", path: "/snapshots/{id}", handler: h.deleteSnapshot},
+		{method: "GET", path: "/sandboxes/{id}/metrics", handler: h.sandboxMetrics, action: "sandbox.get"},
+		{method: "GET", path: "/sandboxes/{id}/metrics/watch", handler: h.watchSandboxMetrics, action: "sandbox.get"},
 		{method: "POST", path: "/tenants", handler: h.createTenant},
 		{method: "GET", path: "/tenants", handler: h.listTenants},
 		{method: "GET", path: "/tenants/{id}", handler: h.getTenant},
@@ -233,6 +240,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("X-Request-ID", id)
 	}
 	w.Header().Set("X-Request-ID", id)
+	r, endSpan := tracing.StartRequest(r, id)
+	defer func() { endSpan(r.Pattern) }()
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {

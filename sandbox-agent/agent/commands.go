@@ -188,12 +188,14 @@ func (s *Server) runBackground(w http.ResponseWriter, c *command, req runCommand
 		return
 	}
 	c.cmd.Stdout, c.cmd.Stderr = f, f
+	spawn := time.Now()
 	err = s.commands.start(c, req.Timeout)
 	f.Close()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "start command: "+err.Error())
 		return
 	}
+	addTiming(w, "spawn", spawn)
 	stream := newEventStream(w)
 	_ = stream.send(Event{Type: EventInit, Text: c.id}, false)
 	_ = stream.send(Event{Type: EventComplete}, true)
@@ -213,6 +215,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 		return
 	}
 	c.cmd.Stdout, c.cmd.Stderr = stdoutW, stderrW
+	spawn := time.Now()
 	err = s.commands.start(c, req.Timeout)
 	stdoutW.Close()
 	stderrW.Close()
@@ -222,6 +225,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "start command: "+err.Error())
 		return
 	}
+	addTiming(w, "spawn", spawn)
 	stream := newEventStream(w)
 	_ = stream.send(Event{Type: EventInit, Text: c.id}, true)
 	s.streamProcess(r, stream, c.done, c.stop, stdoutR, stderrR)

@@ -555,6 +555,7 @@ type uploadMeta struct {
 // handleUpload reads repeated (metadata, file) part pairs and streams each file to its
 // path: parents are created, the file appears atomically, and mode/ownership apply.
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "expected a multipart/form-data body: "+err.Error())
@@ -609,6 +610,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "no file part in upload")
 		return
 	}
+	addTiming(w, "file-upload", start)
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -654,6 +656,7 @@ func writeUpload(meta uploadMeta, part *multipart.Part, buf []byte) error {
 }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter path")
@@ -681,6 +684,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(filepath.Base(p)))
+	addTiming(w, "file-open", start)
 	// ServeContent streams from the file and implements Range (206) itself.
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 }

@@ -140,7 +140,7 @@ func (a *api) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, CodeNotReady, "egress rules are not installed yet")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "deniedQueries": deniedQueries.Load()})
 }
 
 func (a *api) handlePolicy(w http.ResponseWriter, r *http.Request) {

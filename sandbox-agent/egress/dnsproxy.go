@@ -99,6 +99,7 @@ func (p *dnsProxy) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	name := normalizeName(req.Question[0].Name)
 	if !p.enf.allowName(name) {
 		p.log.Debug("dns denied", "name", name)
+		deniedQueries.Add(1)
 		p.reply(w, req, dns.RcodeNameError)
 		return
 	}

@@ -8,6 +8,7 @@ import { SignIn } from "./views/SignIn";
 import { SandboxList } from "./views/SandboxList";
 import { SandboxDetail } from "./views/SandboxDetail";
 import { Pools } from "./views/Pools";
+import { Fleet } from "./views/Fleet";
 import { Batches } from "./views/Batches";
 import { Policy } from "./views/Policy";
 import { Plugins } from "./views/Plugins";
@@ -83,6 +84,7 @@ const NAV: { path: string; label: string; action: string }[] = [
   { path: "plugins", label: "Plugins", action: "plugin.list" },
   { path: "audit", label: "Audit log", action: "audit.read" },
   { path: "tenants", label: "Tenants & keys", action: "key.list" },
+  { path: "fleet", label: "Fleet", action: "metrics.read" },
 ];
 
 function Shell({ auth, signOut }: { auth: Auth; signOut: () => void }) {
@@ -90,7 +92,8 @@ function Shell({ auth, signOut }: { auth: Auth; signOut: () => void }) {
   const [menuOpen, setMenuOpen] = useState(false);
   const section = route.path[0] || "sandboxes";
   useEffect(() => setMenuOpen(false), [route.path.join("/")]);
-  const nav = NAV.filter((n) => allowed(auth, n.action) || (n.path === "tenants" && allowed(auth, "tenant.list")));
+  // The fleet's metrics are the platform admin's only (the gateway checks the key).
+  const nav = NAV.filter((n) => (n.path === "fleet" ? auth.role === "admin" : allowed(auth, n.action) || (n.path === "tenants" && allowed(auth, "tenant.list"))));
   return (
     <div class="shell">
       <a class="skip" href="#main" onClick={(e) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>
@@ -136,6 +139,8 @@ function View({ section, rest, query }: { section: string; rest: string[]; query
       return rest[0] ? <SandboxDetail id={rest[0]} tab={rest[1] || "overview"} /> : <SandboxList key={query.toString()} query={query} />;
     case "pools":
       return <Pools />;
+    case "fleet":
+      return <Fleet />;
     case "batches":
       return <Batches id={rest[0]} />;
     case "policy":

@@ -345,7 +345,49 @@ export const sandboxes = {
   endpoint: (id: string, port: number, expires?: number) =>
     request<Endpoint>("GET", `/v1/sandboxes/${enc(id)}/endpoints/${port}`, undefined, { query: { expires } }),
   watchURL: (state: string[], metadata: string) => withQuery("/v1/sandboxes/watch", { state, metadata }),
+  usage: (id: string) => request<SandboxUsage>("GET", `/v1/sandboxes/${enc(id)}/metrics`),
 };
+
+/** FleetHistory is GET /v1/fleet/metrics: the fleet over the last 15 minutes (admin only). */
+export interface FleetHistory {
+  intervalSeconds: number;
+  history: {
+    time: string;
+    sandboxes: Record<string, number>;
+    createP50Seconds: number | null;
+    createP99Seconds: number | null;
+    creates: number;
+    pools: { name: string; available: number; target: number }[];
+  }[];
+}
+
+export const fleet = {
+  history: () => request<FleetHistory>("GET", "/v1/fleet/metrics"),
+};
+
+/** UsagePoint is one sample of a sandbox's resource use (GET /v1/sandboxes/{id}/metrics). */
+export interface UsagePoint {
+  time: string;
+  cpuCores: number;
+  cpuLimitCores: number | null;
+  cpuPercent: number;
+  memoryBytes: number;
+  memoryPeakBytes: number;
+  memoryLimitBytes: number;
+  pids: number | null;
+  netRxBytes: number | null;
+  netTxBytes: number | null;
+  diskBytes: number | null;
+}
+
+/** SandboxUsage is a sandbox's resource history, oldest point first. */
+export interface SandboxUsage {
+  id: string;
+  source?: "engine" | "agent";
+  intervalSeconds: number;
+  current: UsagePoint | null;
+  history: UsagePoint[];
+}
 
 // ---- pools, batches --------------------------------------------------------------------
 

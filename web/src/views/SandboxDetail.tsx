@@ -30,6 +30,8 @@ import { FileBrowser } from "./FileBrowser";
 
 // xterm.js is large: it loads only when the terminal tab opens.
 const Terminal = lazy(() => import("./Terminal"));
+// uPlot loads with the first chart, not with the console.
+const UsageCharts = lazy(() => import("./UsageCharts"));
 
 const TABS: { id: string; label: string; action: string }[] = [
   { id: "overview", label: "Overview", action: "sandbox.get" },
@@ -136,6 +138,14 @@ function Overview({ sb, onChange, setData }: { sb: Sandbox; onChange: () => void
       <Expiry sb={sb} now={now} setData={setData} />
       <MetadataEditor sb={sb} setData={setData} />
       {running && can("sandbox.proxy") && <MetricsCard id={sb.id} />}
+      {running && (
+        <div class="card">
+          <h2>Over time</h2>
+          <Suspense fallback={<Loading what="charts" />}>
+            <UsageCharts id={sb.id} />
+          </Suspense>
+        </div>
+      )}
       {can("sandbox.proxy") && <Endpoints id={sb.id} />}
     </div>
   );
