@@ -43,7 +43,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +50,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
 
 // Version is the sandgate release, set at build time.
@@ -177,10 +177,11 @@ type Service struct {
 	runtime runtimes.Runtime
 	policy  *policy.Engine
 	log     *slog.Logger
-	// agentHTTP talks to agents directly (readiness pings, late binding).
-	agentHTTP *http.Client
-	owner     string
-	pools     poolState
+	// agents talks to agents and enforcers directly (readiness pings, late binding,
+	// the signed policy API): agentclient.go.
+	agents *agentclient.Client
+	owner  string
+	pools  poolState
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
 	routes  *routeCache
@@ -216,15 +217,12 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		log = slog.Default()
 	}
 	return &Service{
-		cfg:     cfg,
-		store:   st,
-		runtime: rt,
-		policy:  pol,
-		log:     log,
-		agentHTTP: &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     30 * time.Second,
-		}},
+		cfg:      cfg,
+		store:    st,
+		runtime:  rt,
+		policy:   pol,
+		log:      log,
+		agents:   agentClientOf(rt),
 		owner:    randomToken(8),
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
@@ -237,6 +235,16 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 			sem:      make(chan struct{}, max(cfg.PoolConcurrency, 1)),
 		},
 	}
+}
+
+// agentClientOf is the runtime's agent client when it has one (the Docker runtime
+// calls agents while sandboxes start), so that the gateway's calls reuse its
+// connections; else a new one.
+func agentClientOf(rt runtimes.Runtime) *agentclient.Client {
+	if p, ok := rt.(interface{ AgentClient() *agentclient.Client }); ok && p.AgentClient() != nil {
+		return p.AgentClient()
+	}
+	return agentclient.New()
 }
 
 // Config returns the effective configuration.

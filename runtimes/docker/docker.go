@@ -27,6 +27,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Paths inside every sandbox container.
@@ -37,8 +39,8 @@ const (
 
 // Environment variables the agent reads; it removes them from every child's environment.
 const (
-	envAgentToken  = "SANDGATE_AGENT_TOKEN"
-	envEgressToken = "SANDGATE_EGRESS_TOKEN"
+	envAgentToken  = agentproto.EnvAgentToken
+	envEgressToken = agentproto.EnvEgressToken
 )
 
 // Label holding the sandbox's entrypoint (JSON) so that adoption can rebuild the record.
@@ -73,15 +75,19 @@ type Options struct {
 	// reach whatever the host's network lets them reach. Enforcement is on by default.
 	NoEgress bool
 	// Pull says when a create pulls its image from a registry (empty: PullMissing).
-	Pull   PullPolicy
+	Pull PullPolicy
+	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
+	// of the runtime's own). The gateway uses the same one (AgentClient).
+	Agents *agentclient.Client
 	Logger *slog.Logger
 }
 
 // Runtime is the Docker implementation of runtimes.Runtime.
 type Runtime struct {
-	cli  *client.Client
-	opts Options
-	log  *slog.Logger
+	cli    *client.Client
+	opts   Options
+	log    *slog.Logger
+	agents *agentclient.Client
 
 	agentMu  sync.Mutex
 	agentTar []byte
@@ -113,6 +119,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Agents == nil {
+		opts.Agents = agentclient.New()
+	}
 	clientOpts := []client.Opt{client.FromEnv}
 	if opts.Host != "" {
 		clientOpts = append(clientOpts, client.WithHost(opts.Host))
@@ -128,7 +137,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer (is dockerd running? `make deps` starts it): %w", host, err)
 	}
-	r := &Runtime{cli: cli, opts: opts, log: opts.Logger}
+	r := &Runtime{cli: cli, opts: opts, log: opts.Logger, agents: opts.Agents}
 	if err := r.ensureNetwork(ctx); err != nil {
 		cli.Close()
 		return nil, err

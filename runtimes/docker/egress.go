@@ -37,13 +37,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,7 +48,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
-	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Labels of the enforcer sidecar and of a workload that has one.
@@ -65,7 +62,7 @@ const (
 )
 
 // Environment of the enforcer (read by `sandbox-agent egress`).
-const envEgressPolicy = "SANDGATE_EGRESS_POLICY"
+const envEgressPolicy = agentproto.EnvEgressPolicy
 
 // egressStateFile is where the enforcer keeps the policy in force, in the sidecar's own
 // writable layer: it survives the enforcer's restarts and the container's, and the
@@ -75,9 +72,8 @@ const egressStateFile = "/var/lib/sandgate-egress/policy.json"
 // egressTimeout bounds the wait for the enforcer's /healthz and the agent's first answer.
 const egressTimeout = 30 * time.Second
 
-// egressHTTP talks to the enforcer and the agent over the sandbox network while a
-// sandbox starts.
-var egressHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+// egressCallTimeout bounds one call to the enforcer or the agent while a sandbox starts.
+const egressCallTimeout = 5 * time.Second
 
 func egressContainerName(id string) string { return containerName(id) + "-egress" }
 
@@ -250,14 +246,13 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
-	base := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort))
 	delay := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if token != "" {
-			if signedPolicyAnswer(ctx, base+"/policy", token) {
+			if status, _, err := r.agents.Policy(ctx, addr, token, http.MethodGet, nil, egressCallTimeout); err == nil && status == http.StatusOK {
 				return nil
 			}
-		} else if status, _, err := egressCall(ctx, http.MethodGet, base+"/healthz", "", "", nil); err == nil && status == http.StatusOK {
+		} else if r.agents.EnforcerHealthy(ctx, addr, egressCallTimeout) == nil {
 			return nil
 		}
 		if attempt%20 == 19 {
@@ -282,81 +277,25 @@ func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entry
 	}
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
-	base := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.AgentPort))
-	for {
-		if status, _, err := egressCall(ctx, http.MethodGet, base+"/ping", "X-EXECD-ACCESS-TOKEN", token, nil); err == nil && status == http.StatusOK {
-			break
-		}
+	for r.agents.Ping(ctx, addr, token, egressCallTimeout) != nil {
 		select {
 		case <-ctx.Done():
 			return errors.New("the agent did not answer before the entrypoint could start")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	status, body, err := egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token, map[string]any{"entrypoint": entrypoint})
-	if err != nil {
-		return fmt.Errorf("start entrypoint: %w", err)
-	}
-	if status == http.StatusBadRequest {
+	_, err := r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint, map[string]any{"entrypoint": entrypoint}, egressCallTimeout)
+	if se := (*agentclient.StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusBadRequest {
 		// The agent could not start it (no such file, not executable). Let a second agent
 		// try, so that the failure ends the sandbox the way a bad entrypoint given at
 		// container start does: its reason in the logs and exit code 127 or 126.
-		status, body, err = egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token,
-			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...)})
-		if err != nil {
-			return fmt.Errorf("start entrypoint: %w", err)
-		}
+		_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...)}, egressCallTimeout)
 	}
-	if status != http.StatusOK {
-		return fmt.Errorf("start entrypoint: agent answered %d: %s", status, body)
+	if err != nil {
+		return fmt.Errorf("start entrypoint: %w", err)
 	}
 	return nil
-}
-
-// signedPolicyAnswer reports whether a signed GET of url got a signed 200.
-func signedPolicyAnswer(ctx context.Context, url, token string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	nonce := egressauth.Sign(req, token, nil, time.Now())
-	resp, err := egressHTTP.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return err == nil && resp.StatusCode == http.StatusOK &&
-		egressauth.VerifyResponse(token, nonce, resp.StatusCode, body, resp.Header.Get(egressauth.HeaderResponseSignature))
-}
-
-// egressCall sends one request and returns the status and (bounded) body.
-func egressCall(ctx context.Context, method, url, header, value string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		js, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if header != "" {
-		req.Header.Set(header, value)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := egressHTTP.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, data, nil
 }
 
 // SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the
@@ -484,3 +423,7 @@ func (r *Runtime) RestoreEnforcer(ctx context.Context, id, egressToken string, e
 	}
 	return r.RestoreEgress(ctx, runtimes.Spec{ID: id, Tenant: inst.Tenant, Image: inst.Image, EgressToken: egressToken, Egress: &egress})
 }
+
+// AgentClient returns the client the runtime calls agents and enforcers with, for the
+// gateway to share (one set of keep-alive connections per sandbox).
+func (r *Runtime) AgentClient() *agentclient.Client { return r.agents }

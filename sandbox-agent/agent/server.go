@@ -19,13 +19,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 	"github.com/sandgate/sandgate/sandbox-agent/ptyhub"
 	"github.com/sandgate/sandgate/sandbox-agent/shellsession"
 )
 
 // TokenHeader carries the access token on every request when one is configured.
-const TokenHeader = "X-EXECD-ACCESS-TOKEN"
+const TokenHeader = agentproto.HeaderAgentToken
 
 // Config configures a Server. The zero value is usable.
 type Config struct {
@@ -109,7 +110,7 @@ func (s *Server) Close() error {
 
 func (s *Server) routes() {
 	m := s.mux
-	m.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	m.HandleFunc("GET "+agentproto.PathPing, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 
 	m.HandleFunc("POST /command", s.handleRunCommand)
 	m.HandleFunc("DELETE /command", s.handleInterruptCommand)
@@ -151,9 +152,9 @@ func (s *Server) routes() {
 	m.HandleFunc("/proxy/{port}", s.handleProxy)
 	m.HandleFunc("/proxy/{port}/{rest...}", s.handleProxy)
 
-	m.HandleFunc("GET /sandgate/env", s.handleGetEnv)
-	m.HandleFunc("PUT /sandgate/env", s.handlePutEnv)
-	m.HandleFunc("POST /sandgate/entrypoint", s.handleEntrypoint)
+	m.HandleFunc("GET "+agentproto.PathEnv, s.handleGetEnv)
+	m.HandleFunc("PUT "+agentproto.PathEnv, s.handlePutEnv)
+	m.HandleFunc("POST "+agentproto.PathEntrypoint, s.handleEntrypoint)
 
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
