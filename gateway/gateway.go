@@ -185,8 +185,9 @@ type Service struct {
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
 	routes  *routeCache
-	// keyBindings holds the last stored hash seen per key id (accesstoken.go): the
-	// fallback of access header checks while the store is unavailable.
+	// keyBindings holds the last stored hash seen per key id and when it was read
+	// (knownBinding, accesstoken.go): what access header checks use while it is fresh,
+	// and their fallback while the store is unavailable.
 	keyBindings sync.Map
 	preview     previewState
 	// expiries tracks removals for expiry under way (reaper.go).
