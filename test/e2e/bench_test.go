@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // latencies collects per-operation durations and reports p50/p99 beside ns/op.
@@ -30,13 +31,18 @@ func (l latencies) report(b *testing.B) {
 	b.ReportMetric(q(0.99), "p99-ms")
 }
 
+// ms returns the p50 and p99 of l in milliseconds.
+func (l latencies) ms() (p50, p99 float64) { return testenv.Quantiles(l, time.Millisecond) }
+
 // BenchmarkColdCreate measures create → first command completed through sandgate, beside
 // the raw baseline of `docker create` + `start` + `exec true` of the same image.
 func BenchmarkColdCreate(b *testing.B) {
 	e := newEnv(b, startRedis(b))
 	g := e.startGateway()
+	var viaGateway, raw latencies
 	b.Run("sandgate", func(b *testing.B) {
 		var lat latencies
+		defer func() { viaGateway = lat }()
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
 			id := g.createSandbox(map[string]any{})
@@ -61,6 +67,7 @@ func BenchmarkColdCreate(b *testing.B) {
 			b.Fatal(err)
 		}
 		var lat latencies
+		defer func() { raw = lat }()
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
 			c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
@@ -90,6 +97,9 @@ func BenchmarkColdCreate(b *testing.B) {
 		}
 		lat.report(b)
 	})
+	p50, p99 := viaGateway.ms()
+	base, _ := raw.ms()
+	testenv.RecordFigure(b, testenv.Figure{Name: "cold_create_first_command", Unit: "ms", P50: p50, P99: p99, BaselineP50: base, Target: "<= 1.2x"})
 }
 
 // BenchmarkTrueRoundTrip measures POST /command {"true"} through the gateway's proxy,
@@ -101,6 +111,7 @@ func BenchmarkTrueRoundTrip(b *testing.B) {
 	defer g.do("DELETE", "/v1/sandboxes/"+id, nil)
 	viaGateway := g.agent(id)
 	direct := directAgent(b, id)
+	got := map[string]latencies{}
 	for _, c := range []struct {
 		name string
 		a    *agent
@@ -108,6 +119,7 @@ func BenchmarkTrueRoundTrip(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			body := []byte(`{"command":"true"}`)
 			var lat latencies
+			defer func() { got[c.name] = lat }()
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
 				resp := c.a.request("POST", "/command", bytes.NewReader(body), "application/json")
@@ -121,6 +133,10 @@ func BenchmarkTrueRoundTrip(b *testing.B) {
 			lat.report(b)
 		})
 	}
+	p50, p99 := got["sandgate"].ms()
+	d50, d99 := got["direct-agent"].ms()
+	testenv.RecordFigure(b, testenv.Figure{Name: "true_rtt", Unit: "ms", P50: p50, P99: p99, BaselineP50: d50, Target: "<= 3"})
+	testenv.RecordFigure(b, testenv.Figure{Name: "true_rtt_direct", Unit: "ms", P50: d50, P99: d99, Target: "<= 2"})
 }
 
 // directAgent reaches a sandbox's agent without the gateway: container address and the
