@@ -132,6 +132,9 @@ func (s *Server) shellCommand(script, cwd string, envs map[string]string, uid, g
 	shell := procs.Shell()
 	cmd := exec.Command(shell, "-c", script)
 	cmd.Env = s.env.Build(envs)
+	if procs.DevNull != nil {
+		cmd.Stdin = procs.DevNull
+	}
 	if cwd != "" {
 		fi, err := os.Stat(cwd)
 		if err != nil {
@@ -194,9 +197,9 @@ func (s *Server) runBackground(w http.ResponseWriter, c *command, req runCommand
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "start command: "+err.Error())
 		return
 	}
-	stream := newEventStream(w)
+	stream := startEventStream(w)
 	_ = stream.send(Event{Type: EventInit, Text: c.id}, false)
-	_ = stream.send(Event{Type: EventComplete}, true)
+	stream.end(Event{Type: EventComplete})
 }
 
 func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *command, req runCommandRequest) {
@@ -222,8 +225,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "start command: "+err.Error())
 		return
 	}
-	stream := newEventStream(w)
-	_ = stream.send(Event{Type: EventInit, Text: c.id}, true)
+	stream := openEventStream(w, Event{Type: EventInit, Text: c.id})
 	s.streamProcess(r, stream, c.done, c.stop, stdoutR, stderrR)
 	stdoutR.Close()
 	stderrR.Close()
@@ -231,7 +233,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 	exit := c.snapshot()
 	elapsed := time.Since(c.startedAt).Milliseconds()
 	if exit.ExitCode != nil && *exit.ExitCode == 0 {
-		_ = stream.send(Event{Type: EventComplete, ExecutionTime: elapsed}, true)
+		stream.end(Event{Type: EventComplete, ExecutionTime: elapsed})
 		return
 	}
 	code := -1
@@ -242,9 +244,9 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 	if exit.Error != "" {
 		tb = []string{exit.Error}
 	}
-	_ = stream.send(Event{Type: EventErr, ExecutionTime: elapsed, Error: &EventError{
+	stream.end(Event{Type: EventErr, ExecutionTime: elapsed, Error: &EventError{
 		EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: orEmpty(tb),
-	}}, true)
+	}})
 }
 
 func orEmpty(s []string) []string {
