@@ -45,6 +45,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
@@ -82,9 +83,9 @@ func egressContainerName(id string) string { return containerName(id) + "-egress
 func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
-// container and copies the agent into it, so that this work overlaps the workload's
+// container, with the agent volume mounted, so that this work overlaps the workload's
 // own start. It returns the sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte) (string, error) {
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, agentVol string) (string, error) {
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
@@ -122,48 +123,69 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			Runtime:       r.opts.OCIRuntime,
 			Resources:     container.Resources{Memory: 128 << 20, PidsLimit: &pids},
+			Mounts:        []mount.Mount{agentMount(agentVol)},
 		},
 	})
 	if err != nil {
 		return "", fmt.Errorf("create egress enforcer: %w", err)
-	}
-	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
-		DestinationPath: "/", Content: bytes.NewReader(archive),
-	}); err != nil {
-		r.removeEgress(ctx, spec.ID)
-		return "", fmt.Errorf("inject sandbox-agent into the egress enforcer: %w", err)
 	}
 	return created.ID, nil
 }
 
 // startEgress starts the prepared enforcer sidecar of a started workload container,
 // waits until its rules are installed and then starts the sandbox's entrypoint through
-// the agent.
-func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string) error {
-	res, err := r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+// the agent. It returns the workload as it was once started, complete: Create needs no
+// Inspect after it (three engine calls: the two containers and the start marker).
+func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string, steps *createSteps) (runtimes.Instance, error) {
+	// The sidecar joins the namespace of the running workload by its id: it can start
+	// while the workload's address is read.
+	inspected := make(chan error, 1)
+	var res client.ContainerInspectResult
+	go func() {
+		var err error
+		res, err = r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+		inspected <- err
+	}()
+	_, startErr := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{})
+	inspectErr := <-inspected
+	steps.done("inspect workload + start enforcer")
+	if startErr != nil {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, fmt.Errorf("start egress enforcer: %w", startErr)
+	}
+	if inspectErr != nil {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, fmt.Errorf("inspect workload: %w", inspectErr)
+	}
+	inst := r.instance(res.Container)
+	if inst.Address == "" {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	}
+	if err := r.waitEgressHealthy(ctx, spec.ID, inst.Address, spec.EgressToken); err != nil {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, err
+	}
+	steps.done("enforcer healthy")
+	marked, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
 	if err != nil {
-		return fmt.Errorf("inspect workload: %w", err)
+		return runtimes.Instance{}, err
 	}
-	addr := r.instance(res.Container).Address
-	if addr == "" {
-		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	steps.done("entrypoint and start marker")
+	if !marked {
+		if err := r.markStarted(ctx, workloadID); err != nil {
+			return runtimes.Instance{}, err
+		}
+		steps.done("start marker")
 	}
-	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
-		r.removeEgress(ctx, spec.ID)
-		return fmt.Errorf("start egress enforcer: %w", err)
-	}
-	if err := r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken); err != nil {
-		r.removeEgress(ctx, spec.ID)
-		return err
-	}
-	if err := r.startEntrypoint(ctx, addr, spec.AgentToken, spec.Entrypoint); err != nil {
-		return err
-	}
-	return r.markStarted(ctx, workloadID)
+	inst.EgressToken = spec.EgressToken
+	inst.Complete = true
+	return inst, nil
 }
 
 // startedMarker is written into the workload once its entrypoint runs behind a healthy
-// enforcer. Labels cannot change after a container is made, so this file is how the
+// enforcer: by the agent as it starts the entrypoint (startEntrypoint), by an engine
+// copy when there is none (markStarted). Labels cannot change after a container is made, so this file is how the
 // runtime tells, after a gateway died mid-create, a finished sandbox from a half-made
 // one. The workload can write there too, but only once its entrypoint runs, and a
 // sandbox is complete only with its enforcer running besides (Inspect checks both).
@@ -215,20 +237,20 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 	if spec.Egress == nil || r.opts.NoEgress {
 		return errors.New("restore egress: the sandbox has no egress enforcement")
 	}
-	archive, err := r.agentArchive()
-	if err != nil {
-		return err
-	}
 	res, err := r.cli.ContainerInspect(ctx, containerName(spec.ID), client.ContainerInspectOptions{})
 	if err != nil {
 		return mapErr(spec.ID, err)
+	}
+	agentVol, err := r.agentVolume(ctx, spec.Image)
+	if err != nil {
+		return err
 	}
 	addr := r.instance(res.Container).Address
 	if addr == "" {
 		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
 	}
 	r.removeEgress(ctx, spec.ID)
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, archive)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, agentVol)
 	if err != nil {
 		return err
 	}
@@ -246,7 +268,9 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
-	delay := 5 * time.Millisecond
+	// The enforcer is usually up within tens of milliseconds; a poll is one request on a
+	// kept-alive connection (or a refused dial), so polling often costs little.
+	delay := 2 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if token != "" {
 			if status, _, err := r.agents.Policy(ctx, addr, token, http.MethodGet, nil, egressCallTimeout); err == nil && status == http.StatusOK {
@@ -255,7 +279,7 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string)
 		} else if r.agents.EnforcerHealthy(ctx, addr, egressCallTimeout) == nil {
 			return nil
 		}
-		if attempt%20 == 19 {
+		if attempt%50 == 49 {
 			if _, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
 				return errors.New("the egress enforcer exited before its rules were installed")
 			}
@@ -265,37 +289,40 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string)
 			return fmt.Errorf("the egress enforcer did not become healthy within %s", egressTimeout)
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 50*time.Millisecond)
+		delay = min(2*delay, 10*time.Millisecond)
 	}
 }
 
 // startEntrypoint hands the sandbox's entrypoint to the agent (PID 1 of the workload),
-// which starts and supervises it exactly as if it had been given at container start.
-func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) error {
+// which starts and supervises it exactly as if it had been given at container start,
+// and writes the start marker once it has. It reports whether the marker was written
+// (not when there is no entrypoint: the agent alone is the main process).
+func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) (marked bool, err error) {
 	if len(entrypoint) == 0 {
-		return nil // the agent alone is the main process
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
 	for r.agents.Ping(ctx, addr, token, egressCallTimeout) != nil {
 		select {
 		case <-ctx.Done():
-			return errors.New("the agent did not answer before the entrypoint could start")
+			return false, errors.New("the agent did not answer before the entrypoint could start")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	_, err := r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint, map[string]any{"entrypoint": entrypoint}, egressCallTimeout)
+	_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+		map[string]any{"entrypoint": entrypoint, "startedMarker": startedMarker}, egressCallTimeout)
 	if se := (*agentclient.StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusBadRequest {
 		// The agent could not start it (no such file, not executable). Let a second agent
 		// try, so that the failure ends the sandbox the way a bad entrypoint given at
 		// container start does: its reason in the logs and exit code 127 or 126.
 		_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
-			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...)}, egressCallTimeout)
+			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...), "startedMarker": startedMarker}, egressCallTimeout)
 	}
 	if err != nil {
-		return fmt.Errorf("start entrypoint: %w", err)
+		return false, fmt.Errorf("start entrypoint: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the

@@ -202,6 +202,11 @@ func (s *Server) handlePutEnv(w http.ResponseWriter, r *http.Request) {
 
 type entrypointRequest struct {
 	Entrypoint []string `json:"entrypoint"`
+	// StartedMarker, when set, is a file the agent creates (empty, read-only) once the
+	// entrypoint has started: a runtime's evidence, readable without the agent, that a
+	// create went all the way (the Docker runtime's start marker), written here rather
+	// than by one more engine call.
+	StartedMarker string `json:"startedMarker,omitempty"`
 }
 
 func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +225,12 @@ func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
 	if err := s.cfg.StartEntrypoint(req.Entrypoint); err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
 		return
+	}
+	if req.StartedMarker != "" {
+		if err := os.WriteFile(req.StartedMarker, nil, 0o444); err != nil {
+			writeError(w, http.StatusInternalServerError, CodeRuntime, "entrypoint started; start marker not written: "+err.Error())
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entrypoint": req.Entrypoint})
 }
