@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -63,20 +65,9 @@ func (r *Runtime) agentVolume(ctx context.Context, image string) (string, error)
 	sum := sha256.Sum256(bin)
 	digest := hex.EncodeToString(sum[:])
 	vol := "sandgate-agent-" + digest[:16]
-	filler := vol + "-filler"
-	_, _ = r.cli.ContainerRemove(ctx, filler, client.ContainerRemoveOptions{Force: true}) // a killed fill's
-	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: filler,
-		Config: &container.Config{
-			Image: image, Entrypoint: []string{"/nonexistent"}, Labels: map[string]string{labelRole: roleAgentVolume},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode: "none",
-			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/agent", VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
-		},
-	})
+	created, err := r.createFiller(ctx, vol, image)
 	if err != nil {
-		return "", fmt.Errorf("create the agent volume's filler: %w", err)
+		return "", err
 	}
 	defer func() {
 		_, _ = r.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
@@ -101,4 +92,46 @@ func (r *Runtime) agentVolume(ctx context.Context, image string) (string, error)
 	}
 	r.agentVol, r.agentMod = vol, fi.ModTime()
 	return vol, nil
+}
+
+// fillerStale is how old another process's filler must be to be taken for the leftover
+// of a process killed while filling (a fill takes well under a second).
+const fillerStale = 2 * time.Minute
+
+// createFiller creates the one filler container of vol (its fixed name makes fills of
+// several gateways on one engine take turns: two at once could interleave their writes),
+// waiting while another process's filler exists, and removing one left by a killed
+// process.
+func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.ContainerCreateResult, error) {
+	name := vol + "-filler"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Name: name,
+			Config: &container.Config{
+				Image: image, Entrypoint: []string{"/nonexistent"}, Labels: map[string]string{labelRole: roleAgentVolume},
+			},
+			HostConfig: &container.HostConfig{
+				NetworkMode: "none",
+				Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/agent", VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+			},
+		})
+		if err == nil {
+			return created, nil
+		}
+		if !cerrdefs.IsConflict(err) || time.Now().After(deadline) {
+			return client.ContainerCreateResult{}, fmt.Errorf("create the agent volume's filler: %w", err)
+		}
+		if other, ierr := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); ierr == nil {
+			if at, perr := time.Parse(time.RFC3339Nano, other.Container.Created); perr == nil && time.Since(at) > fillerStale {
+				_, _ = r.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return client.ContainerCreateResult{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
