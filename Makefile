@@ -4,7 +4,7 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: gvisor all deps build agent sandgate web images plugins k8s registry k8s-up k8s-down run test test-unit test-e2e bench clean
+.PHONY: gvisor all deps build agent sandgate web images plugins k8s registry k8s-up k8s-down run test test-unit test-e2e bench bench-quick clean
 
 all: build
 
@@ -64,9 +64,13 @@ run: deps build images
 test: deps build images plugins k8s registry
 	@scripts/test.sh
 
-## bench: hot-path figures, each beside its raw baseline
+## bench: hot-path figures, each beside its raw baseline; one table, and bench/results.json
 bench: deps build images plugins k8s
 	@scripts/bench.sh
+
+## bench-quick: only the Docker figures of bench/results.json, fewer iterations (≤ 15 min)
+bench-quick: deps build images
+	@scripts/bench.sh --quick
 
 clean:
 	rm -rf bin

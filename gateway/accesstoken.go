@@ -22,8 +22,12 @@ import (
 // SDKs fetch these headers once and send them on every call, so the value must die
 // with what it was derived from: rotating the sandbox's secret
 // (POST /sandboxes/{id}/access/rotate) invalidates every value at once, and revoking
-// the key (or changing the platform key) invalidates the values it fetched, checked by
-// one HGET per request.
+// the key (or changing the platform key) invalidates the values it fetched.
+//
+// The key's stored hash is read from Redis once and then kept in memory (keyBindingTTL),
+// not read on every proxied request: a revocation drops it at once on the gateway that
+// revoked, and is published (keyChangePrefix on the changes channel) so that every other
+// gateway drops it within milliseconds; keyBindingTTL bounds a missed message.
 // AccessValuePrefix starts every key-bound access header value.
 const AccessValuePrefix = "sga1."
 
@@ -45,6 +49,19 @@ func accessMAC(sb *store.Sandbox, keyID, binding string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// keyBindingTTL bounds how long a key's hash is used without reading it again, should
+// the message of its revocation be missed (the same bound as routeTTL).
+const keyBindingTTL = time.Second
+
+// keyChangePrefix marks a key id published on the changes channel (sandbox ids are UUIDs).
+const keyChangePrefix = "key:"
+
+// knownBinding is a key's hash as last read from Redis.
+type knownBinding struct {
+	hash    string
+	fetched time.Time
+}
+
 // keyBinding is what ties a value to its key: the stored hash of an issued key, the
 // hash of the configured platform key for "admin". ErrNotFound when the key is gone.
 func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) {
@@ -58,21 +75,44 @@ func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) 
 	if keyID == "" {
 		return "", store.ErrNotFound
 	}
+	known, ok := s.keyBindings.Load(keyID)
+	if ok && time.Since(known.(knownBinding).fetched) <= keyBindingTTL {
+		return known.(knownBinding).hash, nil
+	}
+	fetched := time.Now()
 	hash, err := s.store.KeyHashByID(ctx, keyID)
 	switch {
 	case err == nil:
-		s.keyBindings.Store(keyID, hash)
+		s.keyBindings.Store(keyID, knownBinding{hash: hash, fetched: fetched})
 	case errors.Is(err, store.ErrNotFound):
 		s.keyBindings.Delete(keyID)
 	case errors.Is(err, store.ErrUnavailable):
 		// Through a Redis outage the proxy keeps serving known sandboxes (recordcache.go):
 		// a key this gateway saw answer before the outage stays bound to it, and a
 		// revocation made meanwhile takes effect with the first answer after it.
-		if known, ok := s.keyBindings.Load(keyID); ok {
-			return known.(string), nil
+		if ok {
+			return known.(knownBinding).hash, nil
 		}
 	}
 	return hash, err
+}
+
+// keyChanged makes the next use of keyID's binding read it from Redis again (it was
+// revoked, here or on another gateway); the last value stays the outage fallback only
+// until then.
+func (s *Service) keyChanged(keyID string) {
+	if known, ok := s.keyBindings.Load(keyID); ok {
+		s.keyBindings.Store(keyID, knownBinding{hash: known.(knownBinding).hash})
+	}
+}
+
+// keyBindingsStale makes every binding be read again (after a resubscription to the
+// changes channel, which may have missed revocations).
+func (s *Service) keyBindingsStale() {
+	s.keyBindings.Range(func(id, known any) bool {
+		s.keyBindings.Store(id, knownBinding{hash: known.(knownBinding).hash})
+		return true
+	})
 }
 
 // VerifyAccessValue checks an access header value against sb's current secret and

@@ -415,23 +415,3 @@ func truncate(s string, n int) string {
 	}
 	return "…" + s[len(s)-n:]
 }
-
-// pingAgent calls the agent's /ping with its token.
-func (s *Service) pingAgent(ctx context.Context, addr, token string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/ping", addr, runtimes.AgentPort), nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-EXECD-ACCESS-TOKEN", token)
-	resp, err := s.agentHTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("agent ping: %s", resp.Status)
-	}
-	return nil
-}

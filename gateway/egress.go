@@ -13,11 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +24,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
-	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
 
 // CodeEgressUnavailable: the sandbox's egress enforcer did not answer.
@@ -190,8 +188,6 @@ func (s *Service) platformDeny(ctx context.Context, tenant, id string) ([]string
 // enforcer's) is an error, so nothing it says is relayed or believed. body, when not
 // nil, is sent as JSON.
 func (s *Service) egressRequest(ctx context.Context, sb *store.Sandbox, method string, body any) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	var js []byte
 	if body != nil {
 		var err error
@@ -199,35 +195,18 @@ func (s *Service) egressRequest(ctx context.Context, sb *store.Sandbox, method s
 			return 0, nil, err
 		}
 	}
-	u := "http://" + net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.EgressPort)) + "/policy"
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(js))
-	if err != nil {
-		return 0, nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	nonce := egressauth.Sign(req, sb.EgressToken, js, time.Now())
-	unavailable := func(cause error) error {
-		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
-			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: cause}
-	}
-	resp, err := s.agentHTTP.Do(req)
-	if err != nil {
-		return 0, nil, unavailable(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, nil, unavailable(err)
-	}
-	if !egressauth.VerifyResponse(sb.EgressToken, nonce, resp.StatusCode, data, resp.Header.Get(egressauth.HeaderResponseSignature)) {
-		s.log.Warn("egress enforcer answer not signed; ignored", "sandbox", sb.ID, "status", resp.StatusCode)
+	status, data, err := s.agents.Policy(ctx, sb.Address, sb.EgressToken, method, js, 10*time.Second)
+	switch {
+	case errors.Is(err, agentclient.ErrUnsigned):
+		s.log.Warn("egress enforcer answer not signed; ignored", "sandbox", sb.ID, "status", status)
 		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s gave an answer it did not sign (it may be restarting); the answer is ignored", sb.ID),
-			Cause:   errors.New("egress answer signature mismatch")}
+			Cause:   err}
+	case err != nil:
+		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
 	}
-	return resp.StatusCode, data, nil
+	return status, data, nil
 }
 
 // EgressPolicy answers GET /policy of a sandbox's egress API: the enforcer's report

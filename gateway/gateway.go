@@ -49,7 +49,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +58,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
 
 // Version is the sandgate release, set at build time.
@@ -188,15 +188,17 @@ type Service struct {
 	runtime runtimes.Runtime
 	policy  *policy.Engine
 	log     *slog.Logger
-	// agentHTTP talks to agents directly (readiness pings, late binding).
-	agentHTTP *http.Client
-	owner     string
-	pools     poolState
+	// agents talks to agents and enforcers directly (readiness pings, late binding,
+	// the signed policy API): agentclient.go.
+	agents *agentclient.Client
+	owner  string
+	pools  poolState
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
 	routes  *routeCache
-	// keyBindings holds the last stored hash seen per key id (accesstoken.go): the
-	// fallback of access header checks while the store is unavailable.
+	// keyBindings holds the last stored hash seen per key id and when it was read
+	// (knownBinding, accesstoken.go): what access header checks use while it is fresh,
+	// and their fallback while the store is unavailable.
 	keyBindings sync.Map
 	preview     previewState
 	// expiries tracks removals for expiry under way (reaper.go).
@@ -249,15 +251,12 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	st.SetMeter(measureRecord)
 	return &Service{
 		stopCtx: stopCtx, cancelStop: cancelStop,
-		cfg:     cfg,
-		store:   st,
-		runtime: rt,
-		policy:  pol,
-		log:     log,
-		agentHTTP: &http.Client{Transport: tracing.Transport(&http.Transport{
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     30 * time.Second,
-		})},
+		cfg:      cfg,
+		store:    st,
+		runtime:  rt,
+		policy:   pol,
+		log:      log,
+		agents:   agentClientOf(rt).Wrapped(tracing.Transport),
 		owner:    randomToken(8),
 		metrics:  metrics.New(),
 		stop:     make(chan struct{}),
@@ -273,6 +272,16 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 			sem:      make(chan struct{}, max(cfg.PoolConcurrency, 1)),
 		},
 	}
+}
+
+// agentClientOf is the runtime's agent client when it has one (the Docker runtime
+// calls agents while sandboxes start), so that the gateway's calls reuse its
+// connections; else a new one.
+func agentClientOf(rt runtimes.Runtime) *agentclient.Client {
+	if p, ok := rt.(interface{ AgentClient() *agentclient.Client }); ok && p.AgentClient() != nil {
+		return p.AgentClient()
+	}
+	return agentclient.New()
 }
 
 // Config returns the effective configuration.

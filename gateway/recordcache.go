@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,7 +213,12 @@ func (s *Service) watchChanges() {
 		for ctx.Err() == nil {
 			// After a (re)subscription, live lists may have missed changes: they list again.
 			// It returns when the subscription breaks or Stop; the loop resubscribes.
-			_ = s.store.SubscribeChangesReady(ctx, s.watch.resyncAll, func(id string) {
+			ready := func() { s.keyBindingsStale(); s.watch.resyncAll() }
+			_ = s.store.SubscribeChangesReady(ctx, ready, func(id string) {
+				if keyID, ok := strings.CutPrefix(id, keyChangePrefix); ok {
+					s.keyChanged(keyID)
+					return
+				}
 				s.routes.drop(id)
 				s.watch.notify(id)
 			})

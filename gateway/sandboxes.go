@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Sandbox states of the OpenSandbox protocol.
@@ -316,8 +317,8 @@ func (s *Service) mapStoreErr(id string, err error) error {
 
 // Credential headers: the SDKs send exactly these names to the agent and to the enforcer.
 const (
-	HeaderAgentToken  = "X-EXECD-ACCESS-TOKEN"
-	HeaderEgressToken = "OPENSANDBOX-EGRESS-AUTH"
+	HeaderAgentToken  = agentproto.HeaderAgentToken
+	HeaderEgressToken = agentproto.HeaderEgressToken
 	HeaderAccessToken = "X-Sandgate-Access-Token"
 )
 

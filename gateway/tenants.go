@@ -138,5 +138,14 @@ func (s *Service) RevokeKey(ctx context.Context, tenant, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return Errorf(http.StatusNotFound, CodeKeyNotFound, "key %s not found", id)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// Access header values it fetched die with it: here at once, elsewhere when the
+	// change arrives (accesstoken.go).
+	s.keyChanged(id)
+	if err := s.store.PublishChange(ctx, keyChangePrefix+id); err != nil {
+		s.log.Warn("key revocation not published; other gateways notice it within their binding TTL", "key", id, "err", err)
+	}
+	return nil
 }

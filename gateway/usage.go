@@ -253,7 +253,7 @@ func (s *Service) enforcerDenials(ctx context.Context, sb *store.Sandbox) (uint6
 	if err != nil {
 		return 0, err
 	}
-	resp, err := s.agentHTTP.Do(req)
+	resp, err := s.agents.HTTP().Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -300,7 +300,7 @@ func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint
 		return UsagePoint{}, err
 	}
 	req.Header.Set(HeaderAgentToken, sb.AgentToken)
-	resp, err := s.agentHTTP.Do(req)
+	resp, err := s.agents.HTTP().Do(req)
 	if err != nil {
 		return UsagePoint{}, err
 	}

@@ -178,7 +178,7 @@ func (s *Service) vaultCall(ctx context.Context, sb *store.Sandbox, method, path
 		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its credential vault is unchanged", sb.ID), Cause: cause}
 	}
-	resp, err := s.agentHTTP.Do(req)
+	resp, err := s.agents.HTTP().Do(req)
 	if err != nil {
 		return 0, nil, unavailable(err)
 	}

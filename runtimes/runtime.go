@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Label keys carried by every sandbox the runtime creates. They are what lets the gateway
@@ -28,8 +30,8 @@ const (
 
 // AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.
 const (
-	AgentPort  = 44772
-	EgressPort = 18080
+	AgentPort  = agentproto.AgentPort
+	EgressPort = agentproto.EgressPort
 )
 
 // Errors a runtime returns so the core can map them without knowing the engine.

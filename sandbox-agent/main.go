@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/sandbox-agent/agent"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultca"
 	"github.com/sandgate/sandgate/sandbox-agent/initproc"
@@ -147,7 +148,7 @@ func listenAddr() string {
 // startAPI binds the API port and serves it in the background. Binding before the
 // entrypoint starts means that the API answers as soon as the sandbox runs.
 func startAPI(env *procs.Environment, sup *initproc.Supervisor) (*agent.Server, *http.Server, error) {
-	cfg := agent.Config{Token: os.Getenv("SANDGATE_AGENT_TOKEN"), Env: env}
+	cfg := agent.Config{Token: os.Getenv(agentproto.EnvAgentToken), Env: env}
 	if sup != nil {
 		cfg.StartEntrypoint = sup.Start
 	}

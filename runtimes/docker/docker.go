@@ -1,11 +1,11 @@
 // Package docker runs sandboxes as containers of a local Docker engine. Each sandbox is
-// one container on a private bridge network, with the static sandbox-agent copied in
-// before start and run as PID 1 in front of the user's entrypoint; no port is published:
+// one container on a private bridge network, with the static sandbox-agent mounted
+// read-only from a shared volume (agentvolume.go) and run as PID 1 in front of the
+// user's entrypoint; no port is published:
 // the gateway reaches the agent at the container's address.
 package docker
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,18 +27,22 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Paths inside every sandbox container.
 const (
-	agentDir  = "/.sandgate"
-	agentPath = agentDir + "/sandbox-agent"
+	agentDir = "/.sandgate"
+	// agentPath is in the read-only agent volume (agentvolume.go). Sandboxes made
+	// before it ran a copy at agentDir + "/sandbox-agent"; their configuration says so.
+	agentPath = agentBinDir + "/sandbox-agent"
 )
 
 // Environment variables the agent reads; it removes them from every child's environment.
 const (
-	envAgentToken  = "SANDGATE_AGENT_TOKEN"
-	envEgressToken = "SANDGATE_EGRESS_TOKEN"
+	envAgentToken  = agentproto.EnvAgentToken
+	envEgressToken = agentproto.EnvEgressToken
 )
 
 // Label holding the sandbox's entrypoint (JSON) so that adoption can rebuild the record.
@@ -50,7 +54,8 @@ type Options struct {
 	Host string
 	// Network is the bridge network sandboxes join (created when missing).
 	Network string
-	// AgentBinary is the path of the static sandbox-agent copied into every container.
+	// AgentBinary is the path of the static sandbox-agent every container runs (from the
+	// read-only agent volume filled with it: agentvolume.go).
 	AgentBinary string
 	// PidsLimit caps processes per sandbox (0: 1024).
 	PidsLimit int64
@@ -76,18 +81,22 @@ type Options struct {
 	// reach whatever the host's network lets them reach. Enforcement is on by default.
 	NoEgress bool
 	// Pull says when a create pulls its image from a registry (empty: PullMissing).
-	Pull   PullPolicy
+	Pull PullPolicy
+	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
+	// of the runtime's own). The gateway uses the same one (AgentClient).
+	Agents *agentclient.Client
 	Logger *slog.Logger
 }
 
 // Runtime is the Docker implementation of runtimes.Runtime.
 type Runtime struct {
-	cli  *client.Client
-	opts Options
-	log  *slog.Logger
+	cli    *client.Client
+	opts   Options
+	log    *slog.Logger
+	agents *agentclient.Client
 
 	agentMu  sync.Mutex
-	agentTar []byte
+	agentVol string // name of the filled agent volume (agentvolume.go)
 	agentMod time.Time
 
 	pulls     pulls
@@ -116,6 +125,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Agents == nil {
+		opts.Agents = agentclient.New()
+	}
 	clientOpts := []client.Opt{client.FromEnv}
 	if opts.Host != "" {
 		clientOpts = append(clientOpts, client.WithHost(opts.Host))
@@ -131,14 +143,14 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer (is dockerd running? `make deps` starts it): %w", host, err)
 	}
-	r := &Runtime{cli: cli, opts: opts, log: opts.Logger}
+	r := &Runtime{cli: cli, opts: opts, log: opts.Logger, agents: opts.Agents}
 	if err := r.ensureNetwork(ctx); err != nil {
 		cli.Close()
 		return nil, err
 	}
-	if _, err := r.agentArchive(); err != nil {
+	if _, err := os.Stat(opts.AgentBinary); err != nil {
 		cli.Close()
-		return nil, err
+		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", opts.AgentBinary, err)
 	}
 	return r, nil
 }
@@ -170,44 +182,19 @@ func (r *Runtime) ensureNetwork(ctx context.Context) error {
 	return nil
 }
 
-// agentArchive returns a tar holding the agent binary, rebuilt when the file changes.
-func (r *Runtime) agentArchive() ([]byte, error) {
-	r.agentMu.Lock()
-	defer r.agentMu.Unlock()
-	fi, err := os.Stat(r.opts.AgentBinary)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", r.opts.AgentBinary, err)
-	}
-	if r.agentTar != nil && fi.ModTime().Equal(r.agentMod) {
-		return r.agentTar, nil
-	}
-	bin, err := os.ReadFile(r.opts.AgentBinary)
-	if err != nil {
-		return nil, fmt.Errorf("read sandbox-agent: %w", err)
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	_ = tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(agentDir, "/") + "/", Typeflag: tar.TypeDir, Mode: 0o755})
-	_ = tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(agentPath, "/"), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))})
-	_, _ = tw.Write(bin)
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("pack sandbox-agent: %w", err)
-	}
-	r.agentTar, r.agentMod = buf.Bytes(), fi.ModTime()
-	return r.agentTar, nil
-}
-
 func containerName(id string) string { return "sandgate-" + id }
 
 // Create implements runtimes.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Instance, error) {
-	archive, err := r.agentArchive()
-	if err != nil {
-		return runtimes.Instance{}, err
-	}
+	steps := newCreateSteps()
 	if err := r.ensureImage(ctx, spec.Image, spec.ImageAuth); err != nil {
 		return runtimes.Instance{}, err
 	}
+	agentVol, err := r.agentVolume(ctx, spec.Image)
+	if err != nil {
+		return runtimes.Instance{}, err
+	}
+	steps.done("image and agent volume")
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -286,17 +273,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 			MemorySwap: mem,
 		},
 	}
-	agentTar, agentDest, volumes := archive, "/", map[string]struct{}(nil)
+	hostCfg.Mounts = append(hostCfg.Mounts, agentMount(agentVol))
+	volumes := map[string]struct{}(nil)
 	if r.opts.ReadOnlyRootfs {
 		hostCfg.ReadonlyRootfs = true
 		hostCfg.Tmpfs = writableScratch(r.opts.WritablePaths, r.opts.WritableBytes)
-		// The engine refuses copies into a read-only rootfs but not into a volume, so the
-		// agent goes into an anonymous volume at its directory (removed with the container).
+		// The agent's directory stays writable (the start marker) in an anonymous volume
+		// (removed with the container); the agent volume is mounted inside it.
 		volumes = map[string]struct{}{agentDir: {}}
-		if agentTar, err = agentVolumeArchive(archive); err != nil {
-			return runtimes.Instance{}, err
-		}
-		agentDest = agentDir
 	}
 	cmd := spec.Entrypoint
 	if withEgress {
@@ -307,7 +291,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	if err != nil {
 		return runtimes.Instance{}, err
 	}
-	hostCfg.Mounts = mounts
+	hostCfg.Mounts = append(hostCfg.Mounts, mounts...)
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Entrypoint: []string{agentPath, "init", "--"},
@@ -324,6 +308,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		r.removeVolumes(context.WithoutCancel(ctx), madeVolumes)
 		return runtimes.Instance{}, fmt.Errorf("create container: %w", err)
 	}
+	steps.done("create workload")
 	cleanup := func() {
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -341,22 +326,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	sidecar := make(chan prepared, 1)
 	if withEgress {
 		go func() {
-			id, err := r.prepareEgress(ctx, spec, created.ID, archive, ca)
+			id, err := r.prepareEgress(ctx, spec, created.ID, agentVol, ca)
 			sidecar <- prepared{id, err}
 		}()
 	}
-	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
-		DestinationPath: agentDest, Content: bytes.NewReader(agentTar),
-	}); err != nil {
-		if withEgress {
-			<-sidecar
-		}
-		cleanup()
-		return runtimes.Instance{}, fmt.Errorf("inject sandbox-agent: %w", err)
-	}
 	if ca != nil {
 		if err := r.installVaultTrust(ctx, created.ID, ca); err != nil {
-			<-sidecar
+			if withEgress {
+				<-sidecar
+			}
 			cleanup()
 			return runtimes.Instance{}, err
 		}
@@ -368,23 +346,56 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		cleanup()
 		return runtimes.Instance{}, fmt.Errorf("start container: %w", err)
 	}
+	steps.done("start workload")
 	if withEgress {
 		p := <-sidecar
+		steps.done("enforcer prepared")
 		err := p.err
+		var inst runtimes.Instance
 		if err == nil {
-			err = r.startEgress(ctx, spec, created.ID, p.id)
+			inst, err = r.startEgress(ctx, spec, created.ID, p.id, steps)
 		}
 		if err != nil {
 			cleanup()
 			return runtimes.Instance{}, err
 		}
+		steps.log(r.log, spec.ID)
+		return inst, nil
 	}
 	inst, err := r.Inspect(ctx, spec.ID)
 	if err != nil {
 		cleanup()
 		return runtimes.Instance{}, err
 	}
+	steps.done("inspect")
+	steps.log(r.log, spec.ID)
 	return inst, nil
+}
+
+// createSteps times the steps of one create for the debug log (what each engine call
+// costs; see BenchmarkColdCreate).
+type createSteps struct {
+	last  time.Time
+	start time.Time
+	b     strings.Builder
+}
+
+func newCreateSteps() *createSteps {
+	now := time.Now()
+	return &createSteps{last: now, start: now}
+}
+
+func (s *createSteps) done(step string) {
+	now := time.Now()
+	if s.b.Len() > 0 {
+		s.b.WriteString(", ")
+	}
+	fmt.Fprintf(&s.b, "%s %.1fms", step, float64(now.Sub(s.last).Microseconds())/1000)
+	s.last = now
+}
+
+func (s *createSteps) log(log *slog.Logger, id string) {
+	log.Debug("sandbox container created", "id", id, "ms", float64(time.Since(s.start).Microseconds())/1000, "steps", s.b.String())
 }
 
 // writableScratch returns the tmpfs mounts of a read-only sandbox. They allow exec (a
@@ -401,39 +412,6 @@ func writableScratch(paths []string, size int64) map[string]string {
 		out[p] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", size)
 	}
 	return out
-}
-
-// agentVolumeArchive re-roots the agent archive at agentDir, for a copy into the agent's
-// volume rather than into the (read-only) root.
-func agentVolumeArchive(archive []byte) ([]byte, error) {
-	tr := tar.NewReader(bytes.NewReader(archive))
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	prefix := strings.TrimPrefix(agentDir, "/") + "/"
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
-		}
-		name, ok := strings.CutPrefix(hdr.Name, prefix)
-		if !ok || name == "" {
-			continue // the directory itself: the volume is it
-		}
-		hdr.Name = name
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("re-root sandbox-agent archive: %w", err)
-	}
-	return buf.Bytes(), nil
 }
 
 func shortID(id string) string {

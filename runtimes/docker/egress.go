@@ -37,22 +37,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
-	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Labels of the enforcer sidecar and of a workload that has one.
@@ -65,7 +63,7 @@ const (
 )
 
 // Environment of the enforcer (read by `sandbox-agent egress`).
-const envEgressPolicy = "SANDGATE_EGRESS_POLICY"
+const envEgressPolicy = agentproto.EnvEgressPolicy
 
 // egressStateFile is where the enforcer keeps the policy in force, in the sidecar's own
 // writable layer: it survives the enforcer's restarts and the container's, and the
@@ -75,9 +73,8 @@ const egressStateFile = "/var/lib/sandgate-egress/policy.json"
 // egressTimeout bounds the wait for the enforcer's /healthz and the agent's first answer.
 const egressTimeout = 30 * time.Second
 
-// egressHTTP talks to the enforcer and the agent over the sandbox network while a
-// sandbox starts.
-var egressHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+// egressCallTimeout bounds one call to the enforcer or the agent while a sandbox starts.
+const egressCallTimeout = 5 * time.Second
 
 func egressContainerName(id string) string { return containerName(id) + "-egress" }
 
@@ -86,9 +83,9 @@ func egressContainerName(id string) string { return containerName(id) + "-egress
 func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
-// container and copies the agent into it, so that this work overlaps the workload's
+// container, with the agent volume mounted, so that this work overlaps the workload's
 // own start. It returns the sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID string, archive []byte, ca *vaultCA) (string, error) {
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, agentVol string, ca *vaultCA) (string, error) {
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	env := []string{envEgressToken + "=" + spec.EgressToken}
 	if ca != nil {
@@ -131,48 +128,69 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			Runtime:       r.opts.OCIRuntime,
 			Resources:     container.Resources{Memory: 128 << 20, PidsLimit: &pids},
+			Mounts:        []mount.Mount{agentMount(agentVol)},
 		},
 	})
 	if err != nil {
 		return "", fmt.Errorf("create egress enforcer: %w", err)
-	}
-	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
-		DestinationPath: "/", Content: bytes.NewReader(archive),
-	}); err != nil {
-		r.removeEgress(ctx, spec.ID)
-		return "", fmt.Errorf("inject sandbox-agent into the egress enforcer: %w", err)
 	}
 	return created.ID, nil
 }
 
 // startEgress starts the prepared enforcer sidecar of a started workload container,
 // waits until its rules are installed and then starts the sandbox's entrypoint through
-// the agent.
-func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string) error {
-	res, err := r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+// the agent. It returns the workload as it was once started, complete: Create needs no
+// Inspect after it (three engine calls: the two containers and the start marker).
+func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string, steps *createSteps) (runtimes.Instance, error) {
+	// The sidecar joins the namespace of the running workload by its id: it can start
+	// while the workload's address is read.
+	inspected := make(chan error, 1)
+	var res client.ContainerInspectResult
+	go func() {
+		var err error
+		res, err = r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+		inspected <- err
+	}()
+	_, startErr := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{})
+	inspectErr := <-inspected
+	steps.done("inspect workload + start enforcer")
+	if startErr != nil {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, fmt.Errorf("start egress enforcer: %w", startErr)
+	}
+	if inspectErr != nil {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, fmt.Errorf("inspect workload: %w", inspectErr)
+	}
+	inst := r.instance(res.Container)
+	if inst.Address == "" {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	}
+	if err := r.waitEgressHealthy(ctx, spec.ID, inst.Address, spec.EgressToken); err != nil {
+		r.removeEgress(ctx, spec.ID)
+		return runtimes.Instance{}, err
+	}
+	steps.done("enforcer healthy")
+	marked, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
 	if err != nil {
-		return fmt.Errorf("inspect workload: %w", err)
+		return runtimes.Instance{}, err
 	}
-	addr := r.instance(res.Container).Address
-	if addr == "" {
-		return fmt.Errorf("workload container has no address on network %s", r.opts.Network)
+	steps.done("entrypoint and start marker")
+	if !marked {
+		if err := r.markStarted(ctx, workloadID); err != nil {
+			return runtimes.Instance{}, err
+		}
+		steps.done("start marker")
 	}
-	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
-		r.removeEgress(ctx, spec.ID)
-		return fmt.Errorf("start egress enforcer: %w", err)
-	}
-	if err := r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken); err != nil {
-		r.removeEgress(ctx, spec.ID)
-		return err
-	}
-	if err := r.startEntrypoint(ctx, addr, spec.AgentToken, spec.Entrypoint); err != nil {
-		return err
-	}
-	return r.markStarted(ctx, workloadID)
+	inst.EgressToken = spec.EgressToken
+	inst.Complete = true
+	return inst, nil
 }
 
 // startedMarker is written into the workload once its entrypoint runs behind a healthy
-// enforcer. Labels cannot change after a container is made, so this file is how the
+// enforcer: by the agent as it starts the entrypoint (startEntrypoint), by an engine
+// copy when there is none (markStarted). Labels cannot change after a container is made, so this file is how the
 // runtime tells, after a gateway died mid-create, a finished sandbox from a half-made
 // one. The workload can write there too, but only once its entrypoint runs, and a
 // sandbox is complete only with its enforcer running besides (Inspect checks both).
@@ -224,13 +242,13 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 	if spec.Egress == nil || r.opts.NoEgress {
 		return errors.New("restore egress: the sandbox has no egress enforcement")
 	}
-	archive, err := r.agentArchive()
-	if err != nil {
-		return err
-	}
 	res, err := r.cli.ContainerInspect(ctx, containerName(spec.ID), client.ContainerInspectOptions{})
 	if err != nil {
 		return mapErr(spec.ID, err)
+	}
+	agentVol, err := r.agentVolume(ctx, spec.Image)
+	if err != nil {
+		return err
 	}
 	addr := r.instance(res.Container).Address
 	if addr == "" {
@@ -247,7 +265,7 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		}
 	}
 	r.removeEgress(ctx, spec.ID)
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, archive, ca)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, agentVol, ca)
 	if err != nil {
 		return err
 	}
@@ -265,17 +283,18 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
-	base := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort))
-	delay := 5 * time.Millisecond
+	// The enforcer is usually up within tens of milliseconds; a poll is one request on a
+	// kept-alive connection (or a refused dial), so polling often costs little.
+	delay := 2 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if token != "" {
-			if signedPolicyAnswer(ctx, base+"/policy", token) {
+			if status, _, err := r.agents.Policy(ctx, addr, token, http.MethodGet, nil, egressCallTimeout); err == nil && status == http.StatusOK {
 				return nil
 			}
-		} else if status, _, err := egressCall(ctx, http.MethodGet, base+"/healthz", "", "", nil); err == nil && status == http.StatusOK {
+		} else if r.agents.EnforcerHealthy(ctx, addr, egressCallTimeout) == nil {
 			return nil
 		}
-		if attempt%20 == 19 {
+		if attempt%50 == 49 {
 			if _, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
 				return errors.New("the egress enforcer exited before its rules were installed")
 			}
@@ -285,93 +304,40 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string)
 			return fmt.Errorf("the egress enforcer did not become healthy within %s", egressTimeout)
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 50*time.Millisecond)
+		delay = min(2*delay, 10*time.Millisecond)
 	}
 }
 
 // startEntrypoint hands the sandbox's entrypoint to the agent (PID 1 of the workload),
-// which starts and supervises it exactly as if it had been given at container start.
-func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) error {
+// which starts and supervises it exactly as if it had been given at container start,
+// and writes the start marker once it has. It reports whether the marker was written
+// (not when there is no entrypoint: the agent alone is the main process).
+func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) (marked bool, err error) {
 	if len(entrypoint) == 0 {
-		return nil // the agent alone is the main process
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
-	base := "http://" + net.JoinHostPort(addr, strconv.Itoa(runtimes.AgentPort))
-	for {
-		if status, _, err := egressCall(ctx, http.MethodGet, base+"/ping", "X-EXECD-ACCESS-TOKEN", token, nil); err == nil && status == http.StatusOK {
-			break
-		}
+	for r.agents.Ping(ctx, addr, token, egressCallTimeout) != nil {
 		select {
 		case <-ctx.Done():
-			return errors.New("the agent did not answer before the entrypoint could start")
+			return false, errors.New("the agent did not answer before the entrypoint could start")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	status, body, err := egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token, map[string]any{"entrypoint": entrypoint})
-	if err != nil {
-		return fmt.Errorf("start entrypoint: %w", err)
-	}
-	if status == http.StatusBadRequest {
+	_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+		map[string]any{"entrypoint": entrypoint, "startedMarker": startedMarker}, egressCallTimeout)
+	if se := (*agentclient.StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusBadRequest {
 		// The agent could not start it (no such file, not executable). Let a second agent
 		// try, so that the failure ends the sandbox the way a bad entrypoint given at
 		// container start does: its reason in the logs and exit code 127 or 126.
-		status, body, err = egressCall(ctx, http.MethodPost, base+"/sandgate/entrypoint", "X-EXECD-ACCESS-TOKEN", token,
-			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...)})
-		if err != nil {
-			return fmt.Errorf("start entrypoint: %w", err)
-		}
+		_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...), "startedMarker": startedMarker}, egressCallTimeout)
 	}
-	if status != http.StatusOK {
-		return fmt.Errorf("start entrypoint: agent answered %d: %s", status, body)
-	}
-	return nil
-}
-
-// signedPolicyAnswer reports whether a signed GET of url got a signed 200.
-func signedPolicyAnswer(ctx context.Context, url, token string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("start entrypoint: %w", err)
 	}
-	nonce := egressauth.Sign(req, token, nil, time.Now())
-	resp, err := egressHTTP.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return err == nil && resp.StatusCode == http.StatusOK &&
-		egressauth.VerifyResponse(token, nonce, resp.StatusCode, body, resp.Header.Get(egressauth.HeaderResponseSignature))
-}
-
-// egressCall sends one request and returns the status and (bounded) body.
-func egressCall(ctx context.Context, method, url, header, value string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		js, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if header != "" {
-		req.Header.Set(header, value)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := egressHTTP.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, data, nil
+	return true, nil
 }
 
 // SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the
@@ -499,3 +465,7 @@ func (r *Runtime) RestoreEnforcer(ctx context.Context, id, egressToken string, e
 	}
 	return r.RestoreEgress(ctx, runtimes.Spec{ID: id, Tenant: inst.Tenant, Image: inst.Image, EgressToken: egressToken, Egress: &egress})
 }
+
+// AgentClient returns the client the runtime calls agents and enforcers with, for the
+// gateway to share (one set of keep-alive connections per sandbox).
+func (r *Runtime) AgentClient() *agentclient.Client { return r.agents }

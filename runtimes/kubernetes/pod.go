@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Names inside every sandbox pod.
@@ -39,9 +40,9 @@ const (
 
 // Environment variables the agent and the enforcer read.
 const (
-	EnvAgentToken   = "SANDGATE_AGENT_TOKEN"
-	EnvEgressToken  = "SANDGATE_EGRESS_TOKEN"
-	EnvEgressPolicy = "SANDGATE_EGRESS_POLICY"
+	EnvAgentToken   = agentproto.EnvAgentToken
+	EnvEgressToken  = agentproto.EnvEgressToken
+	EnvEgressPolicy = agentproto.EnvEgressPolicy
 )
 
 // Annotations carrying what labels cannot (free-form values) so that adoption can

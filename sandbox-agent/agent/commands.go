@@ -132,6 +132,9 @@ func (s *Server) shellCommand(script, cwd string, envs map[string]string, uid, g
 	shell := procs.Shell()
 	cmd := exec.Command(shell, "-c", script)
 	cmd.Env = s.env.Build(envs)
+	if procs.DevNull != nil {
+		cmd.Stdin = procs.DevNull
+	}
 	if cwd != "" {
 		fi, err := os.Stat(cwd)
 		if err != nil {
@@ -196,9 +199,9 @@ func (s *Server) runBackground(w http.ResponseWriter, c *command, req runCommand
 		return
 	}
 	addTiming(w, "spawn", spawn)
-	stream := newEventStream(w)
+	stream := startEventStream(w)
 	_ = stream.send(Event{Type: EventInit, Text: c.id}, false)
-	_ = stream.send(Event{Type: EventComplete}, true)
+	stream.end(Event{Type: EventComplete})
 }
 
 func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *command, req runCommandRequest) {
@@ -226,8 +229,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 		return
 	}
 	addTiming(w, "spawn", spawn)
-	stream := newEventStream(w)
-	_ = stream.send(Event{Type: EventInit, Text: c.id}, true)
+	stream := openEventStream(w, Event{Type: EventInit, Text: c.id})
 	s.streamProcess(r, stream, c.done, c.stop, stdoutR, stderrR)
 	stdoutR.Close()
 	stderrR.Close()
@@ -235,7 +237,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 	exit := c.snapshot()
 	elapsed := time.Since(c.startedAt).Milliseconds()
 	if exit.ExitCode != nil && *exit.ExitCode == 0 {
-		_ = stream.send(Event{Type: EventComplete, ExecutionTime: elapsed}, true)
+		stream.end(Event{Type: EventComplete, ExecutionTime: elapsed})
 		return
 	}
 	code := -1
@@ -246,9 +248,9 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 	if exit.Error != "" {
 		tb = []string{exit.Error}
 	}
-	_ = stream.send(Event{Type: EventErr, ExecutionTime: elapsed, Error: &EventError{
+	stream.end(Event{Type: EventErr, ExecutionTime: elapsed, Error: &EventError{
 		EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: orEmpty(tb),
-	}}, true)
+	}})
 }
 
 func orEmpty(s []string) []string {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -463,6 +464,24 @@ func TestEntrypointExtension(t *testing.T) {
 		a.mustJSON(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"sleep", "1"}}, 200, nil)
 		if got := <-started; !cmp.Equal(got, []string{"sleep", "1"}) {
 			t.Fatalf("started %q", got)
+		}
+	})
+	t.Run("start marker written once started", func(t *testing.T) {
+		fail := errors.New("no such file")
+		a := newTestAgent(t, agent.Config{StartEntrypoint: func(argv []string) error {
+			if argv[0] == "missing" {
+				return fail
+			}
+			return nil
+		}})
+		marker := filepath.Join(t.TempDir(), "started")
+		a.wantError(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"missing"}, "startedMarker": marker}, 400, agent.CodeInvalidRequest)
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Fatalf("marker after a failed start: %v", err)
+		}
+		a.mustJSON(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"sleep", "1"}, "startedMarker": marker}, 200, nil)
+		if fi, err := os.Stat(marker); err != nil || fi.Size() != 0 {
+			t.Fatalf("marker after the start: %v", err)
 		}
 	})
 }

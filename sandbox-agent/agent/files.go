@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -554,9 +556,14 @@ type uploadMeta struct {
 
 // handleUpload reads repeated (metadata, file) part pairs and streams each file to its
 // path: parents are created, the file appears atomically, and mode/ownership apply.
+// uploadBuffer is the size of the reads from an upload's body and of the writes to the
+// file: mime/multipart reads its input 4 KiB at a time, which, straight from the
+// connection, is one syscall per 4 KiB both ways.
+const uploadBuffer = 1 << 20
+
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	mr, err := r.MultipartReader()
+	mr, err := multipartReader(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "expected a multipart/form-data body: "+err.Error())
 		return
@@ -565,7 +572,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	// usual (metadata, file) pairs and also all metadata parts before all files.
 	var pending []uploadMeta
 	uploaded := 0
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, uploadBuffer)
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -595,6 +602,11 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 			meta := pending[0]
 			pending = pending[1:]
 			if err := writeUpload(meta, part, buf); err != nil {
+				if be := (*uploadBodyError)(nil); errors.As(err, &be) {
+					// The client's body broke off or is malformed: its mistake, not ours.
+					writeError(w, http.StatusBadRequest, CodeInvalidRequest, "read multipart body: "+be.err.Error())
+					return
+				}
 				writeFSError(w, err)
 				return
 			}
@@ -638,7 +650,7 @@ func writeUpload(meta uploadMeta, part *multipart.Part, buf []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.CopyBuffer(tmp, part, buf); err != nil {
+	if err := copyInFullWrites(tmp, part, buf); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", meta.Path, err)
 	}
@@ -654,6 +666,56 @@ func writeUpload(meta uploadMeta, part *multipart.Part, buf []byte) error {
 	}
 	return os.Rename(tmp.Name(), meta.Path)
 }
+
+// multipartReader is http.Request.MultipartReader over a buffered body (uploadBuffer).
+func multipartReader(r *http.Request) (*multipart.Reader, error) {
+	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, err
+	}
+	if mediaType != "multipart/form-data" && mediaType != "multipart/mixed" {
+		return nil, fmt.Errorf("content type %s is not multipart/form-data", mediaType)
+	}
+	boundary := params["boundary"]
+	if boundary == "" {
+		return nil, errors.New("no multipart boundary")
+	}
+	return multipart.NewReader(bufio.NewReaderSize(r.Body, uploadBuffer), boundary), nil
+}
+
+// copyInFullWrites copies src to dst in writes of len(buf) bytes (the last one
+// shorter), however little each read of src yields. (io.CopyBuffer would hand an
+// *os.File the reads as they come: one write per 4 KiB multipart read.)
+func copyInFullWrites(dst io.Writer, src io.Reader, buf []byte) error {
+	for {
+		// Not io.ReadFull: it reports a short last read as io.ErrUnexpectedEOF, which is
+		// also what a multipart part says when the body breaks off.
+		n := 0
+		var err error
+		for n < len(buf) && err == nil {
+			var m int
+			m, err = src.Read(buf[n:])
+			n += m
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return &uploadBodyError{err}
+		}
+	}
+}
+
+// uploadBodyError is a failure to read an upload's body (as opposed to writing the file).
+type uploadBodyError struct{ err error }
+
+func (e *uploadBodyError) Error() string { return "read upload body: " + e.err.Error() }
+func (e *uploadBodyError) Unwrap() error { return e.err }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()

@@ -567,3 +567,30 @@ func TestDirectories(t *testing.T) {
 		a.wantError(http.MethodGet, "/directories/list", nil, 400, agent.CodeMissingQuery)
 	})
 }
+
+// TestFilesUploadTruncatedBody: a body that breaks off inside the file part (no closing
+// boundary) is refused and leaves no file, however the part's last bytes are buffered.
+func TestFilesUploadTruncatedBody(t *testing.T) {
+	a := newTestAgent(t, agent.Config{})
+	for _, size := range []int{10, 3 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "cut.bin")
+			var form bytes.Buffer
+			mw := multipart.NewWriter(&form)
+			meta, _ := mw.CreateFormField("metadata")
+			_ = json.NewEncoder(meta).Encode(map[string]any{"path": dst})
+			fw, _ := mw.CreateFormFile("file", "cut.bin")
+			_, _ = fw.Write(bytes.Repeat([]byte("x"), size))
+			// No mw.Close(): the closing boundary never comes.
+			resp := a.request(http.MethodPost, "/files/upload", bytes.NewReader(form.Bytes()), http.Header{"Content-Type": {mw.FormDataContentType()}})
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+				t.Fatalf("truncated upload: %d %s, want a 4xx", resp.StatusCode, body)
+			}
+			if _, err := os.Stat(dst); !os.IsNotExist(err) {
+				t.Fatalf("truncated upload left %s (stat: %v)", dst, err)
+			}
+		})
+	}
+}

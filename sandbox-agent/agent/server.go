@@ -19,13 +19,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 	"github.com/sandgate/sandgate/sandbox-agent/ptyhub"
 	"github.com/sandgate/sandgate/sandbox-agent/shellsession"
 )
 
 // TokenHeader carries the access token on every request when one is configured.
-const TokenHeader = "X-EXECD-ACCESS-TOKEN"
+const TokenHeader = agentproto.HeaderAgentToken
 
 // Config configures a Server. The zero value is usable.
 type Config struct {
@@ -109,7 +110,7 @@ func (s *Server) Close() error {
 
 func (s *Server) routes() {
 	m := s.mux
-	m.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	m.HandleFunc("GET "+agentproto.PathPing, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 
 	m.HandleFunc("POST /command", s.handleRunCommand)
 	m.HandleFunc("DELETE /command", s.handleInterruptCommand)
@@ -151,9 +152,9 @@ func (s *Server) routes() {
 	m.HandleFunc("/proxy/{port}", s.handleProxy)
 	m.HandleFunc("/proxy/{port}/{rest...}", s.handleProxy)
 
-	m.HandleFunc("GET /sandgate/env", s.handleGetEnv)
-	m.HandleFunc("PUT /sandgate/env", s.handlePutEnv)
-	m.HandleFunc("POST /sandgate/entrypoint", s.handleEntrypoint)
+	m.HandleFunc("GET "+agentproto.PathEnv, s.handleGetEnv)
+	m.HandleFunc("PUT "+agentproto.PathEnv, s.handlePutEnv)
+	m.HandleFunc("POST "+agentproto.PathEntrypoint, s.handleEntrypoint)
 
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
@@ -201,6 +202,11 @@ func (s *Server) handlePutEnv(w http.ResponseWriter, r *http.Request) {
 
 type entrypointRequest struct {
 	Entrypoint []string `json:"entrypoint"`
+	// StartedMarker, when set, is a file the agent creates (empty, read-only) once the
+	// entrypoint has started: a runtime's evidence, readable without the agent, that a
+	// create went all the way (the Docker runtime's start marker), written here rather
+	// than by one more engine call.
+	StartedMarker string `json:"startedMarker,omitempty"`
 }
 
 func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
@@ -219,6 +225,12 @@ func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
 	if err := s.cfg.StartEntrypoint(req.Entrypoint); err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
 		return
+	}
+	if req.StartedMarker != "" {
+		if err := os.WriteFile(req.StartedMarker, nil, 0o444); err != nil {
+			writeError(w, http.StatusInternalServerError, CodeRuntime, "entrypoint started; start marker not written: "+err.Error())
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entrypoint": req.Entrypoint})
 }

@@ -53,16 +53,44 @@ type eventStream struct {
 	buf       []byte
 }
 
+// newEventStream starts the response and sends its headers at once, for a stream whose
+// first event may be a while coming.
 func newEventStream(w http.ResponseWriter) *eventStream {
+	s := startEventStream(w)
+	_ = s.rc.Flush()
+	return s
+}
+
+// openEventStream starts the response with first, headers and event in one write (one
+// packet, where newEventStream and a send make two).
+func openEventStream(w http.ResponseWriter, first Event) *eventStream {
+	s := startEventStream(w)
+	_ = s.send(first, true)
+	return s
+}
+
+func startEventStream(w http.ResponseWriter) *eventStream {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &eventStream{w: bufio.NewWriterSize(w, 64<<10), rc: http.NewResponseController(w), lastWrite: time.Now()}
-	_ = s.rc.Flush()
-	return s
+	return &eventStream{w: bufio.NewWriterSize(w, 64<<10), rc: http.NewResponseController(w), lastWrite: time.Now()}
+}
+
+// end sends the stream's last event without flushing it on its own: the handler returns
+// next, and net/http writes it together with the end of the response (one write, where
+// a flushed send and the end make two). The handler must return right after.
+func (s *eventStream) end(last Event) {
+	if s.send(last, false) != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.w.Flush(); err != nil { // into the ResponseWriter, not onto the wire
+		s.err = err
+	}
 }
 
 // send writes ev and flushes when flush is set. It returns the first write error, after

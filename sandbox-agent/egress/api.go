@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
@@ -20,7 +21,7 @@ import (
 // accept the token in it (see egressauth: the gateway signs each request instead, so
 // that nothing it sends to port 18080 is worth capturing); SDKs send it to the gateway,
 // which checks it there.
-const AuthHeader = "OPENSANDBOX-EGRESS-AUTH"
+const AuthHeader = agentproto.HeaderEgressToken
 
 // EnforcementMode is what GET /policy reports: DNS filtering plus nftables.
 const EnforcementMode = "dns+nft"
@@ -73,8 +74,8 @@ type api struct {
 
 func (a *api) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/policy", a.authorized(a.handlePolicy))
-	mux.HandleFunc("/healthz", a.handleHealthz)
+	mux.HandleFunc(agentproto.PathPolicy, a.authorized(a.handlePolicy))
+	mux.HandleFunc(agentproto.PathHealthz, a.handleHealthz)
 	(&vaultAPI{api: a}).routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))

@@ -16,13 +16,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
 
 // Environment variables the enforcer reads (flags win over them).
 const (
-	EnvToken        = "SANDGATE_EGRESS_TOKEN"             // API token; unset = open API
-	EnvPolicy       = "SANDGATE_EGRESS_POLICY"            // initial policy JSON
+	EnvToken        = agentproto.EnvEgressToken           // API token; unset = open API
+	EnvPolicy       = agentproto.EnvEgressPolicy          // initial policy JSON
 	EnvUpstream     = "SANDGATE_EGRESS_UPSTREAM"          // --upstream
 	EnvPlatformDeny = "SANDGATE_EGRESS_PLATFORM_DENY"     // --platform-deny
 	EnvPolicyHook   = "SANDGATE_EGRESS_POLICY_HOOK"       // --policy-hook

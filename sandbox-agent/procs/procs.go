@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -189,6 +190,22 @@ func Stat(pid int) (ppid int, state byte, ok bool) {
 // Shell returns the shell used for commands and sessions: bash when the image has it,
 // else sh.
 func Shell() string {
+	// Every command starts through it: a bash once found is kept instead of being
+	// looked for (three stats) per command. Anything else is looked for again, so that
+	// a bash installed later is used.
+	if p, _ := foundBash.Load().(string); p != "" {
+		return p
+	}
+	p := findShell()
+	if IsBash(p) {
+		foundBash.Store(p)
+	}
+	return p
+}
+
+var foundBash atomic.Value
+
+func findShell() string {
 	for _, p := range []string{"/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"} {
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return p
@@ -202,6 +219,17 @@ func Shell() string {
 	}
 	return "/bin/sh"
 }
+
+// DevNull is /dev/null opened once for reading, the stdin of commands that have none:
+// exec.Cmd would open and close it for each start. Nil when it cannot be opened (exec
+// then opens it itself).
+var DevNull = func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+}()
 
 // IsBash reports whether shell is bash.
 func IsBash(shell string) bool { return filepath.Base(shell) == "bash" }

@@ -3,8 +3,11 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPublicAccessKeepsPlatformPorts: extensions["access.public"] opens a sandbox's
@@ -189,4 +192,65 @@ func TestAccessHeaderRotationAndRevocation(t *testing.T) {
 			t.Fatalf("forged value: %d %s", st, body)
 		}
 	})
+}
+
+// TestAccessHeaderKeyReadOnce: a proxied request with an access header does not read
+// its key's hash from Redis each time (it is kept per gateway and dropped on
+// revocation), and a revocation on one gateway still kills the values on another one
+// that has the key's hash in memory.
+func TestAccessHeaderKeyReadOnce(t *testing.T) {
+	rs := startRedis(t)
+	e := newEnv(t, rs)
+	admin := e.startGateway()
+	other := e.startGateway()
+	tenant := admin.createTenant("readonce", nil)
+	keyID, key := admin.issueKey(tenant, "member")
+	g := admin.asKey(key)
+	id := g.createSandbox(map[string]any{})
+	a := g.agent(id)
+	onOther := &agent{t: t, base: strings.Replace(a.base, admin.Addr, other.Addr, 1), client: a.client, headers: a.headers}
+	ping := func(a *agent) (int, string) {
+		resp := a.request("GET", "/ping", nil, "")
+		return resp.StatusCode, readAll(t, resp)
+	}
+	hgets := func() int {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(rs.Port), "INFO", "commandstats").Output()
+		if err != nil {
+			t.Fatalf("redis-cli INFO: %v", err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hget:calls="); ok {
+				n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+				return n
+			}
+		}
+		return 0
+	}
+	for _, ag := range []*agent{a, onOther} {
+		if st, body := ping(ag); st != 200 {
+			t.Fatalf("access header: %d %s", st, body)
+		}
+	}
+	const calls = 50
+	before := hgets()
+	for i := 0; i < calls; i++ {
+		if st, body := ping(a); st != 200 {
+			t.Fatalf("access header, call %d: %d %s", i, st, body)
+		}
+	}
+	// Each call read the key's hash before; now at most about one read a second (and
+	// the gateway's own background reads, which use other commands).
+	if n := hgets() - before; n >= calls/2 {
+		t.Fatalf("%d proxied calls made %d HGETs: the key's hash is read per request", calls, n)
+	}
+	if r := admin.do("DELETE", "/v1/tenants/"+tenant+"/keys/"+keyID, nil); r.Status != 204 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	if st, body := ping(a); st != 403 || !strings.Contains(body, "ACCESS::TOKEN_REVOKED") {
+		t.Fatalf("the revoked key's header on the revoking gateway: %d %s, want 403 ACCESS::TOKEN_REVOKED", st, body)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		st, body := ping(onOther)
+		return st == 403 && strings.Contains(body, "ACCESS::TOKEN_REVOKED")
+	}, "the revoked key's header refused on the other gateway")
 }

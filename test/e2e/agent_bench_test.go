@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // transferSize is the payload of one upload, download or stdout operation.
@@ -234,3 +236,76 @@ print("\n".join(map(str, out)), flush=True)
 kc.stop_channels()
 km.shutdown_kernel(now=True)
 `
+
+// BenchmarkTransfer100MiB measures a 100 MiB upload (multipart, as the SDKs send it) and
+// download of the same file through the gateway, beside the same calls straight to the
+// agent, and records upload_100mib and download_100mib (MB/s; p99 is the throughput of
+// the slowest 1% of transfers).
+func BenchmarkTransfer100MiB(b *testing.B) {
+	const size = 100 << 20
+	e := newEnv(b, startRedis(b))
+	g := e.startGateway()
+	id := g.createSandbox(map[string]any{})
+	defer g.do("DELETE", "/v1/sandboxes/"+id, nil)
+	targets := []struct {
+		name string
+		a    *agent
+	}{{"sandgate", g.agent(id)}, {"direct-agent", directAgent(b, id)}}
+	data, err := io.ReadAll(io.LimitReader(patternReader(5), size))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const path = "/tmp/bench/blob100.bin"
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	writeMetadataPart(mw, map[string]any{"path": path, "mode": 644})
+	fw, _ := mw.CreateFormFile("file", "blob100.bin")
+	fw.Write(data)
+	mw.Close()
+	data = nil
+	contentType := mw.FormDataContentType()
+
+	// throughput turns per-transfer durations into MB/s at p50 and at the p99 duration.
+	throughput := func(l latencies) (p50, p99 float64) {
+		d50, d99 := testenv.Quantiles(l, time.Second)
+		if d50 == 0 || d99 == 0 {
+			return 0, 0
+		}
+		return size / 1e6 / d50, size / 1e6 / d99
+	}
+	got := map[string]latencies{}
+	for _, op := range []string{"upload", "download"} {
+		for _, tg := range targets {
+			b.Run(op+"/"+tg.name, func(b *testing.B) {
+				a := tg.a.as(b)
+				b.SetBytes(size)
+				var lat latencies
+				defer func() { got[op+"/"+tg.name] = lat }()
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					if op == "upload" {
+						resp := a.request("POST", "/files/upload", bytes.NewReader(form.Bytes()), contentType)
+						msg, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != 200 {
+							b.Fatalf("upload: %d %s", resp.StatusCode, msg)
+						}
+					} else {
+						resp := a.request("GET", "/files/download?path="+url.QueryEscape(path), nil, "")
+						n, err := io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if err != nil || resp.StatusCode != 200 || n != size {
+							b.Fatalf("download: %d, %d bytes, %v", resp.StatusCode, n, err)
+						}
+					}
+					lat = append(lat, time.Since(t0))
+				}
+			})
+		}
+	}
+	for _, f := range []struct{ name, op, target string }{{"upload_100mib", "upload", ">= 300"}, {"download_100mib", "download", ">= 600"}} {
+		p50, p99 := throughput(got[f.op+"/sandgate"])
+		base, _ := throughput(got[f.op+"/direct-agent"])
+		testenv.RecordFigure(b, testenv.Figure{Name: f.name, Unit: "MB/s", P50: p50, P99: p99, BaselineP50: base, Target: f.target})
+	}
+}

@@ -187,7 +187,7 @@ func TestEnforcerAttacks(t *testing.T) {
 		if out != "0" {
 			t.Fatalf("the workload sees %s enforcer processes", out)
 		}
-		if got := s.sh(`pkill -KILL -f '^/.sandgate/sandbox-agent egress'; echo $?`); got != "1" {
+		if got := s.sh(`pkill -KILL -f '^/.sandgate/bin/sandbox-agent egress'; echo $?`); got != "1" {
 			t.Fatalf("pkill of the enforcer from the workload: exit %s, want 1 (no such process)", got)
 		}
 		workloadNS := s.sh("readlink /proc/1/ns/pid")

@@ -37,8 +37,9 @@ func sandboxAddr(b testing.TB, id string) string {
 	return ""
 }
 
-// parallelGet runs b.N GETs from 8 goroutines and reports req/s and p50/p99.
-func parallelGet(b *testing.B, url string, hdr map[string]string) {
+// parallelGet runs b.N GETs from 8 goroutines and reports req/s and p50/p99; it also
+// returns them.
+func parallelGet(b *testing.B, url string, hdr map[string]string) (float64, latencies) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var mu sync.Mutex
 	var lat latencies
@@ -69,8 +70,10 @@ func parallelGet(b *testing.B, url string, hdr map[string]string) {
 		lat = append(lat, mine...)
 		mu.Unlock()
 	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+	rps := float64(b.N) / time.Since(start).Seconds()
+	b.ReportMetric(rps, "req/s")
 	lat.report(b)
+	return rps, lat
 }
 
 // BenchmarkPreviewSmallResponse: a small response through the gateway's proxy beside the
@@ -82,12 +85,19 @@ func BenchmarkPreviewSmallResponse(b *testing.B) {
 	defer g.do("DELETE", "/v1/sandboxes/"+id, nil)
 	startPreviewServer(b, g, id)
 	_, hdr, _ := g.endpoint(id, previewPort, "")
+	var rps, directRPS float64
+	var lat, directLat latencies
 	b.Run("sandgate", func(b *testing.B) {
-		parallelGet(b, fmt.Sprintf("http://%s/sandboxes/%s/proxy/%d/headers", g.Addr, id, previewPort), hdr)
+		rps, lat = parallelGet(b, fmt.Sprintf("http://%s/sandboxes/%s/proxy/%d/headers", g.Addr, id, previewPort), hdr)
 	})
 	b.Run("direct-container", func(b *testing.B) {
-		parallelGet(b, fmt.Sprintf("http://%s:%d/headers", sandboxAddr(b, id), previewPort), nil)
+		directRPS, directLat = parallelGet(b, fmt.Sprintf("http://%s:%d/headers", sandboxAddr(b, id), previewPort), nil)
 	})
+	// req/s is one figure per run; its p99 is not defined (0).
+	testenv.RecordFigure(b, testenv.Figure{Name: "preview_rps", Unit: "req/s", P50: rps, BaselineP50: directRPS, Target: ">= 0.7x"})
+	p50, p99 := lat.ms()
+	d50, _ := directLat.ms()
+	testenv.RecordFigure(b, testenv.Figure{Name: "preview_latency", Unit: "ms", P50: p50, P99: p99, BaselineP50: d50, Target: "<= +1"})
 }
 
 // BenchmarkPreviewWebSocketEcho: one message's round trip through the gateway vs direct.

@@ -1,0 +1,137 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+)
+
+// The agent binary reaches every container (workloads and enforcer sidecars) through
+// one named volume per agent build, mounted read-only at agentBinDir, instead of a
+// copy into each container: a copy is an engine call that unpacks 9 MB through the
+// engine's untar helper before the workload can start (100-300 ms on the 2-core test
+// machine, on the critical path of every cold create), a mount is part of the create
+// call. The volume is filled once per gateway process (agentVolume), under a name that
+// is the binary's hash, so a new build never changes what running sandboxes execute.
+//
+// Read-only is what makes sharing safe: no sandbox can change the binary that every
+// other sandbox, and every enforcer, runs (root in a container has no CAP_SYS_ADMIN to
+// remount it; TestAgentBinaryReadOnly). Only the short-lived filler container mounts
+// it writable.
+
+// agentBinDir is where the agent volume is mounted; agentPath is the binary in it.
+const agentBinDir = agentDir + "/bin"
+
+// agentDoneFile is written into the volume after the binary: a volume that has it was
+// filled completely (a filler killed half-way leaves none, and the next fill redoes it).
+const agentDoneFile = "sandbox-agent.sha256"
+
+// labelAgentVolume marks the filler container (never started, removed at once).
+const roleAgentVolume = "agent-volume"
+
+// agentMount is the read-only mount of the agent volume vol.
+func agentMount(vol string) mount.Mount {
+	return mount.Mount{Type: mount.TypeVolume, Source: vol, Target: agentBinDir, ReadOnly: true,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
+}
+
+// agentVolume returns the name of the volume holding the current agent binary, filling
+// it first when this process has not yet (image is any image present on the engine: the
+// filler container is made from it and never started).
+func (r *Runtime) agentVolume(ctx context.Context, image string) (string, error) {
+	r.agentMu.Lock()
+	defer r.agentMu.Unlock()
+	fi, err := os.Stat(r.opts.AgentBinary)
+	if err != nil {
+		return "", fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", r.opts.AgentBinary, err)
+	}
+	if r.agentVol != "" && fi.ModTime().Equal(r.agentMod) {
+		return r.agentVol, nil
+	}
+	bin, err := os.ReadFile(r.opts.AgentBinary)
+	if err != nil {
+		return "", fmt.Errorf("read sandbox-agent: %w", err)
+	}
+	sum := sha256.Sum256(bin)
+	digest := hex.EncodeToString(sum[:])
+	vol := "sandgate-agent-" + digest[:16]
+	created, err := r.createFiller(ctx, vol, image)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		_, _ = r.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
+	}()
+	if _, err := r.cli.ContainerStatPath(ctx, created.ID, client.ContainerStatPathOptions{Path: "/agent/" + agentDoneFile}); err != nil {
+		// Not filled yet. (A filled one is not written again: sandboxes may be running
+		// the binary, which cannot be overwritten while it executes.)
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		_ = tw.WriteHeader(&tar.Header{Name: "sandbox-agent", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))})
+		_, _ = tw.Write(bin)
+		_ = tw.WriteHeader(&tar.Header{Name: agentDoneFile, Typeflag: tar.TypeReg, Mode: 0o444, Size: int64(len(digest) + 1)})
+		_, _ = tw.Write([]byte(digest + "\n"))
+		if err := tw.Close(); err != nil {
+			return "", fmt.Errorf("pack sandbox-agent: %w", err)
+		}
+		if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
+			DestinationPath: "/agent", Content: &buf,
+		}); err != nil {
+			return "", fmt.Errorf("fill the agent volume: %w", err)
+		}
+	}
+	r.agentVol, r.agentMod = vol, fi.ModTime()
+	return vol, nil
+}
+
+// fillerStale is how old another process's filler must be to be taken for the leftover
+// of a process killed while filling (a fill takes well under a second).
+const fillerStale = 2 * time.Minute
+
+// createFiller creates the one filler container of vol (its fixed name makes fills of
+// several gateways on one engine take turns: two at once could interleave their writes),
+// waiting while another process's filler exists, and removing one left by a killed
+// process.
+func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.ContainerCreateResult, error) {
+	name := vol + "-filler"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Name: name,
+			Config: &container.Config{
+				Image: image, Entrypoint: []string{"/nonexistent"}, Labels: map[string]string{labelRole: roleAgentVolume},
+			},
+			HostConfig: &container.HostConfig{
+				NetworkMode: "none",
+				Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/agent", VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+			},
+		})
+		if err == nil {
+			return created, nil
+		}
+		if !cerrdefs.IsConflict(err) || time.Now().After(deadline) {
+			return client.ContainerCreateResult{}, fmt.Errorf("create the agent volume's filler: %w", err)
+		}
+		if other, ierr := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); ierr == nil {
+			if at, perr := time.Parse(time.RFC3339Nano, other.Container.Created); perr == nil && time.Since(at) > fillerStale {
+				_, _ = r.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return client.ContainerCreateResult{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,44 @@
+// Package agentproto holds the wire names shared by the in-sandbox agent, the egress
+// enforcer and everything that calls them (the gateway, the runtimes, the tests): ports,
+// credential headers, environment variables and the paths of sandgate's own routes. It
+// is a leaf: it imports nothing, so that the agent and its callers agree on these names
+// by construction instead of by copy.
+package agentproto
+
+// Ports inside every sandbox: the agent API and the egress enforcer's API.
+const (
+	AgentPort  = 44772
+	EgressPort = 18080
+)
+
+// Credential headers. The SDKs send exactly these names (OpenSandbox's).
+const (
+	// HeaderAgentToken carries the agent's token on every agent request.
+	HeaderAgentToken = "X-EXECD-ACCESS-TOKEN"
+	// HeaderEgressToken is OpenSandbox's header for the egress API token. The enforcer
+	// itself never accepts it (requests to it are signed, package egressauth); SDKs send
+	// it to the gateway, which checks it there.
+	HeaderEgressToken = "OPENSANDBOX-EGRESS-AUTH"
+)
+
+// Environment variables the agent and the enforcer read from their container; the agent
+// removes them from every child's environment.
+const (
+	EnvAgentToken   = "SANDGATE_AGENT_TOKEN"
+	EnvEgressToken  = "SANDGATE_EGRESS_TOKEN"
+	EnvEgressPolicy = "SANDGATE_EGRESS_POLICY"
+)
+
+// Agent routes that callers other than a sandbox's user use: readiness and sandgate's
+// warm-pool extensions (late-bound environment, deferred entrypoint).
+const (
+	PathPing       = "/ping"
+	PathEnv        = "/sandgate/env"
+	PathEntrypoint = "/sandgate/entrypoint"
+)
+
+// Enforcer routes: the (signed) policy API and the unauthenticated health check.
+const (
+	PathPolicy  = "/policy"
+	PathHealthz = "/healthz"
+)
