@@ -231,4 +231,3 @@ func setupFork(cmd *cobra.Command) {
 		return nil
 	}
 }
-
