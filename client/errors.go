@@ -63,6 +63,8 @@ var (
 	ErrVaultRevisionConflict  = &Error{Code: "VAULT::REVISION_CONFLICT"}
 	ErrVaultUnknownCredential = &Error{Code: "VAULT::UNKNOWN_CREDENTIAL"}
 	ErrVaultProxyNotEnabled   = &Error{Code: "VAULT::PROXY_NOT_ENABLED"}
+	ErrVaultHostNotAllowed    = &Error{Code: "VAULT::HOST_NOT_ALLOWED"}
+	ErrVaultOverlapping       = &Error{Code: "VAULT::OVERLAPPING_BINDINGS"}
 )
 
 // errorFrom reads an error answer. Bodies that are not {code, message} (a proxy's page,

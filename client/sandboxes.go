@@ -105,7 +105,9 @@ type CreateRequest struct {
 	Volumes        []Volume          `json:"volumes,omitempty"`
 	SnapshotID     string            `json:"snapshotId,omitempty"`
 	SecureAccess   bool              `json:"secureAccess,omitempty"`
-	Extensions     map[string]string `json:"extensions,omitempty"`
+	// CredentialProxy gives the sandbox a credential vault (see Client.Vault).
+	CredentialProxy *CredentialProxy  `json:"credentialProxy,omitempty"`
+	Extensions      map[string]string `json:"extensions,omitempty"`
 }
 
 // Seconds returns a pointer to d in whole seconds, for CreateRequest.Timeout.

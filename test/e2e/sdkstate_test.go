@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -217,5 +218,104 @@ func TestGoSDKStateVolumes(t *testing.T) {
 	}
 	if _, err := c.SandboxMetrics(ctx, "no-such-sandbox"); !errors.Is(err, sandgate.ErrNotFound) {
 		t.Fatalf("metrics of a missing sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestGoSDKStateVault drives the credential vault calls of the SDK through the gateway:
+// create, get, the credential and binding reads (never a value), a patch with and
+// without the right expected revision, a binding to a host the egress policy does not
+// allow (refused by the Rego vault policy), delete; and a sandbox without the proxy
+// answers ErrVaultProxyNotEnabled. No traffic leaves the sandbox.
+func TestGoSDKStateVault(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := sdkClient(t, g, e.APIKey)
+	const host = "vault-sdk.example"
+	const secret = "sdk-secret-value-1234"
+	sb := sdkCreate(t, ctx, c, sandgate.CreateRequest{
+		NetworkPolicy:   &sandgate.NetworkPolicy{DefaultAction: "deny", Egress: []sandgate.EgressRule{{Action: "allow", Target: host}}},
+		CredentialProxy: &sandgate.CredentialProxy{Enabled: true},
+	})
+	v, err := c.Vault(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Get(ctx); !errors.Is(err, sandgate.ErrVaultNotFound) {
+		t.Fatalf("get before create: %v, want ErrVaultNotFound", err)
+	}
+	bind := sandgate.Binding{Name: "api", Match: sandgate.BindingMatch{Hosts: []string{host}, Paths: []string{"/v1/*"}},
+		Auth: sandgate.BindingAuth{Type: sandgate.AuthBearer, Credential: "token"}}
+	st, err := v.Create(ctx, []sandgate.Credential{sandgate.InlineCredential("token", secret)}, []sandgate.Binding{bind})
+	if err != nil || st.Revision != 1 || len(st.Credentials) != 1 || st.Credentials[0].SourceType != "inline" ||
+		len(st.Bindings) != 1 || st.Bindings[0].Match.Ports[0] != 443 || st.Bindings[0].Auth.Type != sandgate.AuthBearer {
+		t.Fatalf("create = %+v, %v", st, err)
+	}
+	if _, err := v.Create(ctx, nil, nil); !errors.Is(err, sandgate.ErrVaultAlreadyExists) {
+		t.Fatalf("second create: %v, want ErrVaultAlreadyExists", err)
+	}
+	got, err := v.Get(ctx)
+	if err != nil || got.Revision != 1 {
+		t.Fatalf("get = %+v, %v", got, err)
+	}
+	creds, err := v.Credentials(ctx)
+	if err != nil || len(creds) != 1 || creds[0].Name != "token" {
+		t.Fatalf("credentials = %+v, %v", creds, err)
+	}
+	if cm, err := v.Credential(ctx, "token"); err != nil || cm.Name != "token" {
+		t.Fatalf("credential = %+v, %v", cm, err)
+	}
+	binds, err := v.Bindings(ctx)
+	if err != nil || len(binds) != 1 || binds[0].Name != "api" {
+		t.Fatalf("bindings = %+v, %v", binds, err)
+	}
+	if bm, err := v.Binding(ctx, "api"); err != nil || bm.Match.Hosts[0] != host {
+		t.Fatalf("binding = %+v, %v", bm, err)
+	}
+	if _, err := v.Binding(ctx, "nope"); !errors.Is(err, sandgate.ErrVaultNotFound) {
+		t.Fatalf("missing binding: %v, want ErrVaultNotFound", err)
+	}
+
+	stale := int64(0)
+	if _, err := v.Patch(ctx, sandgate.VaultPatch{ExpectedRevision: &stale, Credentials: &sandgate.CredentialChanges{
+		Add: []sandgate.Credential{sandgate.InlineCredential("other", "x-value")}}}); !errors.Is(err, sandgate.ErrVaultRevisionConflict) {
+		t.Fatalf("patch at a stale revision: %v, want ErrVaultRevisionConflict", err)
+	}
+	rev := got.Revision
+	st, err = v.Patch(ctx, sandgate.VaultPatch{ExpectedRevision: &rev, Credentials: &sandgate.CredentialChanges{
+		Replace: []sandgate.Credential{sandgate.InlineCredential("token", secret+"-2")}}})
+	if err != nil || st.Revision != rev+1 {
+		t.Fatalf("patch = %+v, %v", st, err)
+	}
+	other := bind
+	other.Name, other.Match.Hosts = "elsewhere", []string{"not-allowed.example"}
+	if _, err := v.Patch(ctx, sandgate.VaultPatch{Bindings: &sandgate.BindingChanges{Add: []sandgate.Binding{other}}}); !errors.Is(err, sandgate.ErrVaultHostNotAllowed) {
+		t.Fatalf("binding a host the egress policy denies: %v, want ErrVaultHostNotAllowed", err)
+	}
+	if _, err := v.Patch(ctx, sandgate.VaultPatch{Bindings: &sandgate.BindingChanges{Add: []sandgate.Binding{{Name: "x", Match: sandgate.BindingMatch{Hosts: []string{host}},
+		Auth: sandgate.BindingAuth{Type: sandgate.AuthBearer, Credential: "no-such"}}}}}); !errors.Is(err, sandgate.ErrVaultUnknownCredential) {
+		t.Fatalf("binding an unknown credential: %v, want ErrVaultUnknownCredential", err)
+	}
+	// No answer ever held a value.
+	for _, s := range []any{st, got, creds, binds} {
+		if b, _ := json.Marshal(s); strings.Contains(string(b), secret) {
+			t.Fatalf("an answer holds the credential's value: %s", b)
+		}
+	}
+	if err := v.Delete(ctx); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := v.Get(ctx); !errors.Is(err, sandgate.ErrVaultNotFound) {
+		t.Fatalf("get after delete: %v, want ErrVaultNotFound", err)
+	}
+
+	plain := sdkCreate(t, ctx, c, sandgate.CreateRequest{})
+	pv, err := c.Vault(ctx, plain.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pv.Get(ctx); !errors.Is(err, sandgate.ErrVaultProxyNotEnabled) {
+		t.Fatalf("vault of a sandbox without the proxy: %v, want ErrVaultProxyNotEnabled", err)
 	}
 }
