@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -211,13 +212,21 @@ func setupFork(cmd *cobra.Command) {
 			return err
 		}
 		if !noWait {
+			tty := isTerminal(os.Stderr)
 			last := ""
+			started := time.Now()
 			b, err = c.WaitBatch(ctx, b.ID, func(b *sandgate.Batch) {
-				if line := batchProgress(b); line != last {
+				line := batchProgress(b)
+				if tty {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\r%s (%s)", line, time.Since(started).Round(time.Second))
+				} else if line != last {
 					fmt.Fprintln(cmd.ErrOrStderr(), line)
-					last = line
 				}
+				last = line
 			})
+			if tty {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
 			if err != nil {
 				return err
 			}
