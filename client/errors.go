@@ -44,6 +44,27 @@ var (
 	ErrPolicyNotFound    = &Error{Code: "POLICY::NOT_FOUND"}
 	ErrStoreUnavailable  = &Error{Code: "STORE::UNAVAILABLE"}
 	ErrUnreachable       = &Error{Code: "SANDBOX::UPSTREAM_UNREACHABLE"}
+
+	ErrSnapshotNotFound    = &Error{Code: "SNAPSHOT::NOT_FOUND"}
+	ErrSnapshotNotReady    = &Error{Code: "SNAPSHOT::NOT_READY"}
+	ErrSnapshotInUse       = &Error{Code: "SNAPSHOT::IN_USE"}
+	ErrSnapshotInvalid     = &Error{Code: "SNAPSHOT::INVALID_PARAMETER"}
+	ErrSnapshotUnsupported = &Error{Code: "SNAPSHOT::UNSUPPORTED"}
+
+	ErrVolumeNotFound         = &Error{Code: "VOLUME::NOT_FOUND"}
+	ErrVolumeInvalid          = &Error{Code: "VOLUME::INVALID_PARAMETER"}
+	ErrVolumeUnsupported      = &Error{Code: "VOLUME::UNSUPPORTED"}
+	ErrVolumeHostPathNotFound = &Error{Code: "VOLUME::HOST_PATH_NOT_FOUND"}
+	ErrVolumeHostNotAllowed   = &Error{Code: "VOLUME::HOST_NOT_ALLOWED"}
+
+	ErrVaultNotFound          = &Error{Code: "VAULT::NOT_FOUND"}
+	ErrVaultAlreadyExists     = &Error{Code: "VAULT::ALREADY_EXISTS"}
+	ErrVaultInvalidRequest    = &Error{Code: "VAULT::INVALID_REQUEST"}
+	ErrVaultRevisionConflict  = &Error{Code: "VAULT::REVISION_CONFLICT"}
+	ErrVaultUnknownCredential = &Error{Code: "VAULT::UNKNOWN_CREDENTIAL"}
+	ErrVaultProxyNotEnabled   = &Error{Code: "VAULT::PROXY_NOT_ENABLED"}
+	ErrVaultHostNotAllowed    = &Error{Code: "VAULT::HOST_NOT_ALLOWED"}
+	ErrVaultOverlapping       = &Error{Code: "VAULT::OVERLAPPING_BINDINGS"}
 )
 
 // errorFrom reads an error answer. Bodies that are not {code, message} (a proxy's page,

@@ -118,3 +118,87 @@ func ExampleAgent_OpenPTY() {
 		}
 	}
 }
+
+// Snapshot a sandbox, start a new one from the snapshot and fork the original twice.
+func ExampleClient_Fork() {
+	ctx := context.Background()
+	c, _ := sandgate.NewFromEnv()
+	snap, err := c.CreateSnapshot(ctx, "3f6c…", "after-setup")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.WaitSnapshot(ctx, snap.ID); err != nil {
+		log.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, sandgate.CreateRequest{SnapshotID: snap.ID})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("from the snapshot:", sb.ID)
+
+	b, err := c.Fork(ctx, "3f6c…", sandgate.ForkRequest{Count: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, _ = c.WaitBatch(ctx, b.ID, nil)
+	for _, m := range b.Members {
+		fmt.Println("fork:", m.ID, m.Status.State)
+	}
+	// A snapshot goes once no sandbox runs from it.
+	if err := c.DeleteSnapshot(ctx, snap.ID); errors.Is(err, sandgate.ErrSnapshotInUse) {
+		fmt.Println("still in use")
+	}
+}
+
+// Share a named volume between two sandboxes of your tenant.
+func ExampleVolume() {
+	ctx := context.Background()
+	c, _ := sandgate.NewFromEnv()
+	vols := []sandgate.Volume{{Name: "data", MountPath: "/data", PVC: &sandgate.PVCVolume{ClaimName: "shared"}}}
+	for range 2 {
+		sb, err := c.CreateSandbox(ctx, sandgate.CreateRequest{
+			Image: &sandgate.Image{URI: "sandgate/base:0.1.0"}, Entrypoint: []string{"tail", "-f", "/dev/null"}, Volumes: vols,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(sb.ID, "mounts shared at /data")
+	}
+}
+
+// Follow a sandbox's CPU and memory as the gateway samples them.
+func ExampleClient_WatchSandboxMetrics() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, _ := sandgate.NewFromEnv()
+	for p, err := range c.WatchSandboxMetrics(ctx, "3f6c…") {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s cpu %.0f%% mem %d MiB\n", p.Time.Format(time.TimeOnly), p.CPUPercent, p.MemoryBytes>>20)
+	}
+}
+
+// Give a sandbox an API token it can use but never read: the egress enforcer adds it
+// to the sandbox's requests to api.example.com.
+func ExampleClient_Vault() {
+	ctx := context.Background()
+	c, _ := sandgate.NewFromEnv()
+	sb, err := c.CreateSandbox(ctx, sandgate.CreateRequest{
+		Image: &sandgate.Image{URI: "sandgate/base:0.1.0"}, Entrypoint: []string{"tail", "-f", "/dev/null"},
+		NetworkPolicy:   &sandgate.NetworkPolicy{DefaultAction: "deny", Egress: []sandgate.EgressRule{{Action: "allow", Target: "api.example.com"}}},
+		CredentialProxy: &sandgate.CredentialProxy{Enabled: true},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	v, _ := c.Vault(ctx, sb.ID)
+	st, err := v.Create(ctx,
+		[]sandgate.Credential{sandgate.InlineCredential("api-token", os.Getenv("API_TOKEN"))},
+		[]sandgate.Binding{{Name: "api", Match: sandgate.BindingMatch{Hosts: []string{"api.example.com"}},
+			Auth: sandgate.BindingAuth{Type: sandgate.AuthBearer, Credential: "api-token"}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("vault revision", st.Revision)
+}

@@ -61,14 +61,30 @@ type NetworkPolicy struct {
 	Egress        []EgressRule `json:"egress,omitempty"`
 }
 
-// Volume mounts storage into a sandbox.
+// Volume mounts storage into a sandbox: exactly one of Host and PVC.
 type Volume struct {
-	Name      string         `json:"name"`
-	MountPath string         `json:"mountPath"`
-	ReadOnly  bool           `json:"readOnly,omitempty"`
-	SubPath   string         `json:"subPath,omitempty"`
-	Host      *HostVolume    `json:"host,omitempty"`
-	PVC       map[string]any `json:"pvc,omitempty"`
+	Name      string      `json:"name"`
+	MountPath string      `json:"mountPath"`
+	ReadOnly  bool        `json:"readOnly,omitempty"`
+	SubPath   string      `json:"subPath,omitempty"`
+	Host      *HostVolume `json:"host,omitempty"`
+	PVC       *PVCVolume  `json:"pvc,omitempty"`
+}
+
+// PVCVolume is a named volume (a Docker named volume or a Kubernetes
+// PersistentVolumeClaim), private to the tenant: sandboxes of one tenant naming the
+// same ClaimName share it.
+type PVCVolume struct {
+	ClaimName string `json:"claimName"`
+	// CreateIfNotExists defaults to true on the server; false refuses a missing claim
+	// with ErrVolumeNotFound.
+	CreateIfNotExists *bool `json:"createIfNotExists,omitempty"`
+	// DeleteOnSandboxTermination removes the volume with the sandbox, if the
+	// sandbox's own create made it.
+	DeleteOnSandboxTermination bool     `json:"deleteOnSandboxTermination,omitempty"`
+	StorageClass               string   `json:"storageClass,omitempty"`
+	Storage                    string   `json:"storage,omitempty"` // e.g. "1Gi"
+	AccessModes                []string `json:"accessModes,omitempty"`
 }
 
 // HostVolume is a host directory (allowed only under operator-configured prefixes).
@@ -89,7 +105,9 @@ type CreateRequest struct {
 	Volumes        []Volume          `json:"volumes,omitempty"`
 	SnapshotID     string            `json:"snapshotId,omitempty"`
 	SecureAccess   bool              `json:"secureAccess,omitempty"`
-	Extensions     map[string]string `json:"extensions,omitempty"`
+	// CredentialProxy gives the sandbox a credential vault (see Client.Vault).
+	CredentialProxy *CredentialProxy  `json:"credentialProxy,omitempty"`
+	Extensions      map[string]string `json:"extensions,omitempty"`
 }
 
 // Seconds returns a pointer to d in whole seconds, for CreateRequest.Timeout.

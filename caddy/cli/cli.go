@@ -42,6 +42,8 @@ func Commands() []Command {
 		{Name: "preview", Usage: "<sandbox> <port> [--ttl 1h] [--open]", Short: "Prints a signed browser link to a port of a sandbox", Setup: setupPreview},
 		{Name: "pool", Usage: "ls|get|create|edit|rm", Short: "Manages pools of warm sandboxes", Setup: setupPool},
 		{Name: "batch", Usage: "create|get|rm", Short: "Creates many sandboxes at once", Setup: setupBatch},
+		{Name: "snapshot", Usage: "create|ls|get|rm", Short: "Manages snapshots of sandboxes", Setup: setupSnapshot},
+		{Name: "fork", Usage: "<sandbox> --count N", Short: "Starts copies of a running sandbox", Setup: setupFork},
 		{Name: "plugin", Usage: "push|ls|get|rm", Short: "Manages WASM plugins", Setup: setupPlugin},
 		{Name: "tenant", Usage: "create|ls|get|edit", Short: "Manages tenants (platform admins)", Setup: setupTenant},
 		{Name: "key", Usage: "create|ls|rm --tenant <id>", Short: "Manages a tenant's API keys (admins)", Setup: setupKey},

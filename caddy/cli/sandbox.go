@@ -20,6 +20,8 @@ const defaultImage = "sandgate/base:0.1.0"
 // create, batch create).
 type templateFlags struct {
 	file, image, cpu, memory, pool string
+	snapshot                       string
+	volumes                        []string
 	timeout                        time.Duration
 	env, metadata                  []string
 	entrypoint                     []string
@@ -34,6 +36,8 @@ func (f *templateFlags) add(cmd *cobra.Command, withPool bool) {
 	cmd.Flags().StringVar(&f.cpu, "cpu", "", `CPU limit, e.g. "500m" or "2"`)
 	cmd.Flags().StringVar(&f.memory, "memory", "", `memory limit, e.g. "512Mi"`)
 	cmd.Flags().StringSliceVar(&f.entrypoint, "entrypoint", nil, "entrypoint, comma-separated (default tail -f /dev/null)")
+	cmd.Flags().StringVar(&f.snapshot, "snapshot", "", "start from this snapshot (its image and entrypoint)")
+	cmd.Flags().StringArrayVarP(&f.volumes, "volume", "v", nil, "mount SOURCE:/path[:ro]: a named volume of your tenant, or a /host/path (repeatable)")
 	if withPool {
 		cmd.Flags().StringVar(&f.pool, "pool", "", "claim a warm sandbox from this pool")
 	}
@@ -68,6 +72,16 @@ func (f *templateFlags) request() (sandgate.CreateRequest, error) {
 	}
 	if f.image != "" {
 		req.Image = &sandgate.Image{URI: f.image}
+	}
+	if f.snapshot != "" {
+		req.SnapshotID = f.snapshot
+	}
+	for i, s := range f.volumes {
+		v, err := parseVolume(i, s)
+		if err != nil {
+			return req, err
+		}
+		req.Volumes = append(req.Volumes, v)
 	}
 	if f.pool != "" {
 		if req.Extensions == nil {
@@ -148,7 +162,9 @@ func setupSandbox(cmd *cobra.Command) {
 		Short: "Creates a sandbox and prints it once it runs",
 		Example: `  sandgate sandbox create
   sandgate sandbox create --image python:3.12 --entrypoint sleep,infinity --cpu 1 --memory 1Gi
-  sandgate sandbox create --pool warm -e TOKEN=abc -o json`,
+  sandgate sandbox create --pool warm -e TOKEN=abc -o json
+  sandgate sandbox create --snapshot <snapshot-id>
+  sandgate sandbox create --volume data:/data --volume /srv/shared:/mnt/shared:ro`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := tf.request()

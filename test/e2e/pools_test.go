@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	sandgate "github.com/sandgate/sandgate/client"
 )
 
 // poolStatus reads a pool's live numbers.
@@ -48,6 +51,7 @@ func (g *gateway) waitAvailable(name string, want int, within time.Duration) {
 func TestPools(t *testing.T) {
 	e := newEnv(t, startRedis(t))
 	g := e.startGateway()
+	c, ctx := sdkClient(t, g, g.APIKey), context.Background()
 
 	t.Run("bad pool definitions", func(t *testing.T) {
 		tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
@@ -81,33 +85,23 @@ func TestPools(t *testing.T) {
 	})
 
 	t.Run("claim binds env, metadata and timeout late", func(t *testing.T) {
-		r := g.do("POST", "/v1/sandboxes", map[string]any{
-			"extensions": map[string]string{"poolRef": "warm"},
-			"env":        map[string]string{"CLAIMED": "yes"},
-			"metadata":   map[string]string{"team": "alpha"},
-			"timeout":    300,
-		})
-		if r.Status != 202 {
-			t.Fatalf("claim: %d %s", r.Status, r.Body)
+		sb, err := c.CreateSandbox(ctx, sandgate.CreateRequest{Extensions: map[string]string{"poolRef": "warm"},
+			Env: map[string]string{"CLAIMED": "yes"}, Metadata: map[string]string{"team": "alpha"}, Timeout: sandgate.Seconds(300 * time.Second)})
+		if err != nil || sb.Metadata["team"] != "alpha" || sb.Metadata["tier"] != "warm" || sb.Metadata["sandgate.io/pool"] != "warm" || sb.ExpiresAt == nil {
+			t.Fatalf("claim: %+v, %v", sb, err)
 		}
-		m := r.JSON(t)
-		id := m["id"].(string)
-		md := m["metadata"].(map[string]any)
-		if md["team"] != "alpha" || md["tier"] != "warm" || md["sandgate.io/pool"] != "warm" || m["expiresAt"] == nil {
-			t.Fatalf("claim response: %s", r.Body)
-		}
-		if out := stdoutOf(g.agent(id).run(`echo "$CLAIMED $FROM_TEMPLATE"`)); out != "yes t" {
+		if out := sdkExec(t, ctx, c, sb.ID, `echo "$CLAIMED $FROM_TEMPLATE"`); out != "yes t" {
 			t.Fatalf("env after claim = %q, want \"yes t\"", out)
 		}
 		if _, alloc, _ := g.poolStatus("warm"); alloc != 1 {
 			t.Fatalf("allocated = %d, want 1", alloc)
 		}
 		g.waitAvailable("warm", 3, 30*time.Second)
-		if r := g.do("GET", "/v1/sandboxes?metadata="+"team%3Dalpha", nil); len(r.JSON(t)["items"].([]any)) != 1 {
-			t.Fatalf("claimed sandbox not listed: %s", r.Body)
+		if page, err := c.ListSandboxes(ctx, sandgate.ListOptions{Metadata: map[string]string{"team": "alpha"}}); err != nil || len(page.Items) != 1 {
+			t.Fatalf("claimed sandbox not listed: %+v, %v", page, err)
 		}
-		if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
-			t.Fatalf("delete: %d", r.Status)
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatalf("delete: %v", err)
 		}
 		if _, alloc, _ := g.poolStatus("warm"); alloc != 0 {
 			t.Fatalf("allocated after delete = %d, want 0", alloc)
@@ -145,41 +139,33 @@ func TestPools(t *testing.T) {
 
 	t.Run("batch larger than the pool mixes warm and cold", func(t *testing.T) {
 		g.waitAvailable("warm", 3, 30*time.Second)
-		r := g.do("POST", "/v1/batches", map[string]any{"count": 5, "poolRef": "warm", "metadata": map[string]string{"job": "mix"}, "env": map[string]string{"B": "1"}})
-		if r.Status != 202 {
-			t.Fatalf("batch: %d %s", r.Status, r.Body)
+		b, err := c.CreateBatch(ctx, sandgate.BatchRequest{Count: 5, PoolRef: "warm", Metadata: map[string]string{"job": "mix"}, Env: map[string]string{"B": "1"}})
+		if err != nil {
+			t.Fatalf("batch: %v", err)
 		}
-		var b struct {
-			ID      string `json:"id"`
-			Members []struct {
-				ID     string `json:"id"`
-				Source string `json:"source"`
-			} `json:"members"`
-		}
-		json.Unmarshal(r.Body, &b)
 		sources := map[string]int{}
 		for _, m := range b.Members {
 			sources[m.Source]++
 		}
 		if len(b.Members) != 5 || sources["pool"] != 3 || sources["cold"] != 2 {
-			t.Fatalf("members by source %v, want 3 pool + 2 cold: %s", sources, r.Body)
+			t.Fatalf("members by source %v, want 3 pool + 2 cold: %+v", sources, b)
 		}
 		waitFor(t, 60*time.Second, func() bool {
-			s := g.do("GET", "/v1/batches/"+b.ID, nil).JSON(t)["summary"].(map[string]any)
-			return s["running"].(float64) == 5
+			s, err := c.GetBatch(ctx, b.ID)
+			return err == nil && s.Summary.Running == 5
 		}, "every member to run")
 		for _, m := range b.Members {
-			if out := stdoutOf(g.agent(m.ID).run(`echo $B`)); out != "1" {
+			if out := sdkExec(t, ctx, c, m.ID, `echo $B`); out != "1" {
 				t.Fatalf("member %s (%s): env B = %q", m.ID, m.Source, out)
 			}
 		}
-		if r := g.do("GET", "/v1/sandboxes?metadata="+"sandgate.io%2Fbatch%3D"+b.ID, nil); len(r.JSON(t)["items"].([]any)) != 5 {
-			t.Fatalf("batch members not listed by batch key: %s", r.Body)
+		if page, err := c.ListSandboxes(ctx, sandgate.ListOptions{Metadata: map[string]string{"sandgate.io/batch": b.ID}}); err != nil || len(page.Items) != 5 {
+			t.Fatalf("batch members not listed by batch key: %+v, %v", page, err)
 		}
-		if r := g.do("DELETE", "/v1/batches/"+b.ID, nil); r.Status != 204 {
-			t.Fatalf("delete batch: %d %s", r.Status, r.Body)
+		if err := c.DeleteBatch(ctx, b.ID); err != nil {
+			t.Fatalf("delete batch: %v", err)
 		}
-		expectError(t, g.do("GET", "/v1/batches/"+b.ID, nil), 404, "BATCH::NOT_FOUND")
+		expectSDKError(t, errOf(c.GetBatch(ctx, b.ID)), 404, "BATCH::NOT_FOUND")
 		for _, m := range b.Members {
 			if exec.Command("docker", "inspect", "sandgate-"+m.ID).Run() == nil {
 				t.Fatalf("member %s still has a container", m.ID)
@@ -188,15 +174,15 @@ func TestPools(t *testing.T) {
 	})
 
 	t.Run("batch failures are reported per member", func(t *testing.T) {
-		r := g.do("POST", "/v1/batches", map[string]any{"count": 2, "template": map[string]any{
-			"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"sh", "-c", "exit 4"}}})
-		if r.Status != 202 {
-			t.Fatalf("batch: %d %s", r.Status, r.Body)
+		b, err := c.CreateBatch(ctx, sandgate.BatchRequest{Count: 2, Template: &sandgate.CreateRequest{
+			Image: &sandgate.Image{URI: baseImage}, Entrypoint: []string{"sh", "-c", "exit 4"}}})
+		if err != nil {
+			t.Fatalf("batch: %v", err)
 		}
-		id := r.JSON(t)["id"].(string)
+		id := b.ID
 		waitFor(t, 60*time.Second, func() bool {
-			s := g.do("GET", "/v1/batches/"+id, nil).JSON(t)["summary"].(map[string]any)
-			return s["failed"].(float64) == 2
+			s, err := c.GetBatch(ctx, id)
+			return err == nil && s.Summary.Failed == 2
 		}, "both members to be reported failed")
 		body := g.do("GET", "/v1/batches/"+id, nil).Body
 		if !strings.Contains(string(body), "SANDBOX::START_FAILED") || !strings.Contains(string(body), "code 4") {

@@ -26,6 +26,19 @@ func sdkClient(t testing.TB, g *gateway, key string) *sandgate.Client {
 	return c
 }
 
+// expectSDKError checks that err is the gateway's error answer with status and code
+// (and a message), as expectError does for a raw response.
+func expectSDKError(t testing.TB, err error, status int, code string) {
+	t.Helper()
+	var apiErr *sandgate.Error
+	if !errors.As(err, &apiErr) || !errors.Is(err, &sandgate.Error{Code: code, Status: status}) || apiErr.Message == "" {
+		t.Fatalf("err = %v, want %d %s with a message", err, status, code)
+	}
+}
+
+// errOf drops a call's result and keeps its error: expectSDKError(t, errOf(c.Get(…)), …).
+func errOf[T any](_ T, err error) error { return err }
+
 // sdkCreate creates a Running sandbox of the base image and removes it at the end.
 func sdkCreate(t testing.TB, ctx context.Context, c *sandgate.Client, req sandgate.CreateRequest) *sandgate.Sandbox {
 	t.Helper()

@@ -1,12 +1,13 @@
 package e2e
 
 import (
-	"encoding/json"
-	"net/http"
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	sandgate "github.com/sandgate/sandgate/client"
 )
 
 // removeSnapshotImagesOfTenant removes, at the end of the test, the snapshot images
@@ -32,27 +33,27 @@ func snapshotImagesOfTenant(t testing.TB, tenant string) []string {
 // snapshotOf snapshots a sandbox and waits until the snapshot is Ready.
 func (g *gateway) snapshotOf(id string) string {
 	g.t.Helper()
-	r := g.do("POST", "/v1/sandboxes/"+id+"/snapshots", map[string]any{"name": "s"})
-	if r.Status != http.StatusAccepted {
-		g.t.Fatalf("snapshot: %d %s", r.Status, r.Body)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := sdkClient(g.t, g, g.APIKey)
+	s, err := c.CreateSnapshot(ctx, id, "s")
+	if err != nil || s.Status.State != sandgate.SnapshotCreating {
+		g.t.Fatalf("snapshot = %+v, %v; want it answered Creating", s, err)
 	}
-	m := r.JSON(g.t)
-	if st := m["status"].(map[string]any)["state"]; st != "Creating" {
-		g.t.Fatalf("snapshot answered in state %v, want Creating", st)
+	if _, err := c.WaitSnapshot(ctx, s.ID); err != nil {
+		g.t.Fatalf("the snapshot did not become Ready: %v", err)
 	}
-	snap := m["id"].(string)
-	var last string
-	waitFor(g.t, 2*time.Minute, func() bool {
-		r := g.do("GET", "/v1/snapshots/"+snap, nil)
-		last = string(r.Body)
-		st := r.JSON(g.t)["status"].(map[string]any)["state"]
-		if st == "Failed" {
-			g.t.Fatalf("snapshot failed: %s", r.Body)
-		}
-		return st == "Ready"
-	}, "the snapshot to be Ready")
-	_ = last
-	return snap
+	return s.ID
+}
+
+// accessToken is the agent access token the gateway hands out for sandbox id.
+func accessToken(t testing.TB, ctx context.Context, c *sandgate.Client, id string) string {
+	t.Helper()
+	ep, err := c.GetEndpoint(ctx, id, 44772)
+	if err != nil {
+		t.Fatalf("endpoint of %s: %v", id, err)
+	}
+	return ep.Headers["X-EXECD-ACCESS-TOKEN"]
 }
 
 // TestSnapshots: a snapshot of a sandbox with a file written keeps the file for a new
@@ -69,128 +70,118 @@ func TestSnapshots(t *testing.T) {
 	removeSnapshotImagesOfTenant(t, e, tb)
 	_, ak := admin.issueKey(ta, "member")
 	_, bk := admin.issueKey(tb, "member")
-	a, b := admin.asKey(ak), admin.asKey(bk)
+	a := admin.asKey(ak)
+	ca, cb := sdkClient(t, admin, ak), sdkClient(t, admin, bk)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 
-	src := a.createSandbox(map[string]any{"env": map[string]string{"FROM_SOURCE": "yes"}, "entrypoint": []string{"sleep", "infinity"}})
-	if ev := lastEvent(a.agent(src).run("mkdir -p /srv/state && echo kept-in-snapshot > /srv/state/f")); ev.Type != "execution_complete" {
-		t.Fatalf("write: %+v", ev)
-	}
+	src := sdkCreate(t, ctx, ca, sandgate.CreateRequest{Env: map[string]string{"FROM_SOURCE": "yes"}, Entrypoint: []string{"sleep", "infinity"}}).ID
+	sdkExec(t, ctx, ca, src, "mkdir -p /srv/state && echo kept-in-snapshot > /srv/state/f")
 	snap := a.snapshotOf(src)
-	if out := stdoutOf(a.agent(src).run("echo still-running")); out != "still-running" {
+	if out := sdkExec(t, ctx, ca, src, "echo still-running"); out != "still-running" {
 		t.Fatalf("the source does not answer after its snapshot: %q", out)
 	}
 
-	r := a.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("create from snapshot: %d %s", r.Status, r.Body)
+	cp, err := ca.CreateSandbox(ctx, sandgate.CreateRequest{SnapshotID: snap})
+	if err != nil {
+		t.Fatalf("create from snapshot: %v", err)
 	}
-	copyID := r.JSON(t)["id"].(string)
-	if ep := r.JSON(t)["entrypoint"].([]any); len(ep) != 2 || ep[0] != "sleep" {
-		t.Fatalf("entrypoint of the copy = %v, want the source's", ep)
+	if len(cp.Entrypoint) != 2 || cp.Entrypoint[0] != "sleep" {
+		t.Fatalf("entrypoint of the copy = %v, want the source's", cp.Entrypoint)
 	}
-	if out := stdoutOf(a.agent(copyID).run("cat /srv/state/f; echo $FROM_SOURCE")); out != "kept-in-snapshot\nyes" {
+	if out := sdkExec(t, ctx, ca, cp.ID, "cat /srv/state/f; echo $FROM_SOURCE"); out != "kept-in-snapshot\nyes" {
 		t.Fatalf("the copy sees %q, want the file and the env of the source", out)
 	}
-	if a.agent(copyID).headers["X-EXECD-ACCESS-TOKEN"] == a.agent(src).headers["X-EXECD-ACCESS-TOKEN"] {
+	if accessToken(t, ctx, ca, cp.ID) == accessToken(t, ctx, ca, src) {
 		t.Fatal("the copy shares the source's access token")
 	}
 
 	t.Run("list and filters", func(t *testing.T) {
-		for _, q := range []string{"", "?sandboxId=" + src, "?state=Ready", "?state=ready&sandboxId=" + src} {
-			if items := a.do("GET", "/v1/snapshots"+q, nil).JSON(t)["items"].([]any); len(items) != 1 || items[0].(map[string]any)["id"] != snap {
-				t.Fatalf("list %q: %v", q, items)
+		for _, q := range []sandgate.SnapshotListOptions{{}, {SandboxID: src}, {States: []string{"Ready"}}, {States: []string{"ready"}, SandboxID: src}} {
+			if page, err := ca.ListSnapshots(ctx, q); err != nil || len(page.Items) != 1 || page.Items[0].ID != snap {
+				t.Fatalf("list %+v: %+v, %v", q, page, err)
 			}
 		}
-		for _, q := range []string{"?state=Failed", "?sandboxId=" + copyID} {
-			if items := a.do("GET", "/v1/snapshots"+q, nil).JSON(t)["items"].([]any); len(items) != 0 {
-				t.Fatalf("list %q: %v", q, items)
+		for _, q := range []sandgate.SnapshotListOptions{{States: []string{"Failed"}}, {SandboxID: cp.ID}} {
+			if page, err := ca.ListSnapshots(ctx, q); err != nil || len(page.Items) != 0 {
+				t.Fatalf("list %+v: %+v, %v", q, page, err)
 			}
 		}
 		expectError(t, a.do("GET", "/v1/snapshots?pageSize=0", nil), 400, "SANDBOX::INVALID_PARAMETER")
 	})
 
 	t.Run("another tenant cannot see or use it", func(t *testing.T) {
-		expectError(t, b.do("GET", "/v1/snapshots/"+snap, nil), 404, "SNAPSHOT::NOT_FOUND")
-		expectError(t, b.do("DELETE", "/v1/snapshots/"+snap, nil), 404, "SNAPSHOT::NOT_FOUND")
-		if items := b.do("GET", "/v1/snapshots", nil).JSON(t)["items"].([]any); len(items) != 0 {
-			t.Fatalf("tenant B lists %v", items)
+		expectSDKError(t, errOf(cb.GetSnapshot(ctx, snap)), 404, "SNAPSHOT::NOT_FOUND")
+		expectSDKError(t, cb.DeleteSnapshot(ctx, snap), 404, "SNAPSHOT::NOT_FOUND")
+		if page, err := cb.ListSnapshots(ctx, sandgate.SnapshotListOptions{}); err != nil || len(page.Items) != 0 {
+			t.Fatalf("tenant B lists %+v, %v", page, err)
 		}
-		expectError(t, b.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap}), 404, "SNAPSHOT::NOT_FOUND")
+		expectSDKError(t, errOf(cb.CreateSandbox(ctx, sandgate.CreateRequest{SnapshotID: snap})), 404, "SNAPSHOT::NOT_FOUND")
 		refs := snapshotImagesOfTenant(t, ta)
 		if len(refs) != 1 {
 			t.Fatalf("tenant A's snapshot images: %v", refs)
 		}
 		before := len(e.containers())
 		for _, uri := range []string{refs[0], "docker.io/" + refs[0], "index.docker.io/" + refs[0]} {
-			expectError(t, b.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": uri}, "entrypoint": []string{"sleep", "infinity"}}), 404, "SNAPSHOT::NOT_FOUND")
-			r := b.do("POST", "/v1/pools", map[string]any{"name": "steal", "template": map[string]any{"image": map[string]any{"uri": uri}, "entrypoint": []string{"sleep", "infinity"}},
-				"capacitySpec": map[string]any{"bufferMin": 1, "bufferMax": 1, "poolMin": 1, "poolMax": 1}})
-			expectError(t, r, 404, "SNAPSHOT::NOT_FOUND")
+			steal := sandgate.CreateRequest{Image: &sandgate.Image{URI: uri}, Entrypoint: []string{"sleep", "infinity"}}
+			expectSDKError(t, errOf(cb.CreateSandbox(ctx, steal)), 404, "SNAPSHOT::NOT_FOUND")
+			expectSDKError(t, errOf(cb.CreatePool(ctx, sandgate.PoolRequest{Name: "steal", Template: steal, CapacitySpec: sandgate.Capacity{BufferMin: 1, BufferMax: 1, PoolMin: 1, PoolMax: 1}})), 404, "SNAPSHOT::NOT_FOUND")
 		}
-		expectError(t, b.do("POST", "/v1/sandboxes/"+src+"/snapshots", nil), 404, "SANDBOX::NOT_FOUND")
+		expectSDKError(t, errOf(cb.CreateSnapshot(ctx, src, "")), 404, "SANDBOX::NOT_FOUND")
 		if n := len(e.containers()); n != before {
 			t.Fatalf("containers %d → %d", before, n)
 		}
 	})
 
 	t.Run("bad input", func(t *testing.T) {
-		expectError(t, a.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap, "image": map[string]any{"uri": baseImage}, "entrypoint": []string{"sleep", "1"}}), 400, "SANDBOX::INVALID_PARAMETER")
-		expectError(t, a.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": "not-a-snapshot"}), 404, "SNAPSHOT::NOT_FOUND")
-		expectError(t, a.do("POST", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/snapshots", nil), 404, "SANDBOX::NOT_FOUND")
+		expectSDKError(t, errOf(ca.CreateSandbox(ctx, sandgate.CreateRequest{SnapshotID: snap, Image: &sandgate.Image{URI: baseImage}, Entrypoint: []string{"sleep", "1"}})), 400, "SANDBOX::INVALID_PARAMETER")
+		expectSDKError(t, errOf(ca.CreateSandbox(ctx, sandgate.CreateRequest{SnapshotID: "not-a-snapshot"})), 404, "SNAPSHOT::NOT_FOUND")
+		expectSDKError(t, errOf(ca.CreateSnapshot(ctx, "00000000-0000-0000-0000-000000000000", "")), 404, "SANDBOX::NOT_FOUND")
 		expectError(t, a.do("POST", "/v1/sandboxes/"+src+"/snapshots", []byte(`{"name":`)), 400, "SANDBOX::INVALID_PARAMETER")
 	})
 
 	t.Run("a pool template may name a snapshot", func(t *testing.T) {
-		r := a.do("POST", "/v1/pools", map[string]any{"name": "from-snap", "template": map[string]any{"snapshotId": snap},
-			"capacitySpec": map[string]any{"bufferMin": 1, "bufferMax": 1, "poolMin": 1, "poolMax": 1}})
-		if r.Status != 201 {
-			t.Fatalf("pool: %d %s", r.Status, r.Body)
+		if _, err := ca.CreatePool(ctx, sandgate.PoolRequest{Name: "from-snap", Template: sandgate.CreateRequest{SnapshotID: snap},
+			CapacitySpec: sandgate.Capacity{BufferMin: 1, BufferMax: 1, PoolMin: 1, PoolMax: 1}}); err != nil {
+			t.Fatalf("pool: %v", err)
 		}
-		var id string
+		var claimed *sandgate.Sandbox
 		waitFor(t, 2*time.Minute, func() bool {
-			r := a.do("POST", "/v1/sandboxes", map[string]any{"extensions": map[string]string{"poolRef": "from-snap"}})
-			if r.Status == http.StatusAccepted {
-				id = r.JSON(t)["id"].(string)
-				return true
-			}
-			return false
+			claimed, err = ca.CreateSandbox(ctx, sandgate.CreateRequest{Extensions: map[string]string{"poolRef": "from-snap"}})
+			return err == nil
 		}, "a claim from the snapshot's pool")
-		if out := stdoutOf(a.agent(id).run("cat /srv/state/f")); out != "kept-in-snapshot" {
+		if out := sdkExec(t, ctx, ca, claimed.ID, "cat /srv/state/f"); out != "kept-in-snapshot" {
 			t.Fatalf("pool member sees %q", out)
 		}
-		if r := a.do("DELETE", "/v1/pools/from-snap", nil); r.Status != 204 {
-			t.Fatalf("delete pool: %d %s", r.Status, r.Body)
+		if err := ca.DeletePool(ctx, "from-snap"); err != nil {
+			t.Fatalf("delete pool: %v", err)
 		}
-		if r := a.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
-			t.Fatalf("delete: %d %s", r.Status, r.Body)
+		if err := ca.DeleteSandbox(ctx, claimed.ID); err != nil {
+			t.Fatalf("delete: %v", err)
 		}
 	})
 
 	t.Run("quota", func(t *testing.T) {
-		second := a.snapshotOf(copyID)
-		expectError(t, a.do("POST", "/v1/sandboxes/"+src+"/snapshots", nil), 429, "QUOTA::SNAPSHOTS")
-		if r := a.do("DELETE", "/v1/snapshots/"+second, nil); r.Status != 204 {
-			t.Fatalf("delete unused snapshot: %d %s", r.Status, r.Body)
+		second := a.snapshotOf(cp.ID)
+		expectSDKError(t, errOf(ca.CreateSnapshot(ctx, src, "")), 429, "QUOTA::SNAPSHOTS")
+		if err := ca.DeleteSnapshot(ctx, second); err != nil {
+			t.Fatalf("delete unused snapshot: %v", err)
 		}
 	})
 
 	t.Run("outlives its source, deleted once unused", func(t *testing.T) {
-		if r := a.do("DELETE", "/v1/sandboxes/"+src, nil); r.Status != 204 {
-			t.Fatalf("delete source: %d %s", r.Status, r.Body)
+		if err := ca.DeleteSandbox(ctx, src); err != nil {
+			t.Fatalf("delete source: %v", err)
 		}
-		if st := a.do("GET", "/v1/snapshots/"+snap, nil).JSON(t)["status"].(map[string]any)["state"]; st != "Ready" {
-			t.Fatalf("snapshot after its source went: %v", st)
+		if s, err := ca.GetSnapshot(ctx, snap); err != nil || s.Status.State != sandgate.SnapshotReady {
+			t.Fatalf("snapshot after its source went: %+v, %v", s, err)
 		}
-		expectError(t, a.do("DELETE", "/v1/snapshots/"+snap, nil), 409, "SNAPSHOT::IN_USE")
-		if r := a.do("DELETE", "/v1/sandboxes/"+copyID, nil); r.Status != 204 {
-			t.Fatalf("delete copy: %d %s", r.Status, r.Body)
+		expectSDKError(t, ca.DeleteSnapshot(ctx, snap), 409, "SNAPSHOT::IN_USE")
+		if err := ca.DeleteSandbox(ctx, cp.ID); err != nil {
+			t.Fatalf("delete copy: %v", err)
 		}
-		var r response
-		waitFor(t, time.Minute, func() bool {
-			r = a.do("DELETE", "/v1/snapshots/"+snap, nil)
-			return r.Status == 204
-		}, "the snapshot to be deleted")
-		expectError(t, a.do("GET", "/v1/snapshots/"+snap, nil), 404, "SNAPSHOT::NOT_FOUND")
+		waitFor(t, time.Minute, func() bool { return ca.DeleteSnapshot(ctx, snap) == nil }, "the snapshot to be deleted")
+		expectSDKError(t, errOf(ca.GetSnapshot(ctx, snap)), 404, "SNAPSHOT::NOT_FOUND")
 		if refs := snapshotImagesOfTenant(t, ta); len(refs) != 0 {
 			t.Fatalf("images left after DELETE: %v", refs)
 		}
@@ -206,63 +197,49 @@ func TestFork(t *testing.T) {
 	ta := admin.createTenant("fork-"+randomHex(3), map[string]any{"maxBatchSize": 10})
 	removeSnapshotImagesOfTenant(t, e, ta)
 	_, ak := admin.issueKey(ta, "member")
-	a := admin.asKey(ak)
-	policy := map[string]any{"defaultAction": "deny", "egress": []map[string]any{{"action": "allow", "target": "fork-test.example"}}}
-	src := a.createSandbox(map[string]any{"env": map[string]string{"FORKED_ENV": "carried"}, "networkPolicy": policy})
-	if ev := lastEvent(a.agent(src).run("echo forked-file > /srv/f")); ev.Type != "execution_complete" {
-		t.Fatalf("write: %+v", ev)
-	}
+	c := sdkClient(t, admin, ak)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	policy := &sandgate.NetworkPolicy{DefaultAction: "deny", Egress: []sandgate.EgressRule{{Action: "allow", Target: "fork-test.example"}}}
+	src := sdkCreate(t, ctx, c, sandgate.CreateRequest{Env: map[string]string{"FORKED_ENV": "carried"}, NetworkPolicy: policy}).ID
+	sdkExec(t, ctx, c, src, "echo forked-file > /srv/f")
 
 	t.Run("count above the batch quota leaves nothing", func(t *testing.T) {
 		before := len(e.containers())
-		expectError(t, a.do("POST", "/v1/sandboxes/"+src+"/fork", map[string]any{"count": 11}), 429, "QUOTA::BATCH_SIZE")
-		expectError(t, a.do("POST", "/v1/sandboxes/"+src+"/fork", map[string]any{"count": 0}), 400, "SANDBOX::INVALID_PARAMETER")
-		if items := a.do("GET", "/v1/snapshots", nil).JSON(t)["items"].([]any); len(items) != 0 {
-			t.Fatalf("a refused fork left snapshots: %v", items)
+		expectSDKError(t, errOf(c.Fork(ctx, src, sandgate.ForkRequest{Count: 11})), 429, "QUOTA::BATCH_SIZE")
+		expectSDKError(t, errOf(c.Fork(ctx, src, sandgate.ForkRequest{Count: 0})), 400, "SANDBOX::INVALID_PARAMETER")
+		if page, err := c.ListSnapshots(ctx, sandgate.SnapshotListOptions{}); err != nil || len(page.Items) != 0 {
+			t.Fatalf("a refused fork left snapshots: %+v, %v", page, err)
 		}
 		if n := len(e.containers()); n != before {
 			t.Fatalf("containers %d → %d", before, n)
 		}
 	})
 
-	r := a.do("POST", "/v1/sandboxes/"+src+"/fork", map[string]any{"count": 10})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("fork: %d %s", r.Status, r.Body)
+	batch, err := c.Fork(ctx, src, sandgate.ForkRequest{Count: 10})
+	if err != nil || len(batch.Members) != 10 {
+		t.Fatalf("fork answer: %+v, %v", batch, err)
 	}
-	var batch struct {
-		ID      string `json:"id"`
-		Members []struct {
-			ID string `json:"id"`
-		} `json:"members"`
+	if b, err := c.WaitBatch(ctx, batch.ID, nil); err != nil || b.Summary.Failed > 0 || b.Summary.Running != 10 {
+		t.Fatalf("fork members: %+v, %v; want every copy running", b, err)
 	}
-	if err := json.Unmarshal(r.Body, &batch); err != nil || len(batch.Members) != 10 {
-		t.Fatalf("fork answer: %v %s", err, r.Body)
-	}
-	waitFor(t, 5*time.Minute, func() bool {
-		s := a.do("GET", "/v1/batches/"+batch.ID, nil).JSON(t)["summary"].(map[string]any)
-		if s["failed"] != nil && s["failed"].(float64) > 0 {
-			t.Fatalf("fork members failed: %v", s)
-		}
-		return s["running"].(float64) == 10
-	}, "every copy to run")
 	seen := map[string]bool{src: true}
-	tokens := map[string]bool{a.agent(src).headers["X-EXECD-ACCESS-TOKEN"]: true}
+	tokens := map[string]bool{accessToken(t, ctx, c, src): true}
 	for _, m := range batch.Members {
 		if seen[m.ID] {
 			t.Fatalf("copy id %s repeats", m.ID)
 		}
 		seen[m.ID] = true
-		ag := a.agent(m.ID)
-		if tok := ag.headers["X-EXECD-ACCESS-TOKEN"]; tokens[tok] {
+		if tok := accessToken(t, ctx, c, m.ID); tokens[tok] {
 			t.Fatalf("copy %s shares an access token", m.ID)
 		} else {
 			tokens[tok] = true
 		}
-		if out := stdoutOf(ag.run("cat /srv/f; echo $FORKED_ENV")); out != "forked-file\ncarried" {
+		if out := sdkExec(t, ctx, c, m.ID, "cat /srv/f; echo $FORKED_ENV"); out != "forked-file\ncarried" {
 			t.Fatalf("copy %s sees %q", m.ID, out)
 		}
 	}
-	w := &egressWorld{t: t, g: a}
+	w := &egressWorld{t: t, g: admin.asKey(ak)}
 	got := (&egressSandbox{w: w, id: batch.Members[0].ID}).policyOf()
 	if !strings.Contains(got, "fork-test.example") || !strings.Contains(got, `"deny"`) {
 		t.Fatalf("a copy's egress policy is %s, want the source's", got)
@@ -276,33 +253,36 @@ func TestFork(t *testing.T) {
 func TestSnapshotFailed(t *testing.T) {
 	e := newEnv(t, nil)
 	g := e.startGateway("SANDGATE_SYNC_INTERVAL=10m")
-	id := g.createSandbox(map[string]any{})
+	c := sdkClient(t, g, g.APIKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	id := sdkCreate(t, ctx, c, sandgate.CreateRequest{}).ID
 	if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id).CombinedOutput(); err != nil {
 		t.Fatalf("docker rm: %v %s", err, out)
 	}
-	r := g.do("POST", "/v1/sandboxes/"+id+"/snapshots", nil)
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("snapshot: %d %s", r.Status, r.Body)
+	s, err := c.CreateSnapshot(ctx, id, "")
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
 	}
-	snap := r.JSON(t)["id"].(string)
-	var st map[string]any
 	waitFor(t, time.Minute, func() bool {
-		st = g.do("GET", "/v1/snapshots/"+snap, nil).JSON(t)["status"].(map[string]any)
-		return st["state"] != "Creating"
+		if got, err := c.GetSnapshot(ctx, s.ID); err == nil {
+			s = got
+		}
+		return s.Status.State != sandgate.SnapshotCreating
 	}, "the snapshot to end")
-	if st["state"] != "Failed" || st["message"] == "" {
-		t.Fatalf("snapshot status %v, want Failed with a message", st)
+	if s.Status.State != sandgate.SnapshotFailed || s.Status.Message == "" {
+		t.Fatalf("snapshot status %+v, want Failed with a message", s.Status)
 	}
 	before := len(e.containers())
-	expectError(t, g.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap}), 409, "SNAPSHOT::NOT_READY")
-	expectError(t, g.do("POST", "/v1/sandboxes/"+id+"/fork", map[string]any{"count": 2}), 409, "SANDBOX::NOT_RUNNING")
+	expectSDKError(t, errOf(c.CreateSandbox(ctx, sandgate.CreateRequest{SnapshotID: s.ID})), 409, "SNAPSHOT::NOT_READY")
+	expectSDKError(t, errOf(c.Fork(ctx, id, sandgate.ForkRequest{Count: 2})), 409, "SANDBOX::NOT_RUNNING")
 	if n := len(e.containers()); n != before {
 		t.Fatalf("containers %d → %d", before, n)
 	}
-	if r := g.do("DELETE", "/v1/snapshots/"+snap, nil); r.Status != 204 {
-		t.Fatalf("delete a failed snapshot: %d %s", r.Status, r.Body)
+	if err := c.DeleteSnapshot(ctx, s.ID); err != nil {
+		t.Fatalf("delete a failed snapshot: %v", err)
 	}
-	if items := g.do("GET", "/v1/snapshots", nil).JSON(t)["items"].([]any); len(items) != 0 {
-		t.Fatalf("snapshots left: %v", items)
+	if page, err := c.ListSnapshots(ctx, sandgate.SnapshotListOptions{}); err != nil || len(page.Items) != 0 {
+		t.Fatalf("snapshots left: %+v, %v", page, err)
 	}
 }

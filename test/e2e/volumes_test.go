@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	sandgate "github.com/sandgate/sandgate/client"
 )
 
 // removeVolumesOfTenant removes, at the end of the test, the named volumes sandgate made
@@ -29,6 +33,11 @@ func volumesOfTenant(t *testing.T, tenant string) []string {
 		t.Fatalf("docker volume ls: %v", err)
 	}
 	return strings.Fields(string(out))
+}
+
+// withVolumes is a create request of the base image (as sdkCreate fills it) with vols.
+func withVolumes(vols ...sandgate.Volume) sandgate.CreateRequest {
+	return sandgate.CreateRequest{Image: &sandgate.Image{URI: baseImage}, Entrypoint: []string{"tail", "-f", "/dev/null"}, Volumes: vols}
 }
 
 // hostVolumeDirs makes an allowed prefix with a read-write and a read-only directory,
@@ -160,20 +169,14 @@ func TestVolumesHostTenantRules(t *testing.T) {
 	denied := admin.createTenant("nohost-"+randomHex(3), map[string]any{"denyHostVolumes": true})
 	_, nk := admin.issueKey(narrow, "member")
 	_, dk := admin.issueKey(denied, "member")
-	create := func(g *gateway, vols []map[string]any) response {
-		return g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
-			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": vols})
+	cn, cd, ctx := sdkClient(t, admin, nk), sdkClient(t, admin, dk), context.Background()
+	host := func(name, p string) sandgate.Volume {
+		return sandgate.Volume{Name: name, MountPath: "/mnt/" + name, Host: &sandgate.HostVolume{Path: p}}
 	}
-	one := func(p string) []map[string]any {
-		return []map[string]any{{"name": "v", "mountPath": "/mnt/v", "host": map[string]any{"path": p}}}
-	}
-	expectError(t, create(admin.asKey(nk), one(rw)), 403, "VOLUME::HOST_NOT_ALLOWED")
-	expectError(t, create(admin.asKey(dk), one(ro)), 403, "VOLUME::HOST_NOT_ALLOWED")
-	expectError(t, create(admin.asKey(nk), []map[string]any{
-		{"name": "a", "mountPath": "/mnt/a", "host": map[string]any{"path": ro}},
-		{"name": "b", "mountPath": "/mnt/b", "host": map[string]any{"path": ro}},
-	}), 429, "QUOTA::VOLUMES")
-	admin.asKey(nk).createSandbox(map[string]any{"volumes": one(ro)})
+	expectSDKError(t, errOf(cn.CreateSandbox(ctx, withVolumes(host("v", rw)))), 403, "VOLUME::HOST_NOT_ALLOWED")
+	expectSDKError(t, errOf(cd.CreateSandbox(ctx, withVolumes(host("v", ro)))), 403, "VOLUME::HOST_NOT_ALLOWED")
+	expectSDKError(t, errOf(cn.CreateSandbox(ctx, withVolumes(host("a", ro), host("b", ro)))), 429, "QUOTA::VOLUMES")
+	sdkCreate(t, ctx, cn, withVolumes(host("v", ro)))
 }
 
 // TestVolumesNamed: a pvc volume is a Docker named volume private to its tenant: two
@@ -189,50 +192,45 @@ func TestVolumesNamed(t *testing.T) {
 	removeVolumesOfTenant(t, e, tb)
 	_, ak := admin.issueKey(ta, "member")
 	_, bk := admin.issueKey(tb, "member")
-	a, b := admin.asKey(ak), admin.asKey(bk)
-	pvc := func(claim string, extra map[string]any) []map[string]any {
-		p := map[string]any{"claimName": claim}
-		for k, v := range extra {
-			p[k] = v
-		}
-		return []map[string]any{{"name": "data", "mountPath": "/data", "pvc": p}}
+	ca, cb := sdkClient(t, admin, ak), sdkClient(t, admin, bk)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	no := false
+	pvc := func(p sandgate.PVCVolume) sandgate.CreateRequest {
+		return withVolumes(sandgate.Volume{Name: "data", MountPath: "/data", PVC: &p})
 	}
 
-	a1 := a.createSandbox(map[string]any{"volumes": pvc("shared", nil)})
-	if ev := lastEvent(a.agent(a1).run("echo tenant-a-secret > /data/f")); ev.Type != "execution_complete" {
-		t.Fatalf("write: %+v", ev)
-	}
-	a2 := a.createSandbox(map[string]any{"volumes": pvc("shared", map[string]any{"createIfNotExists": false, "deleteOnSandboxTermination": true})})
-	if out := stdoutOf(a.agent(a2).run("cat /data/f")); out != "tenant-a-secret" {
+	a1 := sdkCreate(t, ctx, ca, pvc(sandgate.PVCVolume{ClaimName: "shared"})).ID
+	sdkExec(t, ctx, ca, a1, "echo tenant-a-secret > /data/f")
+	a2 := sdkCreate(t, ctx, ca, pvc(sandgate.PVCVolume{ClaimName: "shared", CreateIfNotExists: &no, DeleteOnSandboxTermination: true})).ID
+	if out := sdkExec(t, ctx, ca, a2, "cat /data/f"); out != "tenant-a-secret" {
 		t.Fatalf("a second sandbox of the tenant reads %q", out)
 	}
 
 	t.Run("tenant B naming A's claim gets its own empty volume", func(t *testing.T) {
-		b1 := b.createSandbox(map[string]any{"volumes": pvc("shared", nil)})
-		if out := stdoutOf(b.agent(b1).run("ls -A /data; cat /data/f 2>&1 || true")); strings.Contains(out, "tenant-a-secret") {
+		b1 := sdkCreate(t, ctx, cb, pvc(sandgate.PVCVolume{ClaimName: "shared"})).ID
+		if out := sdkExec(t, ctx, cb, b1, "ls -A /data; cat /data/f 2>&1 || true"); strings.Contains(out, "tenant-a-secret") {
 			t.Fatalf("tenant B reads tenant A's data: %q", out)
 		}
 		// Guessing the engine name as a claim does not reach it either.
 		engineName := volumesOfTenant(t, ta)[0]
-		expectError(t, b.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
-			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": pvc(engineName, map[string]any{"createIfNotExists": false})}), 404, "VOLUME::NOT_FOUND")
-		expectError(t, b.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
-			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": pvc(strings.TrimPrefix(engineName, "sgv-"), map[string]any{"createIfNotExists": false})}), 404, "VOLUME::NOT_FOUND")
+		for _, claim := range []string{engineName, strings.TrimPrefix(engineName, "sgv-")} {
+			expectSDKError(t, errOf(cb.CreateSandbox(ctx, pvc(sandgate.PVCVolume{ClaimName: claim, CreateIfNotExists: &no}))), 404, "VOLUME::NOT_FOUND")
+		}
 	})
 
 	t.Run("a missing claim without createIfNotExists is refused, nothing left", func(t *testing.T) {
 		before := len(e.containers())
-		expectError(t, a.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
-			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": pvc("never-made", map[string]any{"createIfNotExists": false})}), 404, "VOLUME::NOT_FOUND")
+		expectSDKError(t, errOf(ca.CreateSandbox(ctx, pvc(sandgate.PVCVolume{ClaimName: "never-made", CreateIfNotExists: &no}))), 404, "VOLUME::NOT_FOUND")
 		if n := len(e.containers()); n != before {
 			t.Fatalf("containers %d → %d", before, n)
 		}
 	})
 
 	t.Run("a create that fails after its start removes the volume it made", func(t *testing.T) {
-		r := a.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
-			"entrypoint": []string{"false"}, "volumes": pvc("doomed", nil)})
-		expectError(t, r, 422, "SANDBOX::START_FAILED")
+		req := pvc(sandgate.PVCVolume{ClaimName: "doomed"})
+		req.Entrypoint = []string{"false"}
+		expectSDKError(t, errOf(ca.CreateSandbox(ctx, req)), 422, "SANDBOX::START_FAILED")
 		for _, v := range volumesOfTenant(t, ta) {
 			if strings.HasSuffix(v, "-doomed") {
 				t.Fatalf("the failed create left its volume %s", v)
@@ -241,21 +239,20 @@ func TestVolumesNamed(t *testing.T) {
 	})
 
 	t.Run("size quota", func(t *testing.T) {
-		expectError(t, a.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
-			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": pvc("big", map[string]any{"storage": "2Gi"})}), 429, "QUOTA::VOLUME_SIZE")
+		expectSDKError(t, errOf(ca.CreateSandbox(ctx, pvc(sandgate.PVCVolume{ClaimName: "big", Storage: "2Gi"}))), 429, "QUOTA::VOLUME_SIZE")
 	})
 
 	t.Run("deleteOnSandboxTermination removes only what the sandbox made", func(t *testing.T) {
-		scratch := a.createSandbox(map[string]any{"volumes": pvc("scratch", map[string]any{"deleteOnSandboxTermination": true})})
+		scratch := sdkCreate(t, ctx, ca, pvc(sandgate.PVCVolume{ClaimName: "scratch", DeleteOnSandboxTermination: true})).ID
 		if n := len(volumesOfTenant(t, ta)); n != 2 {
 			t.Fatalf("tenant A has %d volumes, want shared and scratch", n)
 		}
-		if r := a.do("DELETE", "/v1/sandboxes/"+scratch, nil); r.Status != 204 {
-			t.Fatalf("delete: %d %s", r.Status, r.Body)
+		if err := ca.DeleteSandbox(ctx, scratch); err != nil {
+			t.Fatalf("delete: %v", err)
 		}
 		// a2 asked for deleteOnSandboxTermination on the pre-existing "shared": it stays.
-		if r := a.do("DELETE", "/v1/sandboxes/"+a2, nil); r.Status != 204 {
-			t.Fatalf("delete: %d %s", r.Status, r.Body)
+		if err := ca.DeleteSandbox(ctx, a2); err != nil {
+			t.Fatalf("delete: %v", err)
 		}
 		vols := volumesOfTenant(t, ta)
 		if len(vols) != 1 || !strings.HasSuffix(vols[0], "-shared") {

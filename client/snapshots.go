@@ -1,0 +1,240 @@
+package sandgate
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Snapshot states.
+const (
+	SnapshotCreating = "Creating"
+	SnapshotReady    = "Ready"
+	SnapshotFailed   = "Failed"
+	SnapshotDeleting = "Deleting"
+)
+
+// Snapshot is a kept copy of a sandbox's filesystem, from which new sandboxes start
+// (CreateRequest.SnapshotID) and which forks are made of.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandboxId"`
+	Name      string    `json:"name,omitempty"`
+	Status    Status    `json:"status"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// SnapshotPage is one page of GET /v1/snapshots.
+type SnapshotPage struct {
+	Items      []Snapshot `json:"items"`
+	Pagination Pagination `json:"pagination"`
+}
+
+// SnapshotListOptions filter a snapshot list. Zero values ask for the server's defaults.
+type SnapshotListOptions struct {
+	SandboxID string   // only snapshots of this sandbox
+	States    []string // any of these (case-insensitive)
+	Page      int      // from 1
+	PageSize  int      // 1–200
+}
+
+// CreateSnapshot starts a snapshot of a Running sandbox (name may be empty). The
+// snapshot is answered Creating; WaitSnapshot waits until it is Ready.
+func (c *Client) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
+	var body any
+	if name != "" {
+		body = map[string]string{"name": name}
+	}
+	var s Snapshot
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/snapshots", nil, body, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// GetSnapshot returns one snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var s Snapshot
+	if err := c.do(ctx, http.MethodGet, "/snapshots/"+url.PathEscape(id), nil, nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ListSnapshots returns one page of the caller's snapshots.
+func (c *Client) ListSnapshots(ctx context.Context, opts SnapshotListOptions) (*SnapshotPage, error) {
+	q := url.Values{}
+	if opts.SandboxID != "" {
+		q.Set("sandboxId", opts.SandboxID)
+	}
+	for _, s := range opts.States {
+		q.Add("state", s)
+	}
+	if opts.Page > 0 {
+		q.Set("page", strconv.Itoa(opts.Page))
+	}
+	if opts.PageSize > 0 {
+		q.Set("pageSize", strconv.Itoa(opts.PageSize))
+	}
+	var page SnapshotPage
+	if err := c.do(ctx, http.MethodGet, "/snapshots", q, nil, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}
+
+// DeleteSnapshot removes a snapshot; one a sandbox still runs from is refused with
+// ErrSnapshotInUse.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/snapshots/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// WaitSnapshot polls a snapshot until it is Ready; a Failed snapshot ends the wait
+// with an error carrying its message.
+func (c *Client) WaitSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	for {
+		s, err := c.GetSnapshot(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch s.Status.State {
+		case SnapshotReady:
+			return s, nil
+		case SnapshotFailed:
+			return s, fmt.Errorf("sandgate: snapshot %s failed: %s", id, s.Status.Message)
+		}
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// ForkRequest asks for Count copies of a Running sandbox, each with the source's files,
+// env and egress policy and its own id, token and expiry.
+type ForkRequest struct {
+	Count    int               `json:"count"`
+	Timeout  *int64            `json:"timeout,omitempty"` // seconds; nil = no expiry
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Fork snapshots a sandbox and starts a batch of copies from the snapshot; it is
+// answered like CreateBatch (WaitBatch follows it). The snapshot stays listed while
+// its copies use it.
+func (c *Client) Fork(ctx context.Context, sandboxID string, req ForkRequest) (*Batch, error) {
+	var b Batch
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/fork", nil, req, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// UsagePoint is one sample of a sandbox's resource use.
+type UsagePoint struct {
+	Time time.Time `json:"time"`
+	// CPUCores is the CPUs used on average since the previous point; CPUPercent the
+	// same as a share of CPULimitCores (of one CPU without a limit).
+	CPUCores      float64  `json:"cpuCores"`
+	CPULimitCores *float64 `json:"cpuLimitCores"`
+	CPUPercent    float64  `json:"cpuPercent"`
+	// MemoryBytes is the memory in use (page cache excluded).
+	MemoryBytes      uint64 `json:"memoryBytes"`
+	MemoryPeakBytes  uint64 `json:"memoryPeakBytes"`
+	MemoryLimitBytes uint64 `json:"memoryLimitBytes"`
+	// The pointers are nil when the runtime does not report them.
+	Pids                *uint64 `json:"pids"`
+	NetRxBytes          *uint64 `json:"netRxBytes"`
+	NetTxBytes          *uint64 `json:"netTxBytes"`
+	DiskBytes           *int64  `json:"diskBytes"`
+	EgressDeniedQueries *uint64 `json:"egressDeniedQueries"`
+}
+
+// SandboxMetrics is the gateway's record of a sandbox's resource use: the latest
+// point and a recent history, oldest first.
+type SandboxMetrics struct {
+	ID              string       `json:"id"`
+	Source          string       `json:"source,omitempty"` // "engine" or "agent"
+	IntervalSeconds float64      `json:"intervalSeconds"`
+	Current         *UsagePoint  `json:"current"`
+	History         []UsagePoint `json:"history"`
+}
+
+// SandboxMetrics returns a sandbox's resource use as the gateway samples it (unlike
+// Agent.Metrics, which asks the sandbox's agent).
+func (c *Client) SandboxMetrics(ctx context.Context, id string) (*SandboxMetrics, error) {
+	var m SandboxMetrics
+	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/metrics", nil, nil, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// WatchSandboxMetrics streams a sandbox's new usage points as the gateway samples them,
+// starting with the current one, until ctx ends, the sandbox is gone (the sequence
+// ends without an error) or the connection breaks (it ends with the error).
+func (c *Client) WatchSandboxMetrics(ctx context.Context, id string) iter.Seq2[UsagePoint, error] {
+	return func(yield func(UsagePoint, error) bool) {
+		req, err := c.newRequest(ctx, http.MethodGet, c.url("/v1/sandboxes/"+url.PathEscape(id)+"/metrics/watch", nil), nil)
+		if err != nil {
+			yield(UsagePoint{}, err)
+			return
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := c.send(req)
+		if err != nil {
+			yield(UsagePoint{}, err)
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if name, ok := strings.CutPrefix(line, "event:"); ok {
+				event = strings.TrimSpace(name)
+				continue
+			}
+			data, ok := strings.CutPrefix(line, "data:")
+			if !ok {
+				continue
+			}
+			var p UsagePoint
+			switch event {
+			case "gone":
+				return
+			case "usage":
+				var u SandboxMetrics
+				if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &u); err != nil {
+					yield(UsagePoint{}, fmt.Errorf("sandgate: bad metrics event: %w", err))
+					return
+				}
+				if u.Current == nil {
+					continue
+				}
+				p = *u.Current
+			case "point":
+				if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &p); err != nil {
+					yield(UsagePoint{}, fmt.Errorf("sandgate: bad metrics event: %w", err))
+					return
+				}
+			default:
+				continue
+			}
+			if !yield(p, nil) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil && ctx.Err() == nil {
+			yield(UsagePoint{}, fmt.Errorf("sandgate: metrics stream: %w", err))
+		}
+	}
+}
