@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,23 @@ func run(m *testing.M) int {
 		}
 		binDir = dir
 	}
-	return m.Run()
+	before := agentVolumes()
+	code := m.Run()
+	// The gateways of this run filled a read-only agent volume per agent build
+	// (runtimes/docker/agentvolume.go); remove the ones the run made. One still mounted
+	// (a gateway outside the tests) is refused by the engine and stays.
+	for _, v := range agentVolumes() {
+		if !slices.Contains(before, v) {
+			_ = exec.Command("docker", "volume", "rm", v).Run()
+		}
+	}
+	return code
+}
+
+// agentVolumes lists the engine's sandgate agent volumes.
+func agentVolumes() []string {
+	out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "name=sandgate-agent-").Output()
+	return strings.Fields(string(out))
 }
 
 // Shared with test/k8s (test/testenv).
