@@ -100,6 +100,19 @@ func (s *Service) Lookup(ctx context.Context, caller Caller, id string) (*store.
 	return sb, nil
 }
 
+// lookupRouted is Lookup served from the route cache while its record is fresh (as the
+// proxy routes): a batch's members ask for their endpoints right after the claim put
+// their records there, and need no Redis read each.
+func (s *Service) lookupRouted(ctx context.Context, caller Caller, id string) (*store.Sandbox, error) {
+	if sb, fresh, ok := s.routes.get(id); ok && fresh {
+		if !caller.Admin && sb.Tenant != caller.Tenant {
+			return nil, notFound(id)
+		}
+		return sb, nil
+	}
+	return s.Lookup(ctx, caller, id)
+}
+
 // Get returns one sandbox.
 func (s *Service) Get(ctx context.Context, caller Caller, id string) (*Sandbox, error) {
 	sb, err := s.Lookup(ctx, caller, id)
@@ -354,7 +367,7 @@ func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, por
 	if port < 1 || port > 65535 {
 		return nil, invalid("port %d: must be 1-65535", port)
 	}
-	sb, err := s.Lookup(ctx, caller, id)
+	sb, err := s.lookupRouted(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
