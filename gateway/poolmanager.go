@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,32 @@ type poolState struct {
 	lastHealth time.Time
 	// lastClaim is when this gateway last handed out warm members (UnixNano).
 	lastClaim atomic.Int64
+	// connWarmer opens the proxy's connection to a new warm member (SetConnWarmer).
+	connWarmer atomic.Pointer[ConnWarmer]
+}
+
+// ConnWarmer makes the proxy that forwards sandbox traffic open a keep-alive connection
+// to an agent (addr "ip:port", with its token) and keep it idle, so that the first call a
+// claimer sends through it does not wait for a connect.
+type ConnWarmer func(ctx context.Context, addr, agentToken string) error
+
+// SetConnWarmer gives the pool manager the proxy's ConnWarmer: each member this gateway
+// makes warm gets its connection then, off any claim's path. Without one (or past the
+// proxy's idle timeout, two minutes in Caddy) the first call connects.
+func (s *Service) SetConnWarmer(f ConnWarmer) { s.pools.connWarmer.Store(&f) }
+
+// warmProxyConn opens the proxy's connection to a member that just became warm. A
+// failure costs nothing but the connect at the first call.
+func (s *Service) warmProxyConn(ctx context.Context, sb *store.Sandbox) {
+	f := s.pools.connWarmer.Load()
+	if f == nil || sb.Address == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := (*f)(ctx, net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), sb.AgentToken); err != nil {
+		s.log.Debug("open the proxy's connection to a warm member", "id", sb.ID, "err", err)
+	}
 }
 
 // refillSettle is how long the pool manager holds its next pass after a claim on this
@@ -275,6 +303,8 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
 		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egressPolicyOf(spec.Egress),
 	}
+	// Before it can be claimed: the claimer's first call finds the connection open.
+	s.warmProxyConn(ctx, rec)
 	added, err := s.store.AddWarm(ctx, rec)
 	if err != nil || !added {
 		_ = s.runtime.Delete(context.WithoutCancel(ctx), spec.ID)

@@ -59,6 +59,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// The agent's and the enforcer's tokens are added below reverse_proxy, which logs
 	// the request it hands to its transport (headers and all) on every upstream error.
 	h.proxy.Transport = api.SecretHeaderTransport{Next: h.proxy.Transport}
+	// New warm pool members get their keep-alive connection from this transport before
+	// they can be claimed: a claim's first command does not wait for a connect.
+	app.core.service.SetConnWarmer(api.AgentConnWarmer(h.proxy.Transport))
 	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward, Metrics: app.metricsHandler})
 	return nil
 }

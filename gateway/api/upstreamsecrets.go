@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/sandgate/sandgate/gateway"
@@ -72,4 +74,28 @@ func notThisAgentMatters(req *http.Request) bool {
 	}
 	secrets, _ := req.Context().Value(upstreamSecretsKey{}).(http.Header)
 	return secrets.Get(gateway.HeaderAgentToken) != ""
+}
+
+// AgentConnWarmer returns a gateway.ConnWarmer for a Forward's transport rt: a /ping to
+// the agent through rt, with the agent's token added as for any forwarded call, leaves
+// rt's keep-alive connection to it open and idle for the first real call.
+func AgentConnWarmer(rt http.RoundTripper) gateway.ConnWarmer {
+	return func(ctx context.Context, addr, agentToken string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/ping", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := rt.RoundTrip(withUpstreamSecret(req, gateway.HeaderAgentToken, agentToken))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16)); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("agent /ping: %s", resp.Status)
+		}
+		return nil
+	}
 }
