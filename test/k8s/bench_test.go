@@ -27,6 +27,15 @@ import (
 // The figures (bench/results.json) are k8s_batch<N>_bound and k8s_batch<N>_ping beside
 // the cold batch of the same size (the raw baseline: pods created on demand), and
 // k8s_batch100_writes (API writes during the warm claim; target 0).
+//
+// First measurement of the 1000 batch (20:30 UTC, machine at load 37 on 2 cores, one
+// run): bound 828 ms, ping 4.6 s (targets 50 ms / 1.5 s: not met), 0 API writes; the
+// 100 batch in the same run: bound 18 ms, ping 312 ms (quiet, before: 7.5 / 143 ms).
+// The claim itself is one Redis script for all members, so bound grows with what it does
+// per member (decode, patch and encode each record in Lua, then decode them in Go, their
+// created events, the response) and was not profiled at 1000 yet; ping is 1000 endpoint
+// calls and 1000 proxied /pings, 64 at a time, over the client's connection pool (it
+// used to dial the gateway for nearly every call: two idle connections per host).
 func BenchmarkK8sBatch(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		var warm, cold k8sBatchResult
