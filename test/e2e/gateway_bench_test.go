@@ -255,8 +255,9 @@ func BenchmarkPoolClaim(b *testing.B) {
 //
 // A claim that asks for no env, entrypoint or policy of its own (this one) has no late
 // binding at all: nothing waits in BeforeAgentCall. Left: the 100 process starts, the extra hop's reads and writes, and the machine's
-// other load (figures on the loaded machine: 570-1175 ms before, 300-740 ms after;
-// quiet: 362 ms before).
+// other load. Figures: before 362 ms quiet, 570-1175 ms at load 20-38; after 734 ms at
+// load 34, 302 and 243 ms at load 15-23, where the old gateway with the pooled client
+// gave 352 and 275 ms (runs alternated).
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
