@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -12,9 +11,6 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/store"
 )
-
-// CodeBatchNotFound answers for an unknown batch.
-const CodeBatchNotFound = "BATCH::NOT_FOUND"
 
 // BatchRequest is the body of POST /v1/batches: count sandboxes of a template, or claimed
 // from a pool (poolRef), with the claim's own timeout, env and metadata.
@@ -190,7 +186,7 @@ func (s *Service) GetBatch(ctx context.Context, caller Caller, id string) (*Batc
 func (s *Service) lookupBatch(ctx context.Context, caller Caller, id string) (*store.Batch, map[string]store.MemberError, error) {
 	b, errs, err := s.store.GetBatch(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !caller.Admin && b.Tenant != caller.Tenant) {
-		return nil, nil, Errorf(http.StatusNotFound, CodeBatchNotFound, "batch %s not found", id)
+		return nil, nil, Errorf(KindNotFound, CodeBatchNotFound, "batch %s not found", id)
 	}
 	return b, errs, err
 }
@@ -277,7 +273,7 @@ func (s *Service) DeleteBatch(ctx context.Context, caller Caller, id string) err
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return &Error{Status: 500, Code: CodeRuntimeError, Message: "some members could not be removed; retry the delete", Cause: firstErr}
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "some members could not be removed; retry the delete", Cause: firstErr}
 	}
 	return s.store.DeleteBatch(ctx, b)
 }

@@ -45,7 +45,7 @@ func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName st
 		}
 	}
 	if s.cfg.PoolFallback == "fail" {
-		return nil, Errorf(http.StatusServiceUnavailable, CodePoolEmpty, "pool %q has no warm sandbox and none came within %s", poolName, s.cfg.PoolWait)
+		return nil, Errorf(KindUnavailable, CodePoolEmpty, "pool %q has no warm sandbox and none came within %s", poolName, s.cfg.PoolWait)
 	}
 	return s.coldFromTemplate(ctx, caller, tmpl, req, uuid.NewString(), "")
 }

@@ -27,9 +27,6 @@ import (
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
 
-// CodeEgressUnavailable: the sandbox's egress enforcer did not answer.
-const CodeEgressUnavailable = "EGRESS::UNAVAILABLE"
-
 // egressEnforcing is implemented by runtimes that can run an egress enforcer; a runtime
 // without it (or with enforcement turned off) runs sandboxes with open egress.
 type egressEnforcing interface {
@@ -151,7 +148,7 @@ func (s *Service) effectiveEgress(ctx context.Context, tenant, id string, np *po
 		if d.Cause != nil {
 			s.log.Error("egress policy failed; denying", "decision", d)
 		}
-		return policy.NetworkPolicy{}, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message, Cause: d.Cause}
+		return policy.NetworkPolicy{}, decisionError(d)
 	}
 	return effective, nil
 }
@@ -199,11 +196,11 @@ func (s *Service) egressRequest(ctx context.Context, sb *store.Sandbox, method s
 	switch {
 	case errors.Is(err, agentclient.ErrUnsigned):
 		s.log.Warn("egress enforcer answer not signed; ignored", "sandbox", sb.ID, "status", status)
-		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+		return 0, nil, &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s gave an answer it did not sign (it may be restarting); the answer is ignored", sb.ID),
 			Cause:   err}
 	case err != nil:
-		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+		return 0, nil, &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
 	}
 	return status, data, nil
@@ -317,7 +314,7 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 	case http.MethodDelete:
 		proposed, err = deletedPolicy(own, body, query)
 	default:
-		return nil, Errorf(http.StatusMethodNotAllowed, "EGRESS::METHOD_NOT_ALLOWED", "method %s is not allowed on /policy", method)
+		return nil, Errorf(KindMethodNotAllowed, CodeEgressMethodNotAllowed, "method %s is not allowed on /policy", method)
 	}
 	if err != nil {
 		return nil, err
@@ -338,7 +335,7 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 }
 
 func invalidEgress(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, policy.CodeInvalidEgress, format, args...)
+	return Errorf(KindInvalid, policy.CodeInvalidEgress, format, args...)
 }
 
 // replacedPolicy reads a POST/PUT body; empty, {} and null mean deny-all, as the

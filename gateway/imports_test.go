@@ -29,14 +29,7 @@ import (
 // the agent client: today mostly HTTP statuses chosen in the core (issue 20, item 3,
 // moves them to gateway/api) and cookies of the console and previews.
 var coreHTTPExceptions = []string{
-	"gateway/access.go", "gateway/accesstoken.go", "gateway/admission.go", "gateway/authenticate.go",
-	"gateway/authorize.go", "gateway/batches.go", "gateway/claim.go", "gateway/create.go",
-	"gateway/egress.go", "gateway/errors.go", "gateway/input.go",
-	"gateway/plugins.go", "gateway/policyadmin.go", "gateway/pools.go", "gateway/previewlinks.go",
-	"gateway/publicaccess.go", "gateway/sandboxes.go", "gateway/sessions.go", "gateway/tenants.go",
-	// Added by this session's features (statuses of their errors), before item 3 lands.
-	"gateway/fork.go", "gateway/latebind.go", "gateway/snapshots.go", "gateway/vault.go", "gateway/volumes.go",
-	"gateway/fleet.go", "gateway/usage.go",
+	"gateway/claim.go", "gateway/egress.go", "gateway/publicaccess.go", "gateway/usage.go", "gateway/vault.go",
 	// The agent client's tracing transport (it wraps the agent client, so it is HTTP by nature).
 	"gateway/tracing/tracing.go",
 }
@@ -45,7 +38,7 @@ var coreHTTPExceptions = []string{
 // directly instead of asking the core.
 var apiBelowCoreExceptions = []string{
 	"gateway/api/egress.go", "gateway/api/events.go", "gateway/api/origins.go",
-	"gateway/api/proxy.go", "gateway/api/respond.go",
+	"gateway/api/proxy.go",
 }
 
 const module = "github.com/sandgate/sandgate/"

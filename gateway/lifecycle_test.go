@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -63,13 +62,22 @@ func sleeper(timeout int64) CreateRequest {
 	return CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "600"}, Timeout: &timeout}
 }
 
-// wantCode fails unless err is an *Error with the given status and code.
-func wantCode(t *testing.T, err error, status int, code string) {
+// wantCode fails unless err is an *Error of the given kind and code.
+func wantCode(t *testing.T, err error, kind Kind, code string) {
 	t.Helper()
 	e, ok := AsError(err)
-	if !ok || e.Status != status || (code != "" && e.Code != code) {
-		t.Fatalf("error = %v, want %d %s", err, status, code)
+	if !ok || e.Kind != kind || (code != "" && e.Code != code) {
+		t.Fatalf("error = %v, want %s %s", err, kind, code)
 	}
+}
+
+// clientMistake reports whether gateway/api answers kind with a 4xx.
+func clientMistake(k Kind) bool {
+	switch k {
+	case KindInternal, KindUnsupported, KindUpstream, KindUnavailable, KindTimeout:
+		return false
+	}
+	return true
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -127,7 +135,7 @@ func TestColdLifecycle(t *testing.T) {
 	if _, err := c.svc.Get(ctx, admin, resp.ID); err == nil {
 		t.Fatal("a deleted sandbox is still found")
 	} else {
-		wantCode(t, err, http.StatusNotFound, CodeNotFound)
+		wantCode(t, err, KindNotFound, CodeNotFound)
 	}
 }
 
@@ -172,7 +180,7 @@ func TestBadCreateChangesNothing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := c.svc.Create(ctx, admin, tt.req)
 			e, ok := AsError(err)
-			if !ok || e.Status < 400 || e.Status >= 500 || e.Code == "" {
+			if !ok || !clientMistake(e.Kind) || e.Code == "" {
 				t.Fatalf("Create = %v, want a 4xx with a code", err)
 			}
 		})
@@ -207,7 +215,7 @@ func TestAdmissionQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.svc.Create(ctx, caller, sleeper(600))
-	wantCode(t, err, http.StatusTooManyRequests, "")
+	wantCode(t, err, KindQuota, "")
 	if err := c.svc.Delete(ctx, caller, first.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +350,7 @@ func TestAdmissionCreateRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.svc.Create(ctx, caller, sleeper(600))
-	wantCode(t, err, http.StatusTooManyRequests, CodeQuotaRate)
+	wantCode(t, err, KindQuota, CodeQuotaRate)
 	if n, _ := c.store.CountSandboxes(ctx, tenant.ID); n != 1 {
 		t.Fatalf("tenant holds %d sandboxes after a refused create, want 1", n)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -185,7 +184,7 @@ func (s *Service) Delete(ctx context.Context, caller Caller, id string) error {
 		return err
 	}
 	if err := s.runtime.Delete(ctx, id); err != nil {
-		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
 	}
 	s.routes.drop(id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
@@ -240,10 +239,10 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 	}
 	now := time.Now()
 	if !expiresAt.After(now) {
-		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is not in the future", expiresAt.UTC().Format(time.RFC3339))
+		return time.Time{}, Errorf(KindInvalid, CodeInvalidExpiration, "expiresAt %s is not in the future", expiresAt.UTC().Format(time.RFC3339))
 	}
 	if expiresAt.Sub(now) > s.cfg.MaxTimeout {
-		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is more than the maximum lifetime of %s away", expiresAt.UTC().Format(time.RFC3339), s.cfg.MaxTimeout)
+		return time.Time{}, Errorf(KindInvalid, CodeInvalidExpiration, "expiresAt %s is more than the maximum lifetime of %s away", expiresAt.UTC().Format(time.RFC3339), s.cfg.MaxTimeout)
 	}
 	exp := expiresAt.UTC()
 	// A tenant's decide_ttl plugin may shorten, move or refuse the renewal; when it
@@ -265,7 +264,7 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 	}
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		if sb.State == StateFailed || sb.State == StateTerminated {
-			return Errorf(409, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
+			return Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
 		}
 		sb.ExpiresAt = &exp
 		return nil
@@ -292,14 +291,14 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 		return err
 	}
 	if sb.State != from {
-		return Errorf(http.StatusConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
+		return Errorf(KindConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
 	}
 	if err := act(ctx, id); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			// Not every engine can freeze a sandbox (Kubernetes cannot): the caller's to know.
-			return &Error{Status: http.StatusNotImplemented, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
+			return &Error{Kind: KindUnsupported, Code: CodeUnsupported, Message: err.Error(), Cause: err}
 		}
-		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}
 	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		sb.State, sb.LastTransitionAt = to, time.Now().UTC()

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -23,16 +22,6 @@ const (
 	SnapshotReady    = "Ready"
 	SnapshotFailed   = "Failed"
 	SnapshotDeleting = "Deleting"
-)
-
-// Stable codes of snapshot refusals.
-const (
-	CodeSnapshotUnsupported = "SNAPSHOT::UNSUPPORTED"
-	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
-	CodeSnapshotNotReady    = "SNAPSHOT::NOT_READY"
-	CodeSnapshotInUse       = "SNAPSHOT::IN_USE"
-	CodeSnapshotInvalid     = "SNAPSHOT::INVALID_PARAMETER"
-	CodeQuotaSnapshots      = "QUOTA::SNAPSHOTS"
 )
 
 // reasonSandboxGone is the reason of a snapshot whose sandbox vanished before the commit.
@@ -86,14 +75,14 @@ func snapshotView(snap *store.Snapshot) SnapshotView {
 }
 
 func snapshotNotFound(id string) *Error {
-	return Errorf(http.StatusNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
+	return Errorf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
 }
 
 func (s *Service) snapshotter() (Snapshotter, error) {
 	if sn, ok := s.runtime.(Snapshotter); ok {
 		return sn, nil
 	}
-	return nil, Errorf(http.StatusBadRequest, CodeSnapshotUnsupported,
+	return nil, Errorf(KindInvalid, CodeSnapshotUnsupported,
 		"snapshots are not supported on the %s runtime of this gateway (Docker only)", s.runtime.Name())
 }
 
@@ -123,7 +112,7 @@ func checkSnapshotImage(cluster, tenant, image string) error {
 	if strings.HasPrefix(name, snapshotRepo(cluster, tenant)+":") && !strings.Contains(name, "@") {
 		return nil
 	}
-	return Errorf(http.StatusNotFound, CodeSnapshotNotFound, "image %q: no such snapshot of this tenant; create from a snapshot with snapshotId", image)
+	return Errorf(KindNotFound, CodeSnapshotNotFound, "image %q: no such snapshot of this tenant; create from a snapshot with snapshotId", image)
 }
 
 // CreateSnapshot starts a snapshot of a Running sandbox and answers at once (Creating);
@@ -145,7 +134,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, caller Caller, sandboxID s
 // startSnapshot checks a snapshot request and writes its Creating record.
 func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID string, req SnapshotRequest) (*store.Snapshot, error) {
 	if len(req.Name) > 128 || strings.ContainsRune(req.Name, 0) {
-		return nil, Errorf(http.StatusBadRequest, CodeSnapshotInvalid, "name: at most 128 characters")
+		return nil, Errorf(KindInvalid, CodeSnapshotInvalid, "name: at most 128 characters")
 	}
 	if _, err := s.snapshotter(); err != nil {
 		return nil, err
@@ -155,7 +144,7 @@ func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID st
 		return nil, err
 	}
 	if sb.State != StateRunning && sb.State != StatePaused {
-		return nil, Errorf(http.StatusConflict, CodeNotRunning, "sandbox %s is %s; only a Running sandbox can be snapshotted", sandboxID, sb.State)
+		return nil, Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s; only a Running sandbox can be snapshotted", sandboxID, sb.State)
 	}
 	q, err := s.tenantQuotas(ctx, sb.Tenant)
 	if err != nil {
@@ -174,7 +163,7 @@ func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID st
 	}
 	if err := s.store.CreateSnapshot(ctx, snap, q.MaxSnapshots); err != nil {
 		if errors.Is(err, store.ErrQuota) {
-			return nil, Errorf(http.StatusTooManyRequests, CodeQuotaSnapshots, "snapshots quota: tenant %s keeps its limit of %d snapshots; delete one first", sb.Tenant, q.MaxSnapshots)
+			return nil, Errorf(KindQuota, CodeQuotaSnapshots, "snapshots quota: tenant %s keeps its limit of %d snapshots; delete one first", sb.Tenant, q.MaxSnapshots)
 		}
 		return nil, err
 	}
@@ -302,9 +291,9 @@ func (s *Service) DeleteSnapshot(ctx context.Context, caller Caller, id string) 
 		}
 		if err := sn.RemoveSnapshot(ctx, snap.Image); err != nil {
 			if errors.Is(err, runtimes.ErrInUse) {
-				return Errorf(http.StatusConflict, CodeSnapshotInUse, "snapshot %s: sandboxes created from it still exist; delete them first", id)
+				return Errorf(KindConflict, CodeSnapshotInUse, "snapshot %s: sandboxes created from it still exist; delete them first", id)
 			}
-			return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
+			return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
 		}
 	}
 	return s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
@@ -331,7 +320,7 @@ func (s *Service) resolveSnapshot(ctx context.Context, caller Caller, req Create
 		return req, err
 	}
 	if snap.State != SnapshotReady {
-		return req, Errorf(http.StatusConflict, CodeSnapshotNotReady, "snapshot %s is %s; a sandbox can be created only from a Ready snapshot", snap.ID, snap.State)
+		return req, Errorf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s; a sandbox can be created only from a Ready snapshot", snap.ID, snap.State)
 	}
 	req.Image = &ImageSpec{URI: snap.Image}
 	if len(req.Entrypoint) == 0 {

@@ -41,7 +41,7 @@ func claimCredentialProxy(tmpl, req CreateRequest) error {
 		return err
 	}
 	if have, _ := credentialProxyEnabled(tmpl.CredentialProxy); !have {
-		return Errorf(http.StatusBadRequest, CodeCredentialProxyNotInPool,
+		return Errorf(KindInvalid, CodeCredentialProxyNotInPool,
 			"credentialProxy.enabled: the pool's template starts its sandboxes without the credential proxy; enable it in the pool's template")
 	}
 	return nil
@@ -143,18 +143,20 @@ func (s *Service) checkVaultBindings(ctx context.Context, sb *store.Sandbox, met
 		Policy policy.NetworkPolicy `json:"policy"`
 	}
 	if status != http.StatusOK || json.Unmarshal(data, &cur) != nil {
-		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+		return &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress policy of sandbox %s could not be read, so the bindings could not be checked; the vault is unchanged", sb.ID)}
 	}
 	for _, b := range bindings {
 		d := s.policy.Vault(ctx, policy.VaultInput{Tenant: sb.Tenant, Sandbox: sb.ID, Binding: b, NetworkPolicy: &cur.Policy})
 		if !d.Allow {
 			s.log.Info("vault binding denied by policy", "sandbox", sb.ID, "binding", b.Name, "code", d.Code, "decision", d.DecisionID)
-			status := d.HTTPStatus()
+			e := decisionError(d)
 			if d.Cause != nil {
-				status = http.StatusServiceUnavailable
+				// The vault policy failed to evaluate: the binding is refused (fail
+				// closed), and the caller may retry once the policy is fixed.
+				e.Kind = KindUnavailable
 			}
-			return &Error{Status: status, Code: d.Code, Message: d.Message, Cause: d.Cause}
+			return e
 		}
 	}
 	return nil
@@ -168,14 +170,14 @@ func (s *Service) vaultCall(ctx context.Context, sb *store.Sandbox, method, path
 	u := "http://" + net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.EgressPort)) + path
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, Errorf(http.StatusBadRequest, CodeInvalidParameter, "vault path %q is not valid", path)
+		return 0, nil, Errorf(KindInvalid, CodeInvalidParameter, "vault path %q is not valid", path)
 	}
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	nonce := egressauth.Sign(req, sb.EgressToken, body, time.Now())
 	unavailable := func(cause error) error {
-		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+		return &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its credential vault is unchanged", sb.ID), Cause: cause}
 	}
 	resp, err := s.agents.HTTP().Do(req)

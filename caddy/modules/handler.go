@@ -26,7 +26,7 @@ func init() {
 // ports are authorized by the gateway and then forwarded by Caddy's own reverse_proxy,
 // whose upstream is the `sandgate` source (see Upstreams).
 type Handler struct {
-	api   http.Handler
+	api   *api.Handler
 	proxy *reverseproxy.Handler
 }
 
@@ -76,7 +76,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, upstream strin
 		tracing.RecordServerTiming(r.Context(), w.Header(), start)
 	}
 	if err != nil {
-		api.WriteUpstreamError(w, r, err)
+		h.api.WriteUpstreamError(w, r, err)
 	}
 }
 

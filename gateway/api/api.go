@@ -77,7 +77,7 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	h.mux.Handle("GET /console/", web.Handler("/console/"))
 	h.mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
 	return h
 }
@@ -161,13 +161,13 @@ func (h *Handler) register(rt route) {
 		if !rt.public && !rt.own {
 			c, authed, err := h.authenticate(r)
 			if err != nil {
-				writeError(w, r, err)
+				h.writeError(w, r, err)
 				return
 			}
 			caller, r = c, authed
 			if !rt.selfAuthz {
 				if err := h.svc.Authorize(r.Context(), c, action, resourceFor(action, r, c), r.Method, r.URL.Path, nil); err != nil {
-					writeError(w, r, err)
+					h.writeError(w, r, err)
 					return
 				}
 			}
@@ -229,7 +229,7 @@ func shadowsWildcard(path string, routes []route) bool {
 }
 
 func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	writeError(w, r, gateway.Errorf(http.StatusMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+	h.writeError(w, r, gateway.Errorf(gateway.KindMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 // ServeHTTP implements http.Handler: request id, panic safety, then the routes.
@@ -248,7 +248,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(p)
 			}
 			h.log.Error("panic in handler", "panic", p, "path", r.URL.Path, "stack", string(debug.Stack()))
-			writeError(w, r, gateway.Errorf(http.StatusInternalServerError, gateway.CodeInternal, "internal error (request %s)", id))
+			h.writeError(w, r, gateway.Errorf(gateway.KindInternal, gateway.CodeInternal, "internal error (request %s)", id))
 		}
 	}()
 	if id, port, ok := h.previewHost(r.Host); ok {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -37,7 +38,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	if r.Method == http.MethodGet {
 		answer, err := h.svc.EgressPolicy(r.Context(), sb)
 		if err != nil {
-			writeError(w, r, err)
+			h.writeError(w, r, err)
 			return true
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -47,7 +48,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "EGRESS::INVALID_POLICY", "request body exceeds %d bytes", maxBodyBytes))
+		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, policy.CodeInvalidEgress, "request body exceeds %d bytes", maxBodyBytes))
 		return true
 	}
 	// The change is the sandbox's tenant's; its event names the key (or the console
@@ -58,7 +59,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	}
 	change, err := h.svc.ChangeEgress(r.Context(), who, sb, r.Method, r.URL.Query(), body)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return true
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -88,7 +89,7 @@ func egressPath(r *http.Request, id string, port int) string {
 func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, path string, access gateway.ProxyAccess) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "VAULT::INVALID_REQUEST", "request body exceeds %d bytes", maxBodyBytes))
+		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, gateway.CodeVaultInvalidRequest, "request body exceeds %d bytes", maxBodyBytes))
 		return
 	}
 	who := gateway.Caller{Tenant: sb.Tenant}
@@ -97,7 +98,7 @@ func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *store.S
 	}
 	answer, err := h.svc.VaultRequest(r.Context(), who, sb, r.Method, path, body)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if answer.Status != http.StatusNoContent {

@@ -22,7 +22,7 @@ func (h *Handler) eventQuery(r *http.Request, c gateway.Caller) (gateway.EventQu
 	q.Types = listParam(v["type"])
 	q.Exclude = listParam(v["exclude"])
 	if q.Cursor != "" && !gateway.ValidAuditCursor(q.Cursor) {
-		return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", q.Cursor)
+		return q, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", q.Cursor)
 	}
 	var err error
 	if q.Limit, q.Newest, err = pageParams(v); err != nil {
@@ -52,12 +52,12 @@ func listParam(vals []string) []string {
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q, err := h.eventQuery(r, c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	page, err := h.svc.ReadEvents(r.Context(), q)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -68,12 +68,12 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, c gateway.C
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q, err := h.eventQuery(r, c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		if !gateway.ValidAuditCursor(id) {
-			writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "Last-Event-ID %q is not an event id", id))
+			h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "Last-Event-ID %q is not an event id", id))
 			return
 		}
 		q.Cursor = id

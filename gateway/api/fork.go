@@ -10,12 +10,12 @@ import (
 func (h *Handler) fork(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req gateway.ForkRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	b, err := h.svc.Fork(r.Context(), c, r.PathValue("id"), req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, b)

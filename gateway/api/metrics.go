@@ -16,11 +16,11 @@ import (
 // SANDGATE_METRICS_LISTEN instead.
 func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	if !c.Admin {
-		writeError(w, r, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "metrics are for the platform admin key (or the SANDGATE_METRICS_LISTEN listener)"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "metrics are for the platform admin key (or the SANDGATE_METRICS_LISTEN listener)"))
 		return
 	}
 	if h.opts.Metrics == nil {
-		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeRouteNotFound, "metrics are not served by this gateway"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeRouteNotFound, "metrics are not served by this gateway"))
 		return
 	}
 	h.opts.Metrics.ServeHTTP(w, r)
@@ -30,7 +30,7 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway
 func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	f, err := h.svc.Fleet(c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, f)
@@ -41,7 +41,7 @@ func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway
 func (h *Handler) sandboxMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	u, err := h.svc.SandboxUsage(r.Context(), c, r.PathValue("id"))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, u)
@@ -55,7 +55,7 @@ func (h *Handler) watchSandboxMetrics(w http.ResponseWriter, r *http.Request, c 
 	ctx := r.Context()
 	u, err := h.svc.SandboxUsage(ctx, c, id)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -9,12 +9,12 @@ import (
 func (h *Handler) createPool(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req gateway.PoolRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	p, err := h.svc.CreatePool(r.Context(), c, req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, p)
@@ -23,7 +23,7 @@ func (h *Handler) createPool(w http.ResponseWriter, r *http.Request, c gateway.C
 func (h *Handler) listPools(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	items, err := h.svc.ListPools(r.Context(), c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": items})
@@ -32,7 +32,7 @@ func (h *Handler) listPools(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func (h *Handler) getPool(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	p, err := h.svc.GetPool(r.Context(), c, r.PathValue("name"))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
@@ -41,12 +41,12 @@ func (h *Handler) getPool(w http.ResponseWriter, r *http.Request, c gateway.Call
 func (h *Handler) updatePool(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req gateway.PoolRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	p, err := h.svc.UpdatePool(r.Context(), c, r.PathValue("name"), req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
@@ -54,7 +54,7 @@ func (h *Handler) updatePool(w http.ResponseWriter, r *http.Request, c gateway.C
 
 func (h *Handler) deletePool(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	if err := h.svc.DeletePool(r.Context(), c, r.PathValue("name")); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -63,12 +63,12 @@ func (h *Handler) deletePool(w http.ResponseWriter, r *http.Request, c gateway.C
 func (h *Handler) createBatch(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req gateway.BatchRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	b, err := h.svc.CreateBatch(r.Context(), c, req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, b)
@@ -77,7 +77,7 @@ func (h *Handler) createBatch(w http.ResponseWriter, r *http.Request, c gateway.
 func (h *Handler) getBatch(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	b, err := h.svc.GetBatch(r.Context(), c, r.PathValue("id"))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, b)
@@ -85,7 +85,7 @@ func (h *Handler) getBatch(w http.ResponseWriter, r *http.Request, c gateway.Cal
 
 func (h *Handler) deleteBatch(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	if err := h.svc.DeleteBatch(r.Context(), c, r.PathValue("id")); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

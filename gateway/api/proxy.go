@@ -72,22 +72,22 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 type upstreamFailedKey struct{}
 
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	WriteUpstreamError(w, r, err)
+	h.WriteUpstreamError(w, r, err)
 }
 
 // WriteUpstreamError answers a request whose sandbox port could not be reached.
-func WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Handler) WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
 	if failed, ok := r.Context().Value(upstreamFailedKey{}).(func(error) error); ok {
 		// A claimed pool member that died after its claim is marked Failed here.
 		if e := failed(err); e != nil {
-			writeError(w, r, e)
+			h.writeError(w, r, e)
 			return
 		}
 	}
-	writeError(w, r, gateway.Errorf(http.StatusBadGateway, gateway.CodeUpstreamError,
+	h.writeError(w, r, gateway.Errorf(gateway.KindUpstream, gateway.CodeUpstreamError,
 		"the sandbox port did not answer: nothing is listening there, or it closed the connection"))
 }
 
@@ -98,7 +98,7 @@ func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gatew
 	id, portStr := r.PathValue("id"), r.PathValue("port")
 	prefix, rest, err := splitProxyPath(r.URL.EscapedPath(), id, portStr)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(runtimes.AgentPort) && portStr != strconv.Itoa(runtimes.EgressPort) {
@@ -162,16 +162,16 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string, preset *gateway.ProxyAccess) {
 	port, err := gateway.ParsePort(portStr)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if _, err := uuid.Parse(id); err != nil {
-		writeError(w, r, gateway.Errorf(404, gateway.CodeNotFound, "sandbox %s not found", id))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeNotFound, "sandbox %s not found", id))
 		return
 	}
 	sb, err := h.svc.Route(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	var access gateway.ProxyAccess
@@ -182,12 +182,12 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		access, linkExp, err = h.proxyCredential(r, sb, port)
 	}
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	access.Method, access.Path = r.Method, rest
 	if err := h.svc.AuthorizeProxy(r.Context(), sb, port, access); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if access.Kind == gateway.CredSignedLink && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
@@ -196,7 +196,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	}
 	sb, release, err := h.svc.WakeForAccess(r.Context(), sb) // idle pause: resume on use
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	defer release()
@@ -204,11 +204,11 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// call: the call waits for them; a member that died after its claim answers
 	// SANDBOX::UNAVAILABLE (hotpaths, latebind.go).
 	if err := h.svc.BeforeAgentCall(r.Context(), sb); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if sb.State != gateway.StateRunning || sb.Address == "" {
-		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
 	}
 	if h.interceptEgress(w, r, sb, port, access) {
@@ -304,7 +304,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		if c, ok := h.callerForKey(r, v); ok {
 			return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 		}
-		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
+		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
 	}
 	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
 		if err := h.svc.VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
@@ -329,7 +329,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		// page of the preview's own origin may (host mode: its own host; path mode: the
 		// gateway's, as a sandboxed preview page carries no cookies at all).
 		if isWebSocket(r) && !h.sameOrigin(r) {
-			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeOriginRefused,
+			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeOriginRefused,
 				"a WebSocket opened with a preview cookie must come from a page of the preview itself (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
@@ -351,7 +351,7 @@ func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store
 	}
 	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	target := localRedirectPath(r.URL.EscapedPath())

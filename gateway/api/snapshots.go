@@ -12,13 +12,13 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, c gatew
 	var req gateway.SnapshotRequest
 	if r.ContentLength != 0 {
 		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 	}
 	snap, err := h.svc.CreateSnapshot(r.Context(), c, r.PathValue("id"), req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, snap)
@@ -37,16 +37,16 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, c gatewa
 	}
 	var err error
 	if sq.Page, err = intParam(q, "page", 1, 1, 1<<30); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if sq.PageSize, err = intParam(q, "pageSize", 20, 1, 200); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	resp, err := h.svc.ListSnapshots(r.Context(), c, sq)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -55,7 +55,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, c gatewa
 func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	snap, err := h.svc.GetSnapshot(r.Context(), c, r.PathValue("id"))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, snap)
@@ -63,7 +63,7 @@ func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request, c gateway.
 
 func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	if err := h.svc.DeleteSnapshot(r.Context(), c, r.PathValue("id")); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -20,7 +20,7 @@ const watchKeepAlive = 15 * time.Second
 func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q, err := listQuery(r)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	filter := gateway.WatchFilter{States: q.States, Metadata: q.Metadata}
@@ -30,7 +30,7 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 	defer watcher.Close()
 	items, err := h.svc.WatchSnapshot(ctx, c, filter)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	rc := http.NewResponseController(w)
