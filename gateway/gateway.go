@@ -55,10 +55,10 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/tracing"
 )
 
 // Version is the sandgate release, set at build time.

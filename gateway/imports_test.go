@@ -26,13 +26,10 @@ import (
 // whoever fixes it also strikes it off.
 
 // coreHTTPExceptions are the core's files that import net/http for something else than
-// the agent client: today mostly HTTP statuses chosen in the core (issue 20, item 3,
-// moves them to gateway/api) and cookies of the console and previews.
-var coreHTTPExceptions = []string{
-	"gateway/claim.go", "gateway/egress.go", "gateway/publicaccess.go", "gateway/usage.go", "gateway/vault.go",
-	// The agent client's tracing transport (it wraps the agent client, so it is HTTP by nature).
-	"gateway/tracing/tracing.go",
-}
+// the agent client. There are none: the core's errors carry a kind that gateway/api maps
+// to a status, its calls to agents and enforcers go through sandbox-agent/agentclient's
+// typed methods, and the tracing middleware is the top-level package tracing. Keep it so.
+var coreHTTPExceptions = []string{}
 
 // apiBelowCoreExceptions are gateway/api's files that import runtimes or gateway/store
 // directly instead of asking the core.

@@ -10,8 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
@@ -249,22 +247,14 @@ func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
 
 // enforcerDenials reads the denial counter of the sandbox's egress enforcer (/healthz).
 func (s *Service) enforcerDenials(ctx context.Context, sb *store.Sandbox) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/healthz", sb.Address, runtimes.EgressPort), nil)
+	data, err := s.agents.EnforcerHealth(ctx, sb.Address, agentCallTimeout)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := s.agents.HTTP().Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
 	var h struct {
 		DeniedQueries *uint64 `json:"deniedQueries"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("enforcer healthz: %s", resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&h); err != nil || h.DeniedQueries == nil {
+	if err := json.Unmarshal(data, &h); err != nil || h.DeniedQueries == nil {
 		return 0, fmt.Errorf("enforcer healthz: no deniedQueries")
 	}
 	return *h.DeniedQueries, nil
@@ -295,18 +285,9 @@ func (s *Service) noteDenials(sb *store.Sandbox, ser *usageSeries, n uint64) {
 
 // agentUsage reads the agent's own cgroup reading (GET /metrics on the agent).
 func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", sb.Address, runtimes.AgentPort), nil)
+	data, err := s.agents.Metrics(ctx, sb.Address, sb.AgentToken, agentCallTimeout)
 	if err != nil {
-		return UsagePoint{}, err
-	}
-	req.Header.Set(HeaderAgentToken, sb.AgentToken)
-	resp, err := s.agents.HTTP().Do(req)
-	if err != nil {
-		return UsagePoint{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return UsagePoint{}, fmt.Errorf("agent metrics: %s", resp.Status)
+		return UsagePoint{}, fmt.Errorf("agent metrics: %w", err)
 	}
 	var m struct {
 		CPUCount    float64 `json:"cpu_count"`
@@ -315,7 +296,7 @@ func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint
 		MemUsedMiB  float64 `json:"mem_used_mib"`
 		Timestamp   int64   `json:"timestamp"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&m); err != nil {
+	if err := json.Unmarshal(data, &m); err != nil {
 		return UsagePoint{}, fmt.Errorf("agent metrics: %w", err)
 	}
 	limit := m.CPUCount

@@ -13,8 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/sandgate/sandgate/gateway/api"
-	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/tracing"
 )
 
 func init() {

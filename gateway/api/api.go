@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/tracing"
+	"github.com/sandgate/sandgate/tracing"
 	"github.com/sandgate/sandgate/web"
 )
 

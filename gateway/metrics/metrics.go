@@ -22,7 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandgate/sandgate/gateway/tracing"
+	"github.com/sandgate/sandgate/tracing"
 )
 
 // Namespace prefixes every series.
