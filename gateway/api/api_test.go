@@ -24,6 +24,14 @@ import (
 // tested without Docker or Caddy.
 func newTestAPI(t *testing.T) *httptest.Server {
 	t.Helper()
+	srv, _ := startTestAPI(t, nil)
+	return srv
+}
+
+// startTestAPI is newTestAPI with the HTTP layer's logger (nil: warnings to stderr), and
+// the redis-server, for a test that takes it away.
+func startTestAPI(t *testing.T, apiLog *slog.Logger) (*httptest.Server, *testenv.Redis) {
+	t.Helper()
 	r, err := testenv.StartRedis(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -46,9 +54,12 @@ func newTestAPI(t *testing.T) *httptest.Server {
 	svc.SetAdminKey("admin-key")
 	svc.Start(ctx)
 	t.Cleanup(svc.Stop)
-	srv := httptest.NewServer(New(svc, Options{Logger: log}))
+	if apiLog == nil {
+		apiLog = log
+	}
+	srv := httptest.NewServer(New(svc, Options{Logger: apiLog}))
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, r
 }
 
 func call(t *testing.T, method, url string, body any, headers map[string]string) (int, []byte) {
