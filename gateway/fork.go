@@ -46,7 +46,11 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, req ForkRe
 	}
 	s.commitSnapshot(context.WithoutCancel(ctx), snap)
 	drop := func() {
-		_ = s.DeleteSnapshot(context.WithoutCancel(ctx), owner, snap.ID)
+		// The fork's own snapshot, never shown to the caller: a failure leaves a
+		// snapshot the tenant can see and delete, so it is logged, not answered.
+		if err := s.DeleteSnapshot(context.WithoutCancel(ctx), owner, snap.ID); err != nil {
+			s.log.Warn("delete the snapshot of a fork", "snapshot", snap.ID, "err", err)
+		}
 	}
 	if snap.State != SnapshotReady {
 		drop()

@@ -195,9 +195,15 @@ func (s *Service) commitSnapshot(ctx context.Context, snap *store.Snapshot) {
 	cur, gerr := s.store.GetSnapshot(ctx, snap.Tenant, snap.ID)
 	if errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.State == SnapshotDeleting) {
 		if err == nil {
-			_ = sn.RemoveSnapshot(ctx, snap.Image)
+			if rerr := sn.RemoveSnapshot(ctx, snap.Image); rerr != nil {
+				s.log.Warn("remove the image of a snapshot deleted while it was taken", "snapshot", snap.ID, "image", snap.Image, "err", rerr)
+			}
 		}
-		_ = s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
+		// Nobody waits on this answer (the delete returned when it marked the record): a
+		// store error leaves the record Deleting, logged for the operator.
+		if derr := s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID); derr != nil {
+			s.log.Warn("delete a snapshot record deleted while it was taken", "snapshot", snap.ID, "err", derr)
+		}
 		return
 	}
 	if err := s.store.PutSnapshot(ctx, snap); err != nil {
