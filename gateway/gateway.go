@@ -13,6 +13,7 @@
 //	poolmanager.go   the pool manager keeping every pool between its bounds
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
+//	listing.go       the filtering and paging the list routes share
 //	reaper.go        expiry: removing sandboxes past their expiresAt
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	lease.go         the lease that lets one gateway of several reap and reconcile
@@ -40,8 +41,9 @@
 //	tenants.go       tenant and key CRUD
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
-//	agentclient.go   the HTTP client to sandbox agents
-//	errors.go        the core's error type and codes
+//	agentclient.go   the core's calls to agents and enforcers (sandbox-agent/agentclient)
+//	errors.go        the core's error type and its kinds (gateway/api maps them to statuses)
+//	codes.go         every stable error code, by namespace
 package gateway
 
 import (

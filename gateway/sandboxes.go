@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -134,21 +132,14 @@ type ListResponse struct {
 
 // List returns the caller's sandboxes, newest first, filtered and paged.
 func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListResponse, error) {
-	tenant := caller.Tenant
-	if caller.Admin {
-		tenant = ""
-	}
-	all, err := s.store.ListSandboxes(ctx, tenant)
+	all, err := s.store.ListSandboxes(ctx, listTenant(caller))
 	if err != nil {
 		return nil, err
 	}
-	states := map[string]bool{}
-	for _, st := range q.States {
-		states[strings.ToLower(st)] = true
-	}
+	states := newStateFilter(q.States)
 	items := make([]Sandbox, 0)
 	for _, sb := range all {
-		if len(states) > 0 && !states[strings.ToLower(sb.State)] {
+		if !states.admits(sb.State) {
 			continue
 		}
 		match := true
@@ -162,19 +153,8 @@ func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListRe
 			items = append(items, View(sb))
 		}
 	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.After(items[j].CreatedAt) })
-	total := len(items)
-	pages := (total + q.PageSize - 1) / q.PageSize
-	start := (q.Page - 1) * q.PageSize
-	if start > total {
-		start = total
-	}
-	end := min(start+q.PageSize, total)
-	return &ListResponse{
-		Items: items[start:end],
-		Pagination: Pagination{Page: q.Page, PageSize: q.PageSize, TotalItems: total, TotalPages: pages,
-			HasNextPage: q.Page < pages},
-	}, nil
+	page, pagination := pageOf(items, func(sb Sandbox) time.Time { return sb.CreatedAt }, q.Page, q.PageSize)
+	return &ListResponse{Items: page, Pagination: pagination}, nil
 }
 
 // Delete removes a sandbox and its record.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"sort"
 	"strings"
 	"time"
 
@@ -248,35 +247,23 @@ func (s *Service) GetSnapshot(ctx context.Context, caller Caller, id string) (*S
 
 // ListSnapshots returns the caller's snapshots, newest first, filtered and paged.
 func (s *Service) ListSnapshots(ctx context.Context, caller Caller, q SnapshotQuery) (*SnapshotList, error) {
-	tenant := caller.Tenant
-	if caller.Admin {
-		tenant = ""
-	}
-	all, err := s.store.ListSnapshots(ctx, tenant)
+	all, err := s.store.ListSnapshots(ctx, listTenant(caller))
 	if err != nil {
 		return nil, err
 	}
-	states := map[string]bool{}
-	for _, st := range q.States {
-		states[strings.ToLower(st)] = true
-	}
+	states := newStateFilter(q.States)
 	items := []SnapshotView{}
 	for _, snap := range all {
 		if q.SandboxID != "" && snap.SandboxID != q.SandboxID {
 			continue
 		}
-		if len(states) > 0 && !states[strings.ToLower(snap.State)] {
+		if !states.admits(snap.State) {
 			continue
 		}
 		items = append(items, snapshotView(snap))
 	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.After(items[j].CreatedAt) })
-	total := len(items)
-	pages := (total + q.PageSize - 1) / q.PageSize
-	start := min((q.Page-1)*q.PageSize, total)
-	end := min(start+q.PageSize, total)
-	return &SnapshotList{Items: items[start:end], Pagination: Pagination{Page: q.Page, PageSize: q.PageSize,
-		TotalItems: total, TotalPages: pages, HasNextPage: q.Page < pages}}, nil
+	page, pagination := pageOf(items, func(v SnapshotView) time.Time { return v.CreatedAt }, q.Page, q.PageSize)
+	return &SnapshotList{Items: page, Pagination: pagination}, nil
 }
 
 // DeleteSnapshot removes a snapshot and its image. One still being made is marked
