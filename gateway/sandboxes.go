@@ -16,14 +16,20 @@ import (
 
 // Sandbox states of the OpenSandbox protocol.
 const (
-	StatePending    = "Pending"
-	StateRunning    = "Running"
-	StatePausing    = "Pausing"
-	StatePaused     = "Paused"
-	StateResuming   = "Resuming"
-	StateStopping   = "Stopping"
+	// StatePending: created or claimed, not yet answering (a cold start, a late binding).
+	StatePending = "Pending"
+	// StateRunning: its agent answers; the proxy serves it.
+	StateRunning = "Running"
+	// StatePaused: frozen by pause (or idle pause); resume or the next request thaws it.
+	StatePaused = "Paused"
+	// StateTerminated: deleted or expired; the record stays a while for readers.
 	StateTerminated = "Terminated"
-	StateFailed     = "Failed"
+	// StateFailed: it did not start, or its container vanished; Reason says which.
+	StateFailed = "Failed"
+	// StatePausing, StateResuming and StateStopping are the protocol's transitional
+	// states. The core never records them (a pause, resume or delete completes within
+	// its request); they are named for clients that match on every state.
+	StatePausing, StateResuming, StateStopping = "Pausing", "Resuming", "Stopping"
 )
 
 // Status is a sandbox's state with its explanation.

@@ -26,16 +26,28 @@ const (
 	// CodeEvaluationFailed: the policy could not be evaluated; fail closed.
 	CodeEvaluationFailed = "POLICY::EVALUATION_FAILED"
 
+	// Admission quotas (Outcome Limited): what the tenant holds or asks for passes
+	// Quotas' bound. CodeQuotaConcurrent counts live sandboxes; CPU and memory count the
+	// live sandboxes' limits plus the request's; CodeQuotaTimeout bounds one sandbox's
+	// lifetime (a request without expiry included); CodeQuotaBatchSize one batch's count.
 	CodeQuotaConcurrent = "QUOTA::CONCURRENT_SANDBOXES"
 	CodeQuotaCPU        = "QUOTA::CPU"
 	CodeQuotaMemory     = "QUOTA::MEMORY"
 	CodeQuotaTimeout    = "QUOTA::TIMEOUT"
 	CodeQuotaBatchSize  = "QUOTA::BATCH_SIZE"
 
-	CodeImageNotAllowed  = "ADMISSION::IMAGE_NOT_ALLOWED"
-	CodeRuntimeRequired  = "ADMISSION::RUNTIME_REQUIRED"
-	CodeInvalidRequest   = "ADMISSION::INVALID_REQUEST"
-	CodeInvalidEgress    = "EGRESS::INVALID_POLICY"
+	// CodeImageNotAllowed: the image is not in Quotas.AllowedImages, or is on the
+	// platform's denied_images (a registry it does not allow is the default Rego's
+	// ADMISSION::REGISTRY_NOT_ALLOWED).
+	CodeImageNotAllowed = "ADMISSION::IMAGE_NOT_ALLOWED"
+	// CodeRuntimeRequired: the tenant must run under Quotas.Runtime (runsc) and asked
+	// for another.
+	CodeRuntimeRequired = "ADMISSION::RUNTIME_REQUIRED"
+	// CodeInvalidRequest: the admission input itself is unusable (Outcome Invalid).
+	CodeInvalidRequest = "ADMISSION::INVALID_REQUEST"
+	// CodeInvalidEgress: a networkPolicy the egress policy cannot read (Outcome Invalid).
+	CodeInvalidEgress = "EGRESS::INVALID_POLICY"
+
 	evaluationFailedText = "the request could not be checked against the policy, so it was denied"
 )
 

@@ -65,7 +65,7 @@ func TestErrorStatusesByArea(t *testing.T) {
 	_ = json.Unmarshal(body, &key)
 	viewer := map[string]string{"OPEN-SANDBOX-API-KEY": key.Key}
 	code, body = call(t, "POST", srv.URL+"/v1/pools", map[string]any{"name": "p1",
-		"template": map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
+		"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
 		"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin)
 	if code != 201 && code != 200 {
 		t.Fatalf("create pool: %d %s", code, body)
@@ -92,7 +92,7 @@ func TestErrorStatusesByArea(t *testing.T) {
 		{"pools: not found", "GET", "/v1/pools/nope", nil, admin, 404, gateway.CodePoolNotFound},
 		{"pools: invalid", "POST", "/v1/pools", map[string]any{"name": "BAD NAME"}, admin, 400, gateway.CodePoolInvalid},
 		{"pools: exists", "POST", "/v1/pools", map[string]any{"name": "p1",
-			"template": map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
+			"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
 			"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin, 409, gateway.CodePoolExists},
 		{"claim: an unknown pool", "POST", "/v1/sandboxes", map[string]any{"image": map[string]string{"uri": "sandgate/base:test"},
 			"timeout": 60, "extensions": map[string]string{"poolRef": "nope"}}, admin, 404, gateway.CodePoolNotFound},
