@@ -7,13 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sandgate/sandgate/gateway"
-)
-
-// Codes of malformed plugin uploads (the plugin host's own codes cover the module).
-const (
-	codePluginInvalidModule = "PLUGIN::INVALID_MODULE"
-	codePluginInvalidConfig = "PLUGIN::INVALID_CONFIG"
-	codePluginTooLarge      = "PLUGIN::MODULE_TOO_LARGE"
+	"github.com/sandgate/sandgate/plugins"
 )
 
 // maxPluginConfigBytes bounds the config part (settings are capped by the host too).
@@ -60,24 +54,24 @@ func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []
 				return nil, nil, uploadError(err)
 			}
 			if max := gateway.MaxPluginUploadBytes - 1<<20; len(module) > max {
-				return nil, nil, gateway.Errorf(gateway.KindTooLarge, codePluginTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
+				return nil, nil, gateway.Errorf(gateway.KindTooLarge, plugins.CodeModuleTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
 			}
 		case "config":
 			if config, err = io.ReadAll(io.LimitReader(part, maxPluginConfigBytes+1)); err != nil {
 				return nil, nil, uploadError(err)
 			}
 			if len(config) > maxPluginConfigBytes {
-				return nil, nil, gateway.Errorf(gateway.KindTooLarge, codePluginInvalidConfig, "the config part exceeds %d bytes", maxPluginConfigBytes)
+				return nil, nil, gateway.Errorf(gateway.KindTooLarge, plugins.CodeInvalidConfig, "the config part exceeds %d bytes", maxPluginConfigBytes)
 			}
 		default:
 			_, _ = io.Copy(io.Discard, part)
 		}
 	}
 	if len(module) == 0 {
-		return nil, nil, gateway.Errorf(gateway.KindInvalid, codePluginInvalidModule, "the part \"module\" (the WebAssembly bytes) is missing or empty")
+		return nil, nil, gateway.Errorf(gateway.KindInvalid, plugins.CodeInvalidModule, "the part \"module\" (the WebAssembly bytes) is missing or empty")
 	}
 	if len(config) == 0 {
-		return nil, nil, gateway.Errorf(gateway.KindInvalid, codePluginInvalidConfig, "the part \"config\" (JSON {\"hooks\":[…]}) is missing or empty")
+		return nil, nil, gateway.Errorf(gateway.KindInvalid, plugins.CodeInvalidConfig, "the part \"config\" (JSON {\"hooks\":[…]}) is missing or empty")
 	}
 	return module, config, nil
 }
@@ -85,7 +79,7 @@ func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []
 func uploadError(err error) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return gateway.Errorf(gateway.KindTooLarge, codePluginTooLarge, "the upload exceeds %d bytes", tooBig.Limit)
+		return gateway.Errorf(gateway.KindTooLarge, plugins.CodeModuleTooLarge, "the upload exceeds %d bytes", tooBig.Limit)
 	}
 	return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
 }
