@@ -153,20 +153,12 @@ type ListOptions struct {
 // CreateSandbox creates a sandbox and returns it as the gateway answered (Running when
 // the gateway waited for the agent, as sandgate does).
 func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.do(ctx, http.MethodPost, "/sandboxes", nil, req, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return call[Sandbox](ctx, c, http.MethodPost, "/sandboxes", nil, req)
 }
 
 // GetSandbox returns one sandbox.
 func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, nil, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return call[Sandbox](ctx, c, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, nil)
 }
 
 // ListSandboxes returns one page of the caller's sandboxes, newest first.
@@ -188,11 +180,7 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*SandboxP
 	if opts.PageSize > 0 {
 		q.Set("pageSize", strconv.Itoa(opts.PageSize))
 	}
-	var page SandboxPage
-	if err := c.do(ctx, http.MethodGet, "/sandboxes", q, nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[SandboxPage](ctx, c, http.MethodGet, "/sandboxes", q, nil)
 }
 
 // ListAllSandboxes walks every page of the list.
@@ -239,11 +227,7 @@ func (c *Client) RenewSandbox(ctx context.Context, id string, at time.Time) (tim
 
 // PatchMetadata merges patch into a sandbox's metadata; a nil value deletes the key.
 func (c *Client) PatchMetadata(ctx context.Context, id string, patch map[string]*string) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.do(ctx, http.MethodPatch, "/sandboxes/"+url.PathEscape(id)+"/metadata", nil, patch, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return call[Sandbox](ctx, c, http.MethodPatch, "/sandboxes/"+url.PathEscape(id)+"/metadata", nil, patch)
 }
 
 // RotateAccess replaces the sandbox's access secret: headers handed out before stop working.
