@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/apiproto"
 )
 
 // Capacity sizes a pool: it keeps between BufferMin and BufferMax ready sandboxes, and
@@ -84,35 +86,16 @@ type BatchRequest struct {
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
-// BatchMember is one sandbox of a batch.
-type BatchMember struct {
-	ID     string `json:"id"`
-	Source string `json:"source,omitempty"` // "pool" or "cold"
-	Status Status `json:"status"`
-}
-
-// BatchSummary counts a batch's members by state.
-type BatchSummary struct {
-	Running int `json:"running"`
-	Pending int `json:"pending"`
-	Failed  int `json:"failed"`
-	Gone    int `json:"gone"`
-}
-
-// Batch is a group of sandboxes created together.
-type Batch struct {
-	ID        string        `json:"id"`
-	Count     int           `json:"count"`
-	PoolRef   string        `json:"poolRef,omitempty"`
-	Members   []BatchMember `json:"members"`
-	Summary   BatchSummary  `json:"summary"`
-	CreatedAt time.Time     `json:"createdAt"`
-}
-
-// Done reports whether no member is still pending.
-func (b *Batch) Done() bool {
-	return b.Summary.Pending == 0 && b.Summary.Running+b.Summary.Failed+b.Summary.Gone >= b.Count
-}
+// Batches as the gateway answers them (package apiproto documents each field).
+type (
+	// Batch is a group of sandboxes created together; Done reports whether no member
+	// is still pending.
+	Batch = apiproto.Batch
+	// BatchMember is one sandbox of a batch; Error says why a failed member failed.
+	BatchMember = apiproto.BatchMember
+	// BatchSummary counts a batch's members by state.
+	BatchSummary = apiproto.BatchSummary
+)
 
 // CreateBatch starts a batch; its members become Running in the background.
 func (c *Client) CreateBatch(ctx context.Context, req BatchRequest) (*Batch, error) {

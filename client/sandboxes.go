@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/apiproto"
 )
 
 // Sandbox states.
@@ -38,14 +40,6 @@ type Image struct {
 type ImageAuth struct {
 	Username string `json:"username"`
 	Password string `json:"password"`
-}
-
-// Status is where a sandbox is in its life.
-type Status struct {
-	State            string     `json:"state"`
-	Reason           string     `json:"reason,omitempty"`
-	Message          string     `json:"message,omitempty"`
-	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
 }
 
 // EgressRule allows or denies one target: a name ("example.com", "*.example.com"), an
@@ -127,14 +121,14 @@ type Sandbox struct {
 	CreatedAt  time.Time         `json:"createdAt"`
 }
 
-// Pagination describes one page of a list.
-type Pagination struct {
-	Page        int  `json:"page"`
-	PageSize    int  `json:"pageSize"`
-	TotalItems  int  `json:"totalItems"`
-	TotalPages  int  `json:"totalPages"`
-	HasNextPage bool `json:"hasNextPage"`
-}
+// The gateway answers these in the very form it declares them (package apiproto, a
+// leaf that holds nothing of the gateway).
+type (
+	// Status is where a sandbox, a snapshot or a batch member is in its life.
+	Status = apiproto.Status
+	// Pagination describes one page of a list.
+	Pagination = apiproto.Pagination
+)
 
 // SandboxPage is one page of GET /v1/sandboxes.
 type SandboxPage struct {

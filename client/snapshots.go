@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/sandgate/sandgate/apiproto"
 )
 
 // Snapshot states.
@@ -19,21 +21,14 @@ const (
 	SnapshotDeleting = "Deleting"
 )
 
-// Snapshot is a kept copy of a sandbox's filesystem, from which new sandboxes start
-// (CreateRequest.SnapshotID) and which forks are made of.
-type Snapshot struct {
-	ID        string    `json:"id"`
-	SandboxID string    `json:"sandboxId"`
-	Name      string    `json:"name,omitempty"`
-	Status    Status    `json:"status"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// SnapshotPage is one page of GET /v1/snapshots.
-type SnapshotPage struct {
-	Items      []Snapshot `json:"items"`
-	Pagination Pagination `json:"pagination"`
-}
+// Snapshots as the gateway answers them (package apiproto documents each field).
+type (
+	// Snapshot is a kept copy of a sandbox's filesystem, from which new sandboxes start
+	// (CreateRequest.SnapshotID) and which forks are made of.
+	Snapshot = apiproto.Snapshot
+	// SnapshotPage is one page of GET /v1/snapshots.
+	SnapshotPage = apiproto.SnapshotPage
+)
 
 // SnapshotListOptions filter a snapshot list. Zero values ask for the server's defaults.
 type SnapshotListOptions struct {
@@ -119,35 +114,15 @@ func (c *Client) Fork(ctx context.Context, sandboxID string, req ForkRequest) (*
 	return call[Batch](ctx, c, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/fork", nil, req)
 }
 
-// UsagePoint is one sample of a sandbox's resource use.
-type UsagePoint struct {
-	Time time.Time `json:"time"`
-	// CPUCores is the CPUs used on average since the previous point; CPUPercent the
-	// same as a share of CPULimitCores (of one CPU without a limit).
-	CPUCores      float64  `json:"cpuCores"`
-	CPULimitCores *float64 `json:"cpuLimitCores"`
-	CPUPercent    float64  `json:"cpuPercent"`
-	// MemoryBytes is the memory in use (page cache excluded).
-	MemoryBytes      uint64 `json:"memoryBytes"`
-	MemoryPeakBytes  uint64 `json:"memoryPeakBytes"`
-	MemoryLimitBytes uint64 `json:"memoryLimitBytes"`
-	// The pointers are nil when the runtime does not report them.
-	Pids                *uint64 `json:"pids"`
-	NetRxBytes          *uint64 `json:"netRxBytes"`
-	NetTxBytes          *uint64 `json:"netTxBytes"`
-	DiskBytes           *int64  `json:"diskBytes"`
-	EgressDeniedQueries *uint64 `json:"egressDeniedQueries"`
-}
-
-// SandboxMetrics is the gateway's record of a sandbox's resource use: the latest
-// point and a recent history, oldest first.
-type SandboxMetrics struct {
-	ID              string       `json:"id"`
-	Source          string       `json:"source,omitempty"` // "engine" or "agent"
-	IntervalSeconds float64      `json:"intervalSeconds"`
-	Current         *UsagePoint  `json:"current"`
-	History         []UsagePoint `json:"history"`
-}
+// Resource use as the gateway samples it (package apiproto documents each field).
+type (
+	// UsagePoint is one sample of a sandbox's resource use; the pointers are nil when
+	// the runtime does not report them.
+	UsagePoint = apiproto.UsagePoint
+	// SandboxMetrics is the gateway's record of a sandbox's resource use: the latest
+	// point and a recent history, oldest first.
+	SandboxMetrics = apiproto.SandboxUsage
+)
 
 // SandboxMetrics returns a sandbox's resource use as the gateway samples it (unlike
 // Agent.Metrics, which asks the sandbox's agent).
