@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -24,34 +25,17 @@ type BatchRequest struct {
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
-// BatchMember is one sandbox of a batch with its current state.
-type BatchMember struct {
-	ID     string  `json:"id"`
-	Source string  `json:"source,omitempty"` // "pool" or "cold"
-	Status Status  `json:"status"`
-	Error  *Status `json:"error,omitempty"`
-}
-
-// BatchView is the API form of a batch.
-type BatchView struct {
-	ID        string        `json:"id"`
-	Count     int           `json:"count"`
-	PoolRef   string        `json:"poolRef,omitempty"`
-	Members   []BatchMember `json:"members"`
-	Summary   BatchSummary  `json:"summary"`
-	CreatedAt time.Time     `json:"createdAt"`
-}
-
-// BatchSummary counts members by outcome.
-type BatchSummary struct {
-	Running int `json:"running"`
-	Pending int `json:"pending"`
-	Failed  int `json:"failed"`
-	Gone    int `json:"gone"`
-}
-
 // CreateBatch hands out Count sandboxes: as many as the pool has are claimed in one
 // script (and returned Running); the rest start cold in the background (Pending), each
+// BatchView is the API form of a batch, BatchMember one of its sandboxes and
+// BatchSummary its members counted by outcome, declared once for the gateway and the
+// Go SDK in apiproto.
+type (
+	BatchView    = apiproto.Batch
+	BatchMember  = apiproto.BatchMember
+	BatchSummary = apiproto.BatchSummary
+)
+
 // failure recorded against its member.
 func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchRequest) (*BatchView, error) {
 	defer s.metrics.Batch(time.Now())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
@@ -32,13 +33,12 @@ const (
 	StatePausing, StateResuming, StateStopping = "Pausing", "Resuming", "Stopping"
 )
 
-// Status is a sandbox's state with its explanation.
-type Status struct {
-	State            string     `json:"state"`
-	Reason           string     `json:"reason,omitempty"`
-	Message          string     `json:"message,omitempty"`
-	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
-}
+// Status is a sandbox's state with its explanation, and Pagination one page of a list:
+// shapes the Go SDK reads too, declared once in the leaf package apiproto.
+type (
+	Status     = apiproto.Status
+	Pagination = apiproto.Pagination
+)
 
 // Sandbox is the API view of a sandbox.
 type Sandbox struct {
@@ -119,15 +119,6 @@ type ListQuery struct {
 	Metadata map[string]string
 	Page     int
 	PageSize int
-}
-
-// Pagination describes one page of a list.
-type Pagination struct {
-	Page        int  `json:"page"`
-	PageSize    int  `json:"pageSize"`
-	TotalItems  int  `json:"totalItems"`
-	TotalPages  int  `json:"totalPages"`
-	HasNextPage bool `json:"hasNextPage"`
 }
 
 // ListResponse is the body of GET /v1/sandboxes.

@@ -11,6 +11,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -44,20 +45,12 @@ type SnapshotRequest struct {
 	Name string `json:"name,omitempty"`
 }
 
-// SnapshotView is the API form of a snapshot.
-type SnapshotView struct {
-	ID        string    `json:"id"`
-	SandboxID string    `json:"sandboxId"`
-	Name      string    `json:"name,omitempty"`
-	Status    Status    `json:"status"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// SnapshotList is the body of GET /v1/snapshots.
-type SnapshotList struct {
-	Items      []SnapshotView `json:"items"`
-	Pagination Pagination     `json:"pagination"`
-}
+// SnapshotView is the API form of a snapshot and SnapshotList the body of GET
+// /v1/snapshots, declared once for the gateway and the Go SDK in apiproto.
+type (
+	SnapshotView = apiproto.Snapshot
+	SnapshotList = apiproto.SnapshotPage
+)
 
 // SnapshotQuery filters and pages GET /v1/snapshots.
 type SnapshotQuery struct {

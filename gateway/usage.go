@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -43,39 +44,14 @@ type engineUsage interface {
 	Usage(ctx context.Context, id string, withDisk bool) (runtimes.Usage, error)
 }
 
-// UsagePoint is one point of a sandbox's resource history. Fields the source cannot
-// tell are null.
-type UsagePoint struct {
-	Time time.Time `json:"time"`
-	// CPUCores is the CPUs used on average since the previous point; CPUPercent the same
-	// as a share of CPULimitCores (of one CPU when the sandbox has no limit).
-	CPUCores      float64  `json:"cpuCores"`
-	CPULimitCores *float64 `json:"cpuLimitCores"`
-	CPUPercent    float64  `json:"cpuPercent"`
-	// MemoryBytes is the memory in use (page cache excluded), MemoryPeakBytes the most
-	// seen (by the engine, else over the kept history), MemoryLimitBytes the limit.
-	MemoryBytes      uint64  `json:"memoryBytes"`
-	MemoryPeakBytes  uint64  `json:"memoryPeakBytes"`
-	MemoryLimitBytes uint64  `json:"memoryLimitBytes"`
-	Pids             *uint64 `json:"pids"`
-	NetRxBytes       *uint64 `json:"netRxBytes"`
-	NetTxBytes       *uint64 `json:"netTxBytes"`
-	// DiskBytes is the size of the writable layer, read once a minute.
-	DiskBytes *int64 `json:"diskBytes"`
-	// EgressDeniedQueries counts the DNS questions the sandbox's egress enforcer refused
-	// since it started (read every usageEgressEvery samples; null without an enforcer).
-	EgressDeniedQueries *uint64 `json:"egressDeniedQueries"`
-}
-
-// SandboxUsage is the body of GET /sandboxes/{id}/metrics.
-type SandboxUsage struct {
-	ID string `json:"id"`
-	// Source is "engine" (the container engine's stats) or "agent" (the agent's cgroup).
-	Source          string       `json:"source,omitempty"`
-	IntervalSeconds float64      `json:"intervalSeconds"`
-	Current         *UsagePoint  `json:"current"`
-	History         []UsagePoint `json:"history"`
-}
+// UsagePoint is one point of a sandbox's resource history (fields the source cannot
+// tell are null) and SandboxUsage the body of GET /sandboxes/{id}/metrics, declared
+// once for the gateway and the Go SDK in apiproto. DiskBytes is read every
+// usageDiskEvery samples, EgressDeniedQueries every usageEgressEvery.
+type (
+	UsagePoint   = apiproto.UsagePoint
+	SandboxUsage = apiproto.SandboxUsage
+)
 
 // usageState holds every sandbox's history.
 type usageState struct {
