@@ -103,6 +103,7 @@ func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act T
 	in := plugins.TTLInput{
 		SandboxID:        sb.ID,
 		Reason:           plugins.ReasonActivity,
+		Now:              act.At,
 		CurrentExpiresAt: *sb.ExpiresAt,
 		MaxExpiresAt:     maxExp,
 		Activity:         &plugins.Activity{Port: act.Port, Method: act.Method, Path: act.Path},

@@ -97,7 +97,8 @@ func (s *Service) signToken(ctx context.Context, purpose, sandbox string, port i
 	return linksign.Sign(cur, keys[cur], purpose, sandbox, port, exp), nil
 }
 
-// verifyToken checks a token made by signToken and returns its expiry.
+// verifyToken checks a token made by signToken and returns its expiry; expiry is judged
+// on the gateway's clock (clock.go).
 func (s *Service) verifyToken(ctx context.Context, purpose, token, sandbox string, port int) (time.Time, error) {
 	// A malformed token is refused before the keys are read (no store round trip).
 	if !linksign.WellFormed(token) {
@@ -107,7 +108,7 @@ func (s *Service) verifyToken(ctx context.Context, purpose, token, sandbox strin
 	if err != nil {
 		return time.Time{}, err
 	}
-	expires, err := linksign.Verify(keys, purpose, token, sandbox, port, time.Now())
+	expires, err := linksign.Verify(keys, purpose, token, sandbox, port, s.now())
 	switch {
 	case errors.Is(err, linksign.ErrExpired):
 		return time.Time{}, Errorf(KindUnauthenticated, CodeLinkExpired, "%s", err.Error())

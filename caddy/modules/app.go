@@ -47,6 +47,9 @@ type App struct {
 	// SandboxMetricsInterval is how often each sandbox's resource use is read for
 	// GET /sandboxes/{id}/metrics (a duration, default 5s; "off" reads none).
 	SandboxMetricsInterval string `json:"sandbox_metrics_interval,omitempty"`
+	// TestClock "on" lets the platform admin move the gateway's clock forward (POST
+	// /admin/test-clock), for end-to-end tests only; default "off": no such route.
+	TestClock string `json:"test_clock,omitempty"`
 	// metricsServing is the running state of the metrics listener (metrics.go).
 	metricsServing
 	// APIKey is the platform admin key. Write a placeholder resolved at provision,
@@ -384,6 +387,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
 		CheckRegistries: len(a.ImageRegistries) > 0,
 		UsageInterval:   usageInterval,
+		TestClock:       a.TestClock == "on",
 	}, st, rt, pol, log)
 	host, err := a.startPlugins(bg, svc, log)
 	if err != nil {

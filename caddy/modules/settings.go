@@ -98,6 +98,7 @@ var settings = []setting{
 	{name: "metrics_listen", env: "SANDGATE_METRICS_LISTEN", doc: "host:port serving /metrics without credentials", field: func(a *App) any { return &a.MetricsListen }},
 	{name: "metrics_tenant_label", env: "SANDGATE_METRICS_TENANT_LABEL", def: "on", values: []string{"on", "off"}, doc: "on|off: the tenant label of sandgate_sandboxes", field: func(a *App) any { return &a.MetricsTenantLabel }},
 	{name: "sandbox_metrics_interval", env: "SANDGATE_SANDBOX_METRICS_INTERVAL", def: "5s", doc: "how often each sandbox's resource use is read (a duration, or off)", field: func(a *App) any { return &a.SandboxMetricsInterval }},
+	{name: "test_clock", env: "SANDGATE_TEST_CLOCK", def: "off", values: []string{"on", "off"}, doc: "on|off: tests only; the admin may move the gateway's clock", field: func(a *App) any { return &a.TestClock }},
 }
 
 // settingNamed returns the setting called name.

@@ -72,6 +72,7 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	for path, ms := range methods {
 		h.registerFallback(path, ms, shadowsWildcard(path, routes))
 	}
+	h.registerTestClock()
 	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}", h.serveConsoleProxy)
 	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}/{path...}", h.serveConsoleProxy)
 	h.mux.Handle("GET /console/", web.Handler("/console/"))
