@@ -54,6 +54,15 @@ func TestClaimOwnPool(t *testing.T) {
 	if u, _ := s.TenantUsage(ctx, "t"); u != (Usage{1, 500, 1 << 20}) {
 		t.Fatalf("usage after the delete = %+v", u)
 	}
+	// A locator without its record (a create between its two steps) is no error, and
+	// is left for the create.
+	s.rdb.Set(ctx, s.locKey(locSandbox, "ghost"), "t", 0)
+	if err := s.DeleteSandbox(ctx, "ghost"); err != nil {
+		t.Fatalf("delete of a locator without a record: %v", err)
+	}
+	if err := s.DeleteSandbox(ctx, got[0].ID); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
 }
 
 // TestClaimAcrossRepaired: a claim from another tenant's pool whose gateway died halfway

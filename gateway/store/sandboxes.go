@@ -104,7 +104,7 @@ return rev
 var deleteScript = redis.NewScript(`
 -- KEYS: record, tenantIndex, expiry, tenantUsage; ARGV: id, tenant, poolPrefix (the tenant's)
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
-if not tenant then return 0 end
+if not tenant then return {0, ''} end
 local other = ''
 local pool = redis.call('HGET', KEYS[1], 'pool')
 if pool then
@@ -279,11 +279,17 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 			}
 		}
 	}
-	if err := s.dropLocator(ctx, locSandbox, id, tenant); err != nil {
-		return err
+	// The locator goes with the record (one whose record the script did not find stays:
+	// it may be a create's between its locator and its script), and
+	// the change is announced, in one round trip.
+	s.locs.drop(locSandbox, id)
+	pipe := s.rdb.Pipeline()
+	if n, _ := res[0].(int64); n == 1 {
+		pipe.Del(ctx, s.locKey(locSandbox, id))
 	}
-	_ = s.PublishChange(ctx, id)
-	return nil
+	pipe.Publish(ctx, s.changesChannel(), id)
+	_, err = pipe.Exec(ctx)
+	return wrap(err)
 }
 
 // ListSandboxes returns the records of one tenant (all tenants when tenant is ""), newest first.
