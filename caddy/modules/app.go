@@ -64,6 +64,8 @@ type App struct {
 	RedisURL string `json:"redis_url,omitempty"`
 	// RedisPrefix namespaces sandgate's keys (default "sg:").
 	RedisPrefix string `json:"redis_prefix,omitempty"`
+	// RedisCluster "on" takes RedisURL as a seed of a Redis Cluster.
+	RedisCluster string `json:"redis_cluster,omitempty"`
 	// Runtime selects the engine: "docker" (default) or "kubernetes".
 	Runtime string `json:"runtime,omitempty"`
 	// DockerHost overrides DOCKER_HOST.
@@ -207,7 +209,7 @@ func (s sharedStore) Destruct() error { return s.Close() }
 // storeKey identifies the settings the store is built from (a digest: redis_url may
 // hold a password).
 func (a *App) storeKey() string {
-	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix))
+	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix + "\x00" + a.RedisCluster))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -330,7 +332,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 	bg := context.Background()
 	storeKey := a.storeKey()
 	sv, _, err := stores.LoadOrNew(storeKey, func() (caddy.Destructor, error) {
-		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Logger: log})
+		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Cluster: a.RedisCluster == "on", Logger: log})
 		return sharedStore{st}, err
 	})
 	if err != nil {

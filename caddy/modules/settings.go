@@ -57,6 +57,7 @@ var settings = []setting{
 	{name: "api_key_file", env: "SANDGATE_API_KEY_FILE", live: true, doc: "a file holding the key", field: func(a *App) any { return &a.APIKeyFile }},
 	{name: "redis_url", env: "SANDGATE_REDIS_URL", kind: kindSecret, doc: "empty: embedded store; {env.VAR} keeps a password out of the config", field: func(a *App) any { return &a.RedisURL }},
 	{name: "redis_prefix", env: "SANDGATE_REDIS_PREFIX", doc: "key namespace", field: func(a *App) any { return &a.RedisPrefix }},
+	{name: "redis_cluster", env: "SANDGATE_REDIS_CLUSTER", def: "off", values: []string{"on", "off"}, doc: "on: redis_url seeds a Redis Cluster (more seeds as ?addr=host:port)", field: func(a *App) any { return &a.RedisCluster }},
 	{name: "runtime", env: "SANDGATE_RUNTIME", def: "docker", doc: "docker|kubernetes", field: func(a *App) any { return &a.Runtime }},
 	{name: "docker_host", env: "SANDGATE_DOCKER_HOST", doc: "unix:///…", field: func(a *App) any { return &a.DockerHost }},
 	{name: "docker_network", env: "SANDGATE_DOCKER_NETWORK", def: "sandgate", doc: "the sandboxes' bridge network", field: func(a *App) any { return &a.DockerNetwork }},
