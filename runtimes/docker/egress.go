@@ -37,6 +37,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -172,19 +173,23 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		return runtimes.Instance{}, err
 	}
 	steps.done("enforcer healthy")
-	marked, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
+	marked, settled, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
 	if err != nil {
 		return runtimes.Instance{}, err
 	}
+	inst.Settled = settled
 	steps.done("entrypoint and start marker")
-	if !marked {
+	if len(spec.Entrypoint) == 0 {
 		if err := r.markStarted(ctx, workloadID); err != nil {
 			return runtimes.Instance{}, err
 		}
+		marked = true
 		steps.done("start marker")
 	}
 	inst.EgressToken = spec.EgressToken
-	inst.Complete = true
+	// Not marked: the entrypoint exited while the agent watched it, and the workload
+	// ends with it; the caller's wait for the sandbox reports why.
+	inst.Complete = marked
 	return inst, nil
 }
 
@@ -308,36 +313,53 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string)
 	}
 }
 
+// entrypointSettle is how long the agent may watch a started entrypoint before it
+// answers, for one that computes without ever waiting; one that waits (a server, `tail
+// -f`) is answered for within milliseconds, one that exits at once with its exit.
+const entrypointSettle = 100 * time.Millisecond
+
 // startEntrypoint hands the sandbox's entrypoint to the agent (PID 1 of the workload),
 // which starts and supervises it exactly as if it had been given at container start,
 // and writes the start marker once it has. It reports whether the marker was written
-// (not when there is no entrypoint: the agent alone is the main process).
-func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) (marked bool, err error) {
+// (not when there is no entrypoint: the agent alone is the main process) and whether
+// the agent saw the entrypoint settle (past its start: see initproc.Supervisor.Settle).
+// An entrypoint that exited while the agent watched is neither: the agent ends with it,
+// and the caller's wait for the sandbox reports the exit.
+func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) (marked, settled bool, err error) {
 	if len(entrypoint) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
 	for r.agents.Ping(ctx, addr, token, egressCallTimeout) != nil {
 		select {
 		case <-ctx.Done():
-			return false, errors.New("the agent did not answer before the entrypoint could start")
+			return false, false, errors.New("the agent did not answer before the entrypoint could start")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
-		map[string]any{"entrypoint": entrypoint, "startedMarker": startedMarker}, egressCallTimeout)
+	settle := int(entrypointSettle.Milliseconds())
+	body, err := r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+		map[string]any{"entrypoint": entrypoint, "startedMarker": startedMarker, "settleMillis": settle}, egressCallTimeout)
 	if se := (*agentclient.StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusBadRequest {
 		// The agent could not start it (no such file, not executable). Let a second agent
 		// try, so that the failure ends the sandbox the way a bad entrypoint given at
 		// container start does: its reason in the logs and exit code 127 or 126.
-		_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
-			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...), "startedMarker": startedMarker}, egressCallTimeout)
+		body, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...), "startedMarker": startedMarker, "settleMillis": settle}, egressCallTimeout)
 	}
 	if err != nil {
-		return false, fmt.Errorf("start entrypoint: %w", err)
+		return false, false, fmt.Errorf("start entrypoint: %w", err)
 	}
-	return true, nil
+	var answer struct {
+		Settled bool `json:"settled"`
+		Exited  bool `json:"exited"`
+	}
+	_ = json.Unmarshal(body, &answer)
+	if answer.Exited {
+		return false, false, nil
+	}
+	return true, answer.Settled, nil
 }
 
 // SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the
