@@ -189,8 +189,8 @@ func (s *Supervisor) Settle(ctx context.Context, window time.Duration) (exited b
 }
 
 // groupAsleep reports whether process group pgid has a member and every member is in
-// interruptible sleep (state S): none runnable, in uninterruptible I/O, stopped or a
-// zombie.
+// interruptible sleep (state S), each of its threads too: none runnable, in
+// uninterruptible I/O, stopped or a zombie.
 func groupAsleep(pgid int) bool {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -202,11 +202,11 @@ func groupAsleep(pgid int) bool {
 		if err != nil {
 			continue
 		}
-		group, state, ok := processGroup(pid)
+		group, state, ok := processGroup("/proc/" + e.Name() + "/stat")
 		if !ok || group != pgid {
 			continue
 		}
-		if state != 'S' {
+		if state != 'S' || !threadsAsleep(pid) {
 			return false
 		}
 		members++
@@ -214,9 +214,26 @@ func groupAsleep(pgid int) bool {
 	return members > 0
 }
 
-// processGroup reads the process group and state of pid from /proc/<pid>/stat.
-func processGroup(pid int) (pgid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// threadsAsleep reports whether every thread of pid is in interruptible sleep: a
+// runtime's main thread waits on a futex while its other threads still start up.
+func threadsAsleep(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		if _, state, ok := processGroup(dir + t.Name() + "/stat"); ok && state != 'S' {
+			return false
+		}
+	}
+	return true
+}
+
+// processGroup reads the process group and state from a /proc/<pid>/stat (or a
+// thread's /proc/<pid>/task/<tid>/stat) file.
+func processGroup(statFile string) (pgid int, state byte, ok bool) {
+	b, err := os.ReadFile(statFile)
 	if err != nil {
 		return 0, 0, false
 	}
