@@ -85,8 +85,9 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
 // container, with the agent volume mounted, so that this work overlaps the workload's
-// own start. It returns the sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, agentVol string, ca *vaultCA) (string, error) {
+// own start. imageID is the id of spec.Image when known (""; not known). It returns the
+// sidecar's container id.
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, imageID, agentVol string, ca *vaultCA) (string, error) {
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	env := []string{envEgressToken + "=" + spec.EgressToken}
 	if ca != nil {
@@ -99,7 +100,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 	entrypoint := append([]string{agentPath}, args...)
 	// A restart loop keeps the policy API and the DNS proxy up if the enforcer dies;
 	// without a shell the enforcer runs alone, and its death leaves the sandbox closed.
-	if _, err := r.cli.ContainerStatPath(ctx, workloadID, client.ContainerStatPathOptions{Path: "/bin/sh"}); err == nil {
+	if r.imageHasShell(ctx, imageID, workloadID) {
 		loop := `while :; do "$0" "$@"; echo "sandgate: egress enforcer exited with status $?; restarting" >&2; sleep 1; done`
 		entrypoint = append([]string{"/bin/sh", "-c", loop, agentPath}, args...)
 	}
@@ -136,6 +137,22 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 		return "", fmt.Errorf("create egress enforcer: %w", err)
 	}
 	return created.ID, nil
+}
+
+// imageHasShell reports whether the image of container (whose id is imageID, when
+// known) has /bin/sh, asking the engine once per image id.
+func (r *Runtime) imageHasShell(ctx context.Context, imageID, container string) bool {
+	if has, ok := r.shells.Load(imageID); ok && imageID != "" {
+		return has.(bool)
+	}
+	_, err := r.cli.ContainerStatPath(ctx, container, client.ContainerStatPathOptions{Path: "/bin/sh"})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return false // not known: asked again next time
+	}
+	if imageID != "" {
+		r.shells.Store(imageID, err == nil)
+	}
+	return err == nil
 }
 
 // startEgress starts the prepared enforcer sidecar of a started workload container,
@@ -270,7 +287,7 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		}
 	}
 	r.removeEgress(ctx, spec.ID)
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, agentVol, ca)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, res.Container.Image, agentVol, ca)
 	if err != nil {
 		return err
 	}
