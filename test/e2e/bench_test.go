@@ -36,28 +36,39 @@ func (l latencies) report(b *testing.B) {
 func (l latencies) ms() (p50, p99 float64) { return testenv.Quantiles(l, time.Millisecond) }
 
 // BenchmarkColdCreate measures create → first command completed through sandgate, beside
-// the raw baseline of `docker create` + `start` + `exec true` of the same image.
-// Sandboxes have the egress enforcer (the platform default policy).
+// the raw baseline of `docker create` + `start` + `exec true` of the same image, the two
+// alternating in one loop (so that their ratio is of the same load). Sandboxes have the
+// egress enforcer (the platform default policy).
 //
 // What each step costs (the Docker runtime logs them per create at SANDGATE_LOG_LEVEL=DEBUG,
-// "sandbox container created"; p50 of 6 creates on the loaded 2-core machine):
+// "sandbox container created"; with SANDGATE_E2E_DUMP_STEPS=1 and -v this benchmark prints
+// them; p50 of 6 creates on the loaded 2-core machine):
 //
 //	step                                      before        now
 //	image inspect                             1 ms          1 ms (+ filling the agent volume once per process, ~160 ms)
 //	create workload                           20-130 ms     same
 //	copy the agent into the workload          126-294 ms    removed: read-only shared agent volume, mounted by the create
 //	  (and into the sidecar, in parallel)                   removed likewise
+//	stat /bin/sh for the enforcer's loop      per create    once per image id (it ran beside the workload's start)
 //	start workload                            350-730 ms    same (raw docker pays it too)
-//	inspect workload, then start enforcer     sequential    concurrent: 80-250 ms
+//	inspect workload, then start enforcer     sequential    concurrent: 80-250 ms (105-190 at load 20)
 //	enforcer healthy (signed GET /policy)     polls 5→50 ms polls 2→10 ms on a kept-alive connection: 1-70 ms
-//	agent ping + POST /sandgate/entrypoint    3 ms          3 ms, and the agent writes the start marker
+//	agent ping + POST /sandgate/entrypoint    3 ms          7-45 ms at load 25-35: the answer waits until the entrypoint
+//	                                                        settles (every thread of its process group asleep on two
+//	                                                        looks 2 ms apart, at most 100 ms), or reports its exit
 //	copy the start marker into the workload   44-440 ms     removed (written by the agent in the call above)
 //	final Inspect: 2 inspects + a stat        15-30 ms      removed (the instance is known from the start)
-//	gateway: ping, 100 ms settle, ping        ~110 ms       same (an entrypoint that dies at once must fail the create)
+//	gateway: ping, 100 ms settle, ping        ~110 ms       one ping, 1-3 ms (runtimes.Instance.Settled); an entrypoint
+//	                                                        that exits at once still fails the create (TestBadInput)
 //
 // Left above raw docker: the enforcer sidecar's own container start (it must join the
-// started workload's network namespace, so it cannot start earlier) and the gateway's
-// start settle.
+// started workload's network namespace, so it cannot start earlier). Taking it off the
+// path means inverting who owns the namespace: a pre-started holder per spare (the
+// enforcer itself cannot own it: a restarted container gets a new namespace, and the
+// reconciler's RestoreEgress must be able to give a running workload a new enforcer),
+// with the workload joining it (NetworkMode container:, which takes the holder's
+// hostname, hosts and resolv.conf), the spare's policy and token pushed at claim time,
+// and List/adoption/cleanup keyed by label instead of by network. Not done yet.
 func BenchmarkColdCreate(b *testing.B) {
 	e := newEnv(b, startRedis(b))
 	g := e.startGateway()
