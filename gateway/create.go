@@ -356,15 +356,16 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 // sandbox that is already dead.
 const startSettle = 100 * time.Millisecond
 
-// waitReady polls the agent's /ping until it answers twice, startSettle apart, failing
-// fast when the container stops and within ReadyTimeout otherwise.
+// waitReady polls the agent's /ping until it answers twice, startSettle apart (once
+// when the runtime already saw the entrypoint settle: inst.Settled), failing fast when
+// the container stops and within ReadyTimeout otherwise.
 func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	delay := 5 * time.Millisecond
 	answered := false
 	for attempt := 0; ; attempt++ {
 		if inst.Address != "" && s.pingAgent(ctx, inst.Address, inst.AgentToken, time.Second) == nil {
-			if answered {
+			if answered || inst.Settled {
 				return nil
 			}
 			answered = true
