@@ -171,7 +171,13 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	if len(got) == 0 {
 		return nil, nil
 	}
+	s.pools.lastClaim.Store(time.Now().UnixNano())
 	s.kickPools()
+	// The claim script returned the records as they now are: the members' first calls
+	// (endpoint, command) route from memory instead of reading them back one by one.
+	for _, sb := range got {
+		s.routes.put(sb)
+	}
 	s.bindLate(got)
 	created := make([]store.Event, 0, len(got))
 	for _, sb := range got {

@@ -228,6 +228,13 @@ func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
 	g.client.Timeout = 15 * time.Minute
+	// One connection pool for the fan-outs, as an SDK client keeps: with the default
+	// transport's two idle connections per host, each of the 100 endpoint calls and then
+	// each of the 100 commands dials the gateway anew (on the loaded 2-core machine that
+	// alone put 100-500 ms on answered).
+	pooled := &http.Transport{MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}
+	defer pooled.CloseIdleConnections()
+	g.client.Transport = pooled
 	tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
 	g.createPool("hundred", 100, 100, 0, 100, nil)
 	type member struct {
@@ -271,13 +278,18 @@ func BenchmarkBatch100(b *testing.B) {
 				}
 				ids = append(ids, m.ID)
 			}
-			fanOut(b, ids, func(id string) []event { return g.agent(id).run("true") })
+			fanOut(b, ids, func(id string) []event {
+				a := g.agent(id)
+				a.client.Transport = pooled
+				return a.run("true")
+			})
 			answered = append(answered, time.Since(t0))
 			bound = append(bound, tBound)
 			b.StopTimer()
 			agents := map[string]*agent{}
 			for _, id := range ids {
 				agents[id] = memberAgent(b, id)
+				agents[id].client.Transport = pooled
 			}
 			t1 := time.Now()
 			fanOut(b, ids, func(id string) []event { return agents[id].run("true") })

@@ -258,7 +258,12 @@ type gateway struct {
 // Redis key prefix; extra are more SANDGATE_* settings.
 func startGateway(t testing.TB, namespace string, extra ...string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, APIKey: "k-" + randomHex(12), Namespace: namespace, client: &http.Client{Timeout: 10 * time.Minute}}
+	// The client keeps a connection pool as an SDK does: the default transport's two
+	// idle connections per host would make each call of a batch's fan-out (64 at once)
+	// dial the gateway anew.
+	client := &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}}
+	t.Cleanup(client.CloseIdleConnections)
+	g := &gateway{t: t, APIKey: "k-" + randomHex(12), Namespace: namespace, client: client}
 	g.env = append([]string{
 		"SANDGATE_ADMIN=off",
 		"SANDGATE_API_KEY=" + g.APIKey,
