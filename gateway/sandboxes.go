@@ -17,6 +17,10 @@ import (
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
+// SandboxRecord is the record of one sandbox as the core keeps it (in Redis, served
+// through the record cache), which Lookup hands to the proxy; Sandbox is its API view.
+type SandboxRecord = store.Sandbox
+
 // Sandbox states of the OpenSandbox protocol.
 const (
 	StatePending    = "Pending"

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // eventQuery reads the filters of the event routes and authorizes audit.read on the
@@ -93,7 +92,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway
 			}
 			return rc.Flush()
 		},
-		func(ev store.Event) error {
+		func(ev gateway.Event) error {
 			data, _ := json.Marshal(ev)
 			if _, err := fmt.Fprintf(w, "id: %s\nevent: event\ndata: %s\n\n", ev.ID, data); err != nil {
 				return err
