@@ -77,11 +77,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway
 		}
 		q.Cursor = id
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := startEventStream(w)
 	if _, err := fmt.Fprint(w, "retry: 2000\n: event stream\n\n"); err != nil || rc.Flush() != nil {
 		return
 	}
