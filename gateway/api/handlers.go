@@ -11,18 +11,44 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 )
 
-// The shapes most routes share. A lifecycle route reads its input (a JSON body, a path
+// The shape most routes share. A lifecycle route reads its input (a JSON body, a path
 // value, query parameters), calls the core once and answers with the result or the
-// error; the helpers below hold that shape, so that the route table states only what
-// differs: which core call, which path value, which success status. A handler with more
-// to do than that is a method of its own (renewSandbox, getEndpoint, putPlugin…).
+// error. Such a route is an endpoint in the route table, built by one of the helpers
+// below, so that the table states only what differs: which core call, which path value,
+// which success status. A route with more to do has a handler method of its own
+// (renewSandbox, getEndpoint, putPlugin…).
 
-// handlerFunc is a route's handler: the request and the caller its route authenticated.
-type handlerFunc = func(http.ResponseWriter, *http.Request, gateway.Caller)
+// endpoint is the work of a route of the common shape: it returns the answer, a status
+// and a JSON body (nil: the status alone), or the error; Handler.serve writes it.
+type endpoint func(w http.ResponseWriter, r *http.Request, c gateway.Caller) (status int, body any, err error)
 
-// decodeAndCall serves a JSON body handed to the core as it is (POST /pools): the
-// result is answered with status.
-func decodeAndCall[Req, Resp any](status int, call func(context.Context, gateway.Caller, Req) (Resp, error)) handlerFunc {
+// serve turns an endpoint into the route's handler.
+func (h *Handler) serve(ep endpoint) func(http.ResponseWriter, *http.Request, gateway.Caller) {
+	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+		status, body, err := ep(w, r, c)
+		if err == nil && body == nil {
+			w.WriteHeader(status)
+			return
+		}
+		h.answer(w, r, status)(body, err)
+	}
+}
+
+// answer returns what answers a core call: its result as JSON with status, or its error.
+// It takes the call's two results at once: h.answer(w, r, http.StatusOK)(h.svc.Fleet(c)).
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, status int) func(v any, err error) {
+	return func(v any, err error) {
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, status, v)
+	}
+}
+
+// decodeAndCall hands a JSON body to the core as it is (POST /pools); the result is
+// answered with status.
+func decodeAndCall[Req, Resp any](status int, call func(context.Context, gateway.Caller, Req) (Resp, error)) endpoint {
 	return decodeAndCallOn("", status, func(ctx context.Context, c gateway.Caller, _ string, req Req) (Resp, error) {
 		return call(ctx, c, req)
 	})
@@ -30,71 +56,52 @@ func decodeAndCall[Req, Resp any](status int, call func(context.Context, gateway
 
 // decodeAndCallOn is decodeAndCall for the resource the path value param names
 // (PUT /pools/{name}).
-func decodeAndCallOn[Req, Resp any](param string, status int, call func(context.Context, gateway.Caller, string, Req) (Resp, error)) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+func decodeAndCallOn[Req, Resp any](param string, status int, call func(context.Context, gateway.Caller, string, Req) (Resp, error)) endpoint {
+	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
 		var req Req
 		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, r, err)
-			return
+			return 0, nil, err
 		}
-		answer(w, r, status)(call(r.Context(), c, r.PathValue(param), req))
+		resp, err := call(r.Context(), c, r.PathValue(param), req)
+		return status, resp, err
 	}
 }
 
 // getOn answers 200 with what the core returns for the resource the path value param
 // names (GET /pools/{name}).
-func getOn[Resp any](param string, call func(context.Context, gateway.Caller, string) (Resp, error)) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-		answer(w, r, http.StatusOK)(call(r.Context(), c, r.PathValue(param)))
+func getOn[Resp any](param string, call func(context.Context, gateway.Caller, string) (Resp, error)) endpoint {
+	return func(_ http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
+		resp, err := call(r.Context(), c, r.PathValue(param))
+		return http.StatusOK, resp, err
 	}
 }
 
-// doOn serves an action on the resource the path value param names that answers no
-// body, only status: 204 for a delete, 202 for a pause.
-func doOn(param string, status int, call func(context.Context, gateway.Caller, string) error) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-		if err := call(r.Context(), c, r.PathValue(param)); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		w.WriteHeader(status)
+// doOn is an action on the resource the path value param names that answers no body,
+// only status: 204 for a delete, 202 for a pause.
+func doOn(param string, status int, call func(context.Context, gateway.Caller, string) error) endpoint {
+	return func(_ http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
+		return status, nil, call(r.Context(), c, r.PathValue(param))
 	}
 }
 
 // listAll answers 200 {"items": […]} with a list the core returns whole (GET /pools).
-func listAll[T any](call func(context.Context, gateway.Caller) ([]T, error)) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+func listAll[T any](call func(context.Context, gateway.Caller) ([]T, error)) endpoint {
+	return func(_ http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
 		items, err := call(r.Context(), c)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"items": items})
+		return http.StatusOK, map[string]any{"items": items}, err
 	}
 }
 
 // queryAndCall serves a list read from query parameters (filters, a page or a cursor):
 // parse turns them into the core's query, the page the core returns is answered 200.
-func queryAndCall[Q, Resp any](parse func(*http.Request) (Q, error), call func(context.Context, gateway.Caller, Q) (Resp, error)) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
+func queryAndCall[Q, Resp any](parse func(*http.Request) (Q, error), call func(context.Context, gateway.Caller, Q) (Resp, error)) endpoint {
+	return func(_ http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
 		q, err := parse(r)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return 0, nil, err
 		}
-		answer(w, r, http.StatusOK)(call(r.Context(), c, q))
-	}
-}
-
-// answer returns what answers a core call: its result as JSON with status, or its error.
-// It takes the call's two results at once: answer(w, r, http.StatusOK)(h.svc.Get(…)).
-func answer(w http.ResponseWriter, r *http.Request, status int) func(v any, err error) {
-	return func(v any, err error) {
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeJSON(w, status, v)
+		resp, err := call(r.Context(), c, q)
+		return http.StatusOK, resp, err
 	}
 }
 

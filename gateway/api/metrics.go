@@ -27,7 +27,7 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway
 
 // fleetMetrics is GET /v1/fleet/metrics: the fleet's history for the console (admin only).
 func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	answer(w, r, http.StatusOK)(h.svc.Fleet(c))
+	h.answer(w, r, http.StatusOK)(h.svc.Fleet(c))
 }
 
 // watchSandboxMetrics is GET /v1/sandboxes/{id}/metrics/watch, a text/event-stream: one

@@ -27,7 +27,7 @@ func (h *Handler) putPlugin(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		writeError(w, r, err)
 		return
 	}
-	answer(w, r, http.StatusOK)(h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config))
+	h.answer(w, r, http.StatusOK)(h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config))
 }
 
 func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []byte, err error) {

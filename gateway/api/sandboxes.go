@@ -96,5 +96,5 @@ func (h *Handler) getEndpoint(w http.ResponseWriter, r *http.Request, c gateway.
 		t := time.Unix(n, 0)
 		q.Expires = &t
 	}
-	answer(w, r, http.StatusOK)(h.svc.GetEndpoint(r.Context(), c, r.PathValue("id"), port, q))
+	h.answer(w, r, http.StatusOK)(h.svc.GetEndpoint(r.Context(), c, r.PathValue("id"), port, q))
 }

@@ -15,7 +15,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, c gatew
 			return
 		}
 	}
-	answer(w, r, http.StatusAccepted)(h.svc.CreateSnapshot(r.Context(), c, r.PathValue("id"), req))
+	h.answer(w, r, http.StatusAccepted)(h.svc.CreateSnapshot(r.Context(), c, r.PathValue("id"), req))
 }
 
 // snapshotListQuery reads GET /v1/snapshots?sandboxId=&state=&page=&pageSize=.
