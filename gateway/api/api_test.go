@@ -5,18 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/runtimes/inprocess"
-	"github.com/sandgate/sandgate/test/testenv"
+	"github.com/sandgate/sandgate/test/coredeps"
 )
 
 // newTestAPI serves the whole API over a Service on a real redis-server and the
@@ -24,29 +19,12 @@ import (
 // tested without Docker or Caddy.
 func newTestAPI(t *testing.T) *httptest.Server {
 	t.Helper()
-	r, err := testenv.StartRedis(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "t:", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	rt := inprocess.New()
-	t.Cleanup(func() { _ = rt.Close() })
-	pol, err := policy.New(ctx, policy.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := gateway.New(gateway.Config{}, st, rt, pol, log)
+	d := coredeps.Start(t)
+	svc := gateway.New(gateway.Config{}, d.Store, d.Runtime, d.Policy, d.Log)
 	svc.SetAdminKey("admin-key")
-	svc.Start(ctx)
+	svc.Start(context.Background())
 	t.Cleanup(svc.Stop)
-	srv := httptest.NewServer(New(svc, Options{Logger: log}))
+	srv := httptest.NewServer(New(svc, Options{Logger: d.Log}))
 	t.Cleanup(srv.Close)
 	return srv
 }
