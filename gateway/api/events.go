@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -32,19 +31,6 @@ func (h *Handler) eventQuery(r *http.Request, c gateway.Caller) (gateway.EventQu
 		return q, err
 	}
 	return q, nil
-}
-
-// listParam splits repeated, comma-separated values.
-func listParam(vals []string) []string {
-	var out []string
-	for _, v := range vals {
-		for _, part := range strings.Split(v, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
-			}
-		}
-	}
-	return out
 }
 
 // listEvents is GET /v1/events: a page of the tenant's event stream, filtered.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -115,6 +116,20 @@ func pageNumbers(q url.Values) (page, pageSize int, err error) {
 		return 0, 0, err
 	}
 	return page, pageSize, nil
+}
+
+// listParam splits the values of a repeated, comma-separated query parameter
+// (state=Running,Paused&state=Pending).
+func listParam(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	}
+	return out
 }
 
 // startEventStream answers 200 with a text/event-stream that proxies in front must not
