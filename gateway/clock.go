@@ -32,10 +32,10 @@ func (s *Service) TestClockEnabled() bool { return s.cfg.TestClock }
 // may move it.
 func (s *Service) AdvanceClock(caller Caller, d time.Duration) (time.Time, error) {
 	if !s.cfg.TestClock {
-		return time.Time{}, Errorf(404, CodeRouteNotFound, "no test clock on this gateway")
+		return time.Time{}, Errorf(KindNotFound, CodeRouteNotFound, "no test clock on this gateway")
 	}
 	if !caller.Admin {
-		return time.Time{}, Errorf(403, CodeForbidden, "only the platform admin moves the test clock")
+		return time.Time{}, Errorf(KindForbidden, CodeForbidden, "only the platform admin moves the test clock")
 	}
 	if d <= 0 || d > maxClockStep {
 		return time.Time{}, invalid("advance %s: want more than 0 and at most %s", d, maxClockStep)

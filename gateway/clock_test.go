@@ -11,17 +11,17 @@ import (
 func TestAdvanceClock(t *testing.T) {
 	off := newTestCore(t, Config{}).svc
 	_, err := off.AdvanceClock(admin, time.Hour)
-	wantCode(t, err, 404, CodeRouteNotFound)
+	wantCode(t, err, KindNotFound, CodeRouteNotFound)
 	if ahead := time.Until(off.now()); ahead > time.Minute {
 		t.Fatalf("without TestClock the clock is %s ahead", ahead)
 	}
 
 	on := newTestCore(t, Config{TestClock: true}).svc
 	_, err = on.AdvanceClock(Caller{Tenant: "t1", KeyRole: "tenant-admin", KeyID: "k1"}, time.Hour)
-	wantCode(t, err, 403, CodeForbidden)
+	wantCode(t, err, KindForbidden, CodeForbidden)
 	for _, d := range []time.Duration{0, -time.Second, 25 * time.Hour} {
 		_, err = on.AdvanceClock(admin, d)
-		wantCode(t, err, 400, CodeInvalidParameter)
+		wantCode(t, err, KindInvalid, CodeInvalidParameter)
 	}
 	if ahead := time.Until(on.now()); ahead > time.Minute {
 		t.Fatalf("after refused steps the clock is %s ahead", ahead)

@@ -14,6 +14,10 @@ import (
 // accesses, policy decisions) read page by page with filters, or followed live. It is
 // what a console shows as a sandbox's recent activity and as the audit log.
 
+// Event is one entry of a tenant's event stream, as ReadEvents and FollowEvents return it
+// (and as plugins receive it).
+type Event = store.Event
+
 // eventScanMax bounds how many stream entries one page request reads while filtering;
 // past it the page ends early with a cursor to continue from.
 const eventScanMax = 20000

@@ -33,10 +33,7 @@ var coreHTTPExceptions = []string{}
 
 // apiBelowCoreExceptions are gateway/api's files that import runtimes or gateway/store
 // directly instead of asking the core.
-var apiBelowCoreExceptions = []string{
-	"gateway/api/egress.go", "gateway/api/events.go", "gateway/api/origins.go",
-	"gateway/api/proxy.go",
-}
+var apiBelowCoreExceptions = []string{}
 
 const module = "github.com/sandgate/sandgate/"
 

@@ -3,21 +3,19 @@ package gateway
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/inprocess"
+	"github.com/sandgate/sandgate/test/coredeps"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
-// The core beside itself: a Service on a real redis-server (test/testenv's) and the
+// The core beside itself: a Service on a real redis-server (test/coredeps) and the
 // in-process runtime (real agent API, real entrypoint processes), no Docker. Each test
 // runs in milliseconds to a few seconds.
 
@@ -31,29 +29,12 @@ type testCore struct {
 // newTestCore starts a Service with cfg on its own redis-server and in-process runtime.
 func newTestCore(t *testing.T, cfg Config) *testCore {
 	t.Helper()
-	r, err := testenv.StartRedis(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "t:", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	rt := inprocess.New()
-	t.Cleanup(func() { _ = rt.Close() })
-	pol, err := policy.New(ctx, policy.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := New(cfg, st, rt, pol, log)
+	d := coredeps.Start(t)
+	svc := New(cfg, d.Store, d.Runtime, d.Policy, d.Log)
 	svc.SetAdminKey("admin-key")
-	svc.Start(ctx)
+	svc.Start(context.Background())
 	t.Cleanup(svc.Stop)
-	return &testCore{redis: r, svc: svc, store: st, rt: rt}
+	return &testCore{redis: d.Redis, svc: svc, store: d.Store, rt: d.Runtime}
 }
 
 var admin = Caller{Tenant: DefaultTenant, Admin: true, KeyID: "admin"}

@@ -15,6 +15,10 @@ import (
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
+// SandboxRecord is the record of one sandbox as the core keeps it (in Redis, served
+// through the record cache), which Lookup hands to the proxy; Sandbox is its API view.
+type SandboxRecord = store.Sandbox
+
 // Sandbox states of the OpenSandbox protocol.
 const (
 	// StatePending: created or claimed, not yet answering (a cold start, a late binding).

@@ -19,23 +19,9 @@ const (
 	auditPoll      = time.Second
 )
 
-// listAudit pages through the tenant's audit stream: oldest first (order=newest for the
-// reverse), at most limit (1–1000, default 100) records after the exclusive cursor; the
-// answer's nextCursor continues in the same order.
-func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	q, err := auditQuery(r)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	page, err := h.svc.ReadAudit(r.Context(), c, q)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
-}
-
+// auditQuery reads GET /v1/audit, a page of the tenant's audit stream: oldest first
+// (order=newest for the reverse), at most limit (1–1000, default 100) records after the
+// exclusive cursor; the answer's nextCursor continues in the same order.
 func auditQuery(r *http.Request) (gateway.AuditQuery, error) {
 	v := r.URL.Query()
 	q := gateway.AuditQuery{Cursor: v.Get("cursor")}
@@ -85,11 +71,7 @@ func (h *Handler) streamAudit(w http.ResponseWriter, r *http.Request, c gateway.
 		}
 		cursor = tail
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := startEventStream(w)
 	if _, err := fmt.Fprint(w, "retry: 2000\n: audit stream\n\n"); err != nil {
 		return
 	}

@@ -7,9 +7,8 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // interceptEgress handles requests to a sandbox's egress API (port 18080) for
@@ -18,8 +17,8 @@ import (
 // platform's (gateway.Service.EgressPolicy). Both are signed requests of the gateway's
 // own; the caller's credential never reaches the enforcer. Other paths (/healthz) are
 // proxied without any credential. It reports whether it answered the request.
-func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, access gateway.ProxyAccess) bool {
-	if port != runtimes.EgressPort {
+func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, access gateway.ProxyAccess) bool {
+	if port != agentproto.EgressPort {
 		return false
 	}
 	switch r.Method {
@@ -86,7 +85,7 @@ func egressPath(r *http.Request, id string, port int) string {
 
 // relayVault answers the credential vault API (/credential-vault...) through
 // gateway.Service.VaultRequest: Rego checks the bindings, the gateway signs.
-func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, path string, access gateway.ProxyAccess) {
+func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, path string, access gateway.ProxyAccess) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, gateway.CodeVaultInvalidRequest, "request body exceeds %d bytes", maxBodyBytes))

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // eventQuery reads the filters of the event routes and authorizes audit.read on the
@@ -33,19 +31,6 @@ func (h *Handler) eventQuery(r *http.Request, c gateway.Caller) (gateway.EventQu
 		return q, err
 	}
 	return q, nil
-}
-
-// listParam splits repeated, comma-separated values.
-func listParam(vals []string) []string {
-	var out []string
-	for _, v := range vals {
-		for _, part := range strings.Split(v, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
-			}
-		}
-	}
-	return out
 }
 
 // listEvents is GET /v1/events: a page of the tenant's event stream, filtered.
@@ -78,11 +63,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway
 		}
 		q.Cursor = id
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := startEventStream(w)
 	if _, err := fmt.Fprint(w, "retry: 2000\n: event stream\n\n"); err != nil || rc.Flush() != nil {
 		return
 	}
@@ -93,7 +74,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway
 			}
 			return rc.Flush()
 		},
-		func(ev store.Event) error {
+		func(ev gateway.Event) error {
 			data, _ := json.Marshal(ev)
 			if _, err := fmt.Fprintf(w, "id: %s\nevent: event\ndata: %s\n\n", ev.ID, data); err != nil {
 				return err

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Origins. Content a sandbox serves is hostile to every other origin. Path-mode answers
@@ -104,7 +104,7 @@ func (h *Handler) serveConsoleProxy(w http.ResponseWriter, r *http.Request) {
 	id, portStr := r.PathValue("id"), r.PathValue("port")
 	if portStr != "44772" && portStr != "18080" {
 		h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter,
-			"port %q: the console reaches only the agent (%d) and the egress enforcer (%d) of a sandbox", portStr, runtimes.AgentPort, runtimes.EgressPort))
+			"port %q: the console reaches only the agent (%d) and the egress enforcer (%d) of a sandbox", portStr, agentproto.AgentPort, agentproto.EgressPort))
 		return
 	}
 	token := sessionToken(r)

@@ -21,12 +21,7 @@ func (h *Handler) putPlugin(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		h.writeError(w, r, err)
 		return
 	}
-	st, err := h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	h.answer(w, r, http.StatusOK)(h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config))
 }
 
 func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []byte, err error) {
@@ -82,30 +77,4 @@ func uploadError(err error) error {
 		return gateway.Errorf(gateway.KindTooLarge, plugins.CodeModuleTooLarge, "the upload exceeds %d bytes", tooBig.Limit)
 	}
 	return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
-}
-
-func (h *Handler) listPlugins(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	items, err := h.svc.ListPlugins(r.Context(), c)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
-}
-
-func (h *Handler) getPlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	st, err := h.svc.GetPlugin(r.Context(), c, r.PathValue("name"))
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
-}
-
-func (h *Handler) deletePlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	if err := h.svc.DeletePlugin(r.Context(), c, r.PathValue("name")); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }

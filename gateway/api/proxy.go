@@ -18,8 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Forward sends a request, already rewritten for the sandbox (path, headers), to
@@ -101,7 +100,7 @@ func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gatew
 		h.writeError(w, r, err)
 		return
 	}
-	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(runtimes.AgentPort) && portStr != strconv.Itoa(runtimes.EgressPort) {
+	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(agentproto.AgentPort) && portStr != strconv.Itoa(agentproto.EgressPort) {
 		r = r.WithContext(context.WithValue(r.Context(), pathTokenKey{}, tok))
 		prefix, rest = prefix+pathTokenSegment+tok, after
 	}
@@ -229,10 +228,10 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// instead): a workload holding port 18080 while its enforcer restarts would read it.
 	// The agent's token travels beside the request, not in it: only the transport adds
 	// it, so no log of the request can show it.
-	if port == runtimes.AgentPort {
+	if port == agentproto.AgentPort {
 		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentToken)
 	}
-	if port == runtimes.AgentPort && r.Method == http.MethodPost {
+	if port == agentproto.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)
 	}
 	rec := &recorder{ResponseWriter: w}
@@ -252,7 +251,7 @@ const maxNotedBody = 64 << 10
 
 // noteAgentCall emits command.started for commands and code cells and file.written for
 // uploads. It reads at most maxNotedBody bytes of the body and puts them back.
-func (h *Handler) noteAgentCall(r *http.Request, sb *store.Sandbox) {
+func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 	p := r.URL.Path
 	switch {
 	case p == "/command" || p == "/code" || (strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run")):
@@ -281,7 +280,7 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *store.Sandbox) {
 }
 
 // proxyCredential finds the strongest credential a request carries.
-func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) (gateway.ProxyAccess, time.Time, error) {
+func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, port int) (gateway.ProxyAccess, time.Time, error) {
 	if key := apiKeyFrom(r); key != "" {
 		c, err := h.svc.Authenticate(r.Context(), key)
 		if err != nil {
@@ -344,7 +343,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 // the token, so that page assets and WebSockets carry the cookie. In path mode, whose
 // pages are opaque origins that send no cookies, it redirects to the token-in-path form
 // (pathTokenSegment) instead.
-func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
+func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, cookiePath string, exp time.Time) {
 	confined, pathMode := w.(*confinedWriter)
 	if pathMode {
 		w = confined.ResponseWriter // the cookie is the gateway's own, not an upstream's
@@ -355,7 +354,7 @@ func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store
 		return
 	}
 	target := localRedirectPath(r.URL.EscapedPath())
-	if pathMode && port != runtimes.AgentPort && port != runtimes.EgressPort {
+	if pathMode && port != agentproto.AgentPort && port != agentproto.EgressPort {
 		// The page will be an opaque origin that sends no cookie: the token goes into
 		// the path instead (pathTokenSegment).
 		base := strings.TrimSuffix(confined.prefix, "/")

@@ -28,17 +28,17 @@ func (h *Handler) advanceClock(w http.ResponseWriter, r *http.Request, c gateway
 		Advance string `json:"advance"`
 	}
 	if err := decodeJSON(w, r, &body); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	d, err := time.ParseDuration(body.Advance)
 	if err != nil {
-		writeError(w, r, gateway.Errorf(400, gateway.CodeInvalidParameter, "advance %q: want a duration such as \"3s\"", body.Advance))
+		h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "advance %q: want a duration such as \"3s\"", body.Advance))
 		return
 	}
 	now, err := h.svc.AdvanceClock(c, d)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]time.Time{"now": now})
