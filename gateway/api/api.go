@@ -253,7 +253,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			h.log.Error("panic in handler", "panic", p, "path", r.URL.Path, "stack", string(debug.Stack()))
+			// The route pattern, not the path: a path may hold a signed link's token.
+			h.log.Error("panic in handler", "panic", p, "request_id", id, "route", r.Pattern, "stack", string(debug.Stack()))
 			h.writeError(w, r, gateway.Errorf(gateway.KindInternal, gateway.CodeInternal, "internal error (request %s)", id))
 		}
 	}()
