@@ -32,13 +32,19 @@ func examplePlugin(t testing.TB, name string) []byte {
 // misbehavingPlugin builds testdata/plugins/misbehave, whose fault (loop, oom, trap,
 // badjson) its settings pick, so that the gateway's own events trigger it.
 func misbehavingPlugin(t testing.TB) []byte {
+	return buildPlugin(t, "./test/e2e/testdata/plugins/misbehave")
+}
+
+// buildPlugin compiles the plugin package pkg (a path from the repository's root) for
+// wasip1 and answers the module.
+func buildPlugin(t testing.TB, pkg string) []byte {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "misbehave.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./test/e2e/testdata/plugins/misbehave")
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg)+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the misbehaving plugin: %v\n%s", err, b)
+		t.Fatalf("build the plugin %s: %v\n%s", pkg, err, b)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
