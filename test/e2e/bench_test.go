@@ -53,13 +53,19 @@ func (l latencies) ms() (p50, p99 float64) { return testenv.Quantiles(l, time.Mi
 //	start workload                            350-730 ms    same (raw docker pays it too)
 //	inspect workload, then start enforcer     sequential    concurrent: 80-250 ms (105-190 at load 20)
 //	enforcer healthy (signed GET /policy)     polls 5→50 ms polls 2→10 ms on a kept-alive connection: 1-70 ms
-//	agent ping + POST /sandgate/entrypoint    3 ms          7-45 ms at load 25-35: the answer waits until the entrypoint
-//	                                                        settles (every thread of its process group asleep on two
-//	                                                        looks 2 ms apart, at most 100 ms), or reports its exit
+//	agent ping + POST /sandgate/entrypoint    4 ms          8 ms (5-35): the answer waits until the entrypoint settles
+//	                                                        (every thread of its process group asleep on two looks
+//	                                                        2 ms apart, at most 100 ms), or reports its exit
 //	copy the start marker into the workload   44-440 ms     removed (written by the agent in the call above)
 //	final Inspect: 2 inspects + a stat        15-30 ms      removed (the instance is known from the start)
-//	gateway: ping, 100 ms settle, ping        ~110 ms       one ping, 1-3 ms (runtimes.Instance.Settled); an entrypoint
-//	                                                        that exits at once still fails the create (TestBadInput)
+//	gateway: ping, 100 ms settle, ping        ~110 ms       one ping (runtimes.Instance.Settled); an entrypoint that
+//	                                                        exits at once still fails the create (TestBadInput). All
+//	                                                        the gateway adds beyond runtime.Create (Redis writes,
+//	                                                        pings, the answer, the first command): 122 → 11 ms p50
+//
+// The figure, old and new binaries back to back (6 each, load 15-25): 1039 ms vs 661 raw
+// (1.57×) before, 488 ms vs 469 raw (1.04×) now. At load 25-37 single runs of both
+// scatter from 1.1× to 1.9×: judge by several runs.
 //
 // Left above raw docker: the enforcer sidecar's own container start (it must join the
 // started workload's network namespace, so it cannot start earlier). Taking it off the
