@@ -2,8 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sandgate/sandgate/test/testenv"
@@ -77,4 +82,50 @@ func infoOf(ctx context.Context, s *Store, key, section string) string {
 		return node.Info(ctx, section).Val()
 	}
 	return s.rdb.Info(ctx, section).Val()
+}
+
+// TestClusterPrimaryLost: once a primary of the cluster is gone and the cluster says so
+// (CLUSTERDOWN from the surviving nodes), the store answers ErrUnavailable (503), as
+// for an unreachable Redis, not an internal error.
+func TestClusterPrimaryLost(t *testing.T) {
+	c, err := testenv.StartRedisCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	testCluster = c
+	s := openTestStore(t)
+	testCluster = nil
+	ctx := context.Background()
+	cc := s.rdb.(*redis.ClusterClient)
+	// Two tenants whose slots are on different primaries.
+	nodeOf := func(tenant string) string {
+		n, err := cc.MasterForKey(ctx, s.tenantIndex(tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Options().Addr
+	}
+	lost, alive := "", ""
+	for i := 0; alive == "" && i < 100; i++ {
+		tn := fmt.Sprintf("t%d", i)
+		if lost == "" {
+			lost = tn
+		} else if nodeOf(tn) != nodeOf(lost) {
+			alive = tn
+		}
+	}
+	_, portText, _ := strings.Cut(nodeOf(lost), ":")
+	port, _ := strconv.Atoi(portText)
+	c.StopNode(port)
+	_, aliveAddr, _ := strings.Cut(nodeOf(alive), ":")
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		out, _ := exec.Command("redis-cli", "-p", aliveAddr, "cluster", "info").Output()
+		return strings.Contains(string(out), "cluster_state:fail")
+	}, "the surviving nodes to see the cluster down")
+	_, err = s.TenantUsage(ctx, alive)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("usage read on a cluster that is down: %v, want ErrUnavailable", err)
+	}
+	t.Logf("the store answered: %v", err)
 }

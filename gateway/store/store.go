@@ -244,7 +244,8 @@ func wrap(err error) error {
 
 // isConnectionMessage recognizes connection failures that reach us only as text.
 func isConnectionMessage(msg string) bool {
-	for _, s := range []string{"connection refused", "connection reset", "EOF", "LOADING", "broken pipe", "i/o timeout"} {
+	// CLUSTERDOWN and TRYAGAIN: a Redis Cluster without a primary for a slot, or moving one.
+	for _, s := range []string{"connection refused", "connection reset", "EOF", "LOADING", "broken pipe", "i/o timeout", "CLUSTERDOWN", "TRYAGAIN"} {
 		if strings.Contains(msg, s) {
 			return true
 		}

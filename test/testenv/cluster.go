@@ -100,10 +100,21 @@ func waitListen(addr string, d time.Duration) error {
 	}
 }
 
+// StopNode kills the node listening on port (a primary lost).
+func (c *RedisCluster) StopNode(port int) {
+	for i, p := range c.Ports {
+		if p == port && c.nodes[i].Process != nil {
+			_ = c.nodes[i].Process.Kill()
+			_ = c.nodes[i].Wait()
+			c.nodes[i].Process = nil
+		}
+	}
+}
+
 // Stop kills every node.
 func (c *RedisCluster) Stop() {
 	for _, cmd := range c.nodes {
-		if cmd.Process != nil {
+		if cmd.Process != nil && cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
