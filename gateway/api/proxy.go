@@ -41,8 +41,12 @@ var credentialHeaders = []string{
 
 type upstreamKey struct{}
 
-// NewForward returns a Forward on net/http/httputil: streaming (flush at once), WebSocket
-// upgrades, X-Forwarded-* set.
+// NewForward returns a Forward on net/http/httputil: X-Forwarded-* set, keep-alive
+// connections to sandboxes (64 idle per address), WebSocket upgrades. Streams (bodies of
+// unknown length, SSE) are flushed at every write; a response of known length goes out
+// in full writes, headers and body together. The binary uses it for every request but
+// upgrades (caddy/modules/handler.go): it costs far less per request than Caddy's
+// reverse_proxy.
 func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -59,8 +63,8 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 			ExpectContinueTimeout: time.Second,
 			DisableCompression:    true,
 		}},
-		FlushInterval: -1,
-		ErrorHandler:  onError,
+		BufferPool:   forwardBuffers,
+		ErrorHandler: onError,
 	}
 	return func(w http.ResponseWriter, r *http.Request, upstream string) {
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamKey{}, upstream)))
