@@ -246,9 +246,13 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 			return h.svc.UpstreamFailed(r.Context(), sb, err)
 		}))
 	}
+	// Deferred: a stream the sandbox breaks off aborts the answer (NewForward panics
+	// with http.ErrAbortHandler, so the client sees it incomplete), and is recorded too.
+	defer func() {
+		h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
+			Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
+	}()
 	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
-	h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
-		Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
 }
 
 // maxNotedBody bounds how much of a command request is read to name it in the audit event.

@@ -118,25 +118,31 @@ const previewRounds = 3
 // load of other processes drifts within seconds, and measuring one target after the
 // other put a drift on one side only (the same build gave 13% to 79% of direct).
 //
-// Where the gateway's time goes (SANDGATE_ADMIN's /debug/pprof/profile during this
-// benchmark; about 0.1 ms of CPU per request, so neither the gateway nor the upstream
-// is CPU-bound alone: the machine is, and the hop's wakeups wait behind other load):
+// Where the gateway's time goes (SANDGATE_ADMIN's /debug/pprof/profile, 8 s during this
+// benchmark; gw-cpu-µs/req from /proc). Neither the gateway nor the Python upstream is
+// CPU-bound alone (the gateway used a third of one core): the machine is, and each of
+// the hop's wakeups waits behind the other processes' load.
 //
-//   - before: Caddy's reverse_proxy was about 0.45 of the gateway's CPU: per request it
-//     set a dozen placeholders (Replacer.Set), built a logger with the request's fields
-//     (zap.Logger.With), counted upstream requests and wrapped the transport; the
-//     access events were encoded twice, once for plugins even when the tenant has none.
-//   - now: plain requests go through httputil with pooled copy buffers (upgrades stay on
-//     reverse_proxy); plugin events are encoded only for tenants with on_event plugins.
-//   - left: about half is syscalls (one read and one write on each of the two
-//     connections, the netpoller's epoll_wait and futex wakeups between the server's and
-//     the transport's goroutines), the rest is net/http itself (parsing the request,
-//     cloning and writing it upstream, parsing the answer) and Caddy's server (its
-//     route and replacer per request). sandgate's own checks are under 0.1 of it: the
-//     route from memory (recordcache.go), the access header's MAC with the key's hash
-//     from memory (accesstoken.go), the cached Rego decision, the preview.accessed
-//     event queued and written to Redis in batches, renew-on-access throttled to once
-//     per sandbox per activityThrottle (renewonaccess.go).
+//   - before: the gateway spent a median 229 µs of CPU per request (21 rounds, loaded
+//     machine). Caddy's reverse_proxy was 21% of it, about half of that Caddy's own
+//     per-request work: a dozen placeholders set (Replacer.Set), a logger built with
+//     the request's fields (zap.Logger.With), the upstream's bookkeeping and response
+//     finalizing. The access events were JSON-encoded twice, once for plugins even
+//     for a tenant without any (4%).
+//   - now: 177 µs (15 rounds, -23%). Plain requests go through api.NewForward
+//     (httputil, pooled copy buffers; upgrades stay on reverse_proxy), and plugin
+//     events are encoded only for tenants with on_event plugins.
+//   - left: a quarter is syscalls (a read and a write on each of the two connections,
+//     epoll_wait), 11% the Go scheduler (hand-offs between the server goroutine and
+//     the transport's reader and writer goroutines), 7% GC; net/http itself (parsing
+//     the request, cloning and writing it upstream, parsing the answer) and Caddy's
+//     server (its route and replacer, 7%) most of the rest. sandgate's own checks are
+//     about 6%: the route from memory (recordcache.go), the access header's MAC with
+//     the key's hash from memory (accesstoken.go), the cached Rego decision, the
+//     preview.accessed event queued and written to Redis in pipelined batches,
+//     renew-on-access at most once per sandbox per activityThrottle (renewonaccess.go).
+//     A transport doing the round trip in the handler's goroutine (no hand-offs) was
+//     tried and measured no better here.
 //   - the upstream is a Python server: its /headers echo also parses and returns the
 //     X-Forwarded-* headers the gateway adds (a few µs of its ~0.25 ms per request).
 func BenchmarkPreviewSmallResponse(b *testing.B) {
