@@ -45,7 +45,7 @@ type upstreamKey struct{}
 // connections to sandboxes (64 idle per address), WebSocket upgrades. Streams (bodies of
 // unknown length, SSE) are flushed at every write; a response of known length goes out
 // in full writes, headers and body together. The binary uses it for every request but
-// upgrades (caddy/modules/handler.go): it costs far less per request than Caddy's
+// agent calls and upgrades (caddy/modules/handler.go): it costs far less per request than Caddy's
 // reverse_proxy.
 func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
 	rp := &httputil.ReverseProxy{

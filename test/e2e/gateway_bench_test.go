@@ -130,7 +130,8 @@ const previewRounds = 3
 //     finalizing. The access events were JSON-encoded twice, once for plugins even
 //     for a tenant without any (4%).
 //   - now: 177 µs (15 rounds, -23%). Plain requests go through api.NewForward
-//     (httputil, pooled copy buffers; upgrades stay on reverse_proxy), and plugin
+//     (httputil, pooled copy buffers; agent calls and upgrades stay on
+//     reverse_proxy), and plugin
 //     events are encoded only for tenants with on_event plugins.
 //   - left: a quarter is syscalls (a read and a write on each of the two connections,
 //     epoll_wait), 11% the Go scheduler (hand-offs between the server goroutine and

@@ -15,11 +15,11 @@ import (
 )
 
 // TestProxyLogsNoSecrets: with debug logging, requests proxied to the agent and the
-// enforcer, a WebSocket upgrade to the agent (logged by reverse_proxy with its headers),
-// one to a port where nothing listens, and a sandbox killed in the middle of its agent's
-// streamed answer (the forward's "read error during body copy" warning) leave no
-// credential in the gateway's log: not the agent's token, the enforcer's, the sandbox
-// access token nor the API key.
+// enforcer, a WebSocket upgrade to the agent (agent calls and upgrades are logged by
+// reverse_proxy with their headers), one to a port where nothing listens, and a sandbox
+// killed in the middle of its agent's streamed answer (reverse_proxy's "aborting with
+// incomplete response" warning) leave no credential in the gateway's log: not the
+// agent's token, the enforcer's, the sandbox access token nor the API key.
 func TestProxyLogsNoSecrets(t *testing.T) {
 	rs := startRedis(t)
 	e := newEnv(t, rs)
@@ -50,8 +50,9 @@ func TestProxyLogsNoSecrets(t *testing.T) {
 		t.Errorf("GET the egress policy: %d %s", r.Status, r.Body)
 	}
 	g.do("GET", fmt.Sprintf("/sandboxes/%s/proxy/%d/", id, 9), nil) // nothing listens: a dial error
-	// An upgrade goes through Caddy's reverse_proxy, which logs its round trip (headers
-	// included) at debug level; plain requests go through api.NewForward, which logs none.
+	// Agent calls and upgrades go through Caddy's reverse_proxy, which logs each round
+	// trip (headers included) at debug level; other requests go through api.NewForward,
+	// which logs none.
 	var pty struct {
 		SessionID string `json:"session_id"`
 	}
@@ -62,7 +63,7 @@ func TestProxyLogsNoSecrets(t *testing.T) {
 	dialAgentWS(t, wsCtx, a, "/pty/"+pty.SessionID+"/ws").CloseNow()
 	wsCancel()
 
-	// The sandbox dies while its agent streams a command's output: the forward warns.
+	// The sandbox dies while its agent streams a command's output: reverse_proxy warns.
 	resp := a.request("POST", "/command", strings.NewReader(`{"command":"echo started; sleep 60"}`), "application/json")
 	rd := bufio.NewReader(resp.Body)
 	for {
@@ -90,14 +91,14 @@ func TestProxyLogsNoSecrets(t *testing.T) {
 
 	var logs string
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if logs = g.proc.Logs(); strings.Contains(logs, "ReverseProxy read error during body copy") {
+		if logs = g.proc.Logs(); strings.Contains(logs, "aborting with incomplete response") {
 			break
 		}
 	}
 	if !strings.Contains(logs, `"upstream roundtrip"`) {
 		t.Fatalf("no debug log of a proxied upgrade: the check below would prove nothing")
 	}
-	if !strings.Contains(logs, "ReverseProxy read error during body copy") {
+	if !strings.Contains(logs, "aborting with incomplete response") {
 		t.Errorf("no warning about the aborted stream")
 	}
 	secrets := map[string]string{"the agent token": rec.AgentToken, "the egress token": rec.EgressToken,
