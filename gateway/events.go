@@ -172,8 +172,8 @@ func (s *Service) queueEvent(ev store.Event) {
 // queues the event per plugin and drops (and counts) what does not fit.
 func (s *Service) publishEvent(ev store.Event) {
 	ps := s.pluginState()
-	if ps == nil || ps.host == nil {
-		return
+	if ps == nil || ps.host == nil || !ps.host.WantsEvents(ev.Tenant) {
+		return // the common case on the proxy's hot path: no marshalling for nobody
 	}
 	id := ev.ID
 	if id == "" {

@@ -66,6 +66,12 @@ func MarshalEvent(e Event) ([]byte, error) {
 	return json.Marshal(e)
 }
 
+// WantsEvents reports whether any plugin of tenant declares on_event, so that a caller
+// can skip encoding an event nobody would receive.
+func (h *Host) WantsEvents(tenant string) bool {
+	return len(h.routes.Load().events[tenant]) > 0
+}
+
 // OnEvent queues event (a JSON Event) for every plugin of tenant that
 // declares on_event, and returns at once. Each plugin has a bounded queue;
 // an event that finds it full is dropped and counted in Stats.Drops. The

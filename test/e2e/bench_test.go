@@ -195,6 +195,12 @@ func BenchmarkTrueRoundTrip(b *testing.B) {
 			body := []byte(`{"command":"true"}`)
 			var lat latencies
 			defer func() { got[c.name] = lat }()
+			if c.a == viaGateway {
+				cpu0 := processCPU(b, g.proc.Pid())
+				defer func() {
+					b.ReportMetric(float64((processCPU(b, g.proc.Pid())-cpu0).Microseconds())/float64(b.N), "gw-cpu-µs/op")
+				}()
+			}
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
 				resp := c.a.request("POST", "/command", bytes.NewReader(body), "application/json")
