@@ -93,16 +93,11 @@ func (s *Store) ListPools(ctx context.Context, tenant string) ([]*Pool, error) {
 		}
 	}
 	out := []*Pool{}
-	if len(tenants) == 0 {
-		return out, nil
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(tenants))
-	for i, t := range tenants {
-		cmds[i] = pipe.HGetAll(ctx, s.poolsKey(t))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, wrap(err)
+	cmds, err := perTenant(ctx, s, tenants, func(p redis.Pipeliner, t string) *redis.MapStringStringCmd {
+		return p.HGetAll(ctx, s.poolsKey(t))
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, c := range cmds {
 		for _, body := range c.Val() {
@@ -159,16 +154,11 @@ func (s *Store) WarmIDs(ctx context.Context) (map[string]bool, error) {
 		return nil, err
 	}
 	out := map[string]bool{}
-	if len(tenants) == 0 {
-		return out, nil
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(tenants))
-	for i, t := range tenants {
-		cmds[i] = pipe.SMembers(ctx, s.warmSetKey(t))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, wrap(err)
+	cmds, err := perTenant(ctx, s, tenants, func(p redis.Pipeliner, t string) *redis.StringSliceCmd {
+		return p.SMembers(ctx, s.warmSetKey(t))
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, c := range cmds {
 		for _, id := range c.Val() {
@@ -307,4 +297,21 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 func (s *Store) AllocatedMembers(ctx context.Context, tenant, name string) ([]string, error) {
 	ids, err := s.rdb.SMembers(ctx, s.allocKey(tenant, name)).Result()
 	return ids, wrap(err)
+}
+
+// perTenant runs one command per tenant in a pipeline (each on its tenant's own slot) and
+// returns the commands in the order of tenants; a missing key is no error.
+func perTenant[C redis.Cmder](ctx context.Context, s *Store, tenants []string, cmd func(redis.Pipeliner, string) C) ([]C, error) {
+	if len(tenants) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]C, len(tenants))
+	for i, t := range tenants {
+		cmds[i] = cmd(pipe, t)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	return cmds, nil
 }
