@@ -1,7 +1,6 @@
 package sandgate
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/apiproto"
 )
 
 // Capacity sizes a pool: it keeps between BufferMin and BufferMax ready sandboxes, and
@@ -51,38 +52,22 @@ type Pool struct {
 
 // CreatePool creates a pool.
 func (c *Client) CreatePool(ctx context.Context, req PoolRequest) (*Pool, error) {
-	var p Pool
-	if err := c.do(ctx, http.MethodPost, "/pools", nil, req, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pool](ctx, c, http.MethodPost, "/pools", nil, req)
 }
 
 // UpdatePool replaces a pool's template and capacity.
 func (c *Client) UpdatePool(ctx context.Context, req PoolRequest) (*Pool, error) {
-	var p Pool
-	if err := c.do(ctx, http.MethodPut, "/pools/"+url.PathEscape(req.Name), nil, req, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pool](ctx, c, http.MethodPut, "/pools/"+url.PathEscape(req.Name), nil, req)
 }
 
 // GetPool returns one pool.
 func (c *Client) GetPool(ctx context.Context, name string) (*Pool, error) {
-	var p Pool
-	if err := c.do(ctx, http.MethodGet, "/pools/"+url.PathEscape(name), nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pool](ctx, c, http.MethodGet, "/pools/"+url.PathEscape(name), nil, nil)
 }
 
 // ListPools returns the caller's pools.
 func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
-	var out struct {
-		Items []Pool `json:"items"`
-	}
-	err := c.do(ctx, http.MethodGet, "/pools", nil, nil, &out)
-	return out.Items, err
+	return list[Pool](ctx, c, "/pools")
 }
 
 // DeletePool removes a pool and its idle sandboxes.
@@ -101,52 +86,25 @@ type BatchRequest struct {
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
-// BatchMember is one sandbox of a batch.
-type BatchMember struct {
-	ID     string `json:"id"`
-	Source string `json:"source,omitempty"` // "pool" or "cold"
-	Status Status `json:"status"`
-}
-
-// BatchSummary counts a batch's members by state.
-type BatchSummary struct {
-	Running int `json:"running"`
-	Pending int `json:"pending"`
-	Failed  int `json:"failed"`
-	Gone    int `json:"gone"`
-}
-
-// Batch is a group of sandboxes created together.
-type Batch struct {
-	ID        string        `json:"id"`
-	Count     int           `json:"count"`
-	PoolRef   string        `json:"poolRef,omitempty"`
-	Members   []BatchMember `json:"members"`
-	Summary   BatchSummary  `json:"summary"`
-	CreatedAt time.Time     `json:"createdAt"`
-}
-
-// Done reports whether no member is still pending.
-func (b *Batch) Done() bool {
-	return b.Summary.Pending == 0 && b.Summary.Running+b.Summary.Failed+b.Summary.Gone >= b.Count
-}
+// Batches as the gateway answers them (package apiproto documents each field).
+type (
+	// Batch is a group of sandboxes created together; Done reports whether no member
+	// is still pending.
+	Batch = apiproto.Batch
+	// BatchMember is one sandbox of a batch; Error says why a failed member failed.
+	BatchMember = apiproto.BatchMember
+	// BatchSummary counts a batch's members by state.
+	BatchSummary = apiproto.BatchSummary
+)
 
 // CreateBatch starts a batch; its members become Running in the background.
 func (c *Client) CreateBatch(ctx context.Context, req BatchRequest) (*Batch, error) {
-	var b Batch
-	if err := c.do(ctx, http.MethodPost, "/batches", nil, req, &b); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return call[Batch](ctx, c, http.MethodPost, "/batches", nil, req)
 }
 
 // GetBatch returns a batch with its members' current states.
 func (c *Client) GetBatch(ctx context.Context, id string) (*Batch, error) {
-	var b Batch
-	if err := c.do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, nil, &b); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return call[Batch](ctx, c, http.MethodGet, "/batches/"+url.PathEscape(id), nil, nil)
 }
 
 // DeleteBatch removes a batch and its sandboxes.
@@ -225,56 +183,32 @@ const (
 
 // CreateTenant creates a tenant (platform admins only).
 func (c *Client) CreateTenant(ctx context.Context, req TenantRequest) (*Tenant, error) {
-	var t Tenant
-	if err := c.do(ctx, http.MethodPost, "/tenants", nil, req, &t); err != nil {
-		return nil, err
-	}
-	return &t, nil
+	return call[Tenant](ctx, c, http.MethodPost, "/tenants", nil, req)
 }
 
 // ListTenants lists the tenants.
 func (c *Client) ListTenants(ctx context.Context) ([]Tenant, error) {
-	var out struct {
-		Items []Tenant `json:"items"`
-	}
-	err := c.do(ctx, http.MethodGet, "/tenants", nil, nil, &out)
-	return out.Items, err
+	return list[Tenant](ctx, c, "/tenants")
 }
 
 // GetTenant returns one tenant.
 func (c *Client) GetTenant(ctx context.Context, id string) (*Tenant, error) {
-	var t Tenant
-	if err := c.do(ctx, http.MethodGet, "/tenants/"+url.PathEscape(id), nil, nil, &t); err != nil {
-		return nil, err
-	}
-	return &t, nil
+	return call[Tenant](ctx, c, http.MethodGet, "/tenants/"+url.PathEscape(id), nil, nil)
 }
 
 // UpdateTenant changes a tenant's name or quotas.
 func (c *Client) UpdateTenant(ctx context.Context, id string, req TenantRequest) (*Tenant, error) {
-	var t Tenant
-	if err := c.do(ctx, http.MethodPatch, "/tenants/"+url.PathEscape(id), nil, req, &t); err != nil {
-		return nil, err
-	}
-	return &t, nil
+	return call[Tenant](ctx, c, http.MethodPatch, "/tenants/"+url.PathEscape(id), nil, req)
 }
 
 // CreateKey issues a key of role for a tenant; the answer is the only time its secret is shown.
 func (c *Client) CreateKey(ctx context.Context, tenant, role string) (*Key, error) {
-	var k Key
-	if err := c.do(ctx, http.MethodPost, "/tenants/"+url.PathEscape(tenant)+"/keys", nil, map[string]string{"role": role}, &k); err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return call[Key](ctx, c, http.MethodPost, "/tenants/"+url.PathEscape(tenant)+"/keys", nil, map[string]string{"role": role})
 }
 
 // ListKeys lists a tenant's keys (without their secrets).
 func (c *Client) ListKeys(ctx context.Context, tenant string) ([]Key, error) {
-	var out struct {
-		Items []Key `json:"items"`
-	}
-	err := c.do(ctx, http.MethodGet, "/tenants/"+url.PathEscape(tenant)+"/keys", nil, nil, &out)
-	return out.Items, err
+	return list[Key](ctx, c, "/tenants/"+url.PathEscape(tenant)+"/keys")
 }
 
 // RevokeKey revokes one key.
@@ -302,20 +236,12 @@ type Policy struct {
 
 // GetPolicy returns the policy in force.
 func (c *Client) GetPolicy(ctx context.Context) (*Policy, error) {
-	var p Policy
-	if err := c.do(ctx, http.MethodGet, "/policy", nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Policy](ctx, c, http.MethodGet, "/policy", nil, nil)
 }
 
 // PushPolicy replaces the named modules (name → Rego source) on every gateway.
 func (c *Client) PushPolicy(ctx context.Context, modules map[string]string) (*Policy, error) {
-	var p Policy
-	if err := c.do(ctx, http.MethodPut, "/policy", nil, map[string]any{"modules": modules}, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Policy](ctx, c, http.MethodPut, "/policy", nil, map[string]any{"modules": modules})
 }
 
 // ResetPolicy drops the override of one module ("" drops all).
@@ -397,20 +323,12 @@ func (c *Client) PushPlugin(ctx context.Context, name string, module []byte, cfg
 
 // ListPlugins lists the installed plugins.
 func (c *Client) ListPlugins(ctx context.Context) ([]Plugin, error) {
-	var out struct {
-		Items []Plugin `json:"items"`
-	}
-	err := c.do(ctx, http.MethodGet, "/plugins", nil, nil, &out)
-	return out.Items, err
+	return list[Plugin](ctx, c, "/plugins")
 }
 
 // GetPlugin returns one plugin with its statistics.
 func (c *Client) GetPlugin(ctx context.Context, name string) (*Plugin, error) {
-	var p Plugin
-	if err := c.do(ctx, http.MethodGet, "/plugins/"+url.PathEscape(name), nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Plugin](ctx, c, http.MethodGet, "/plugins/"+url.PathEscape(name), nil, nil)
 }
 
 // DeletePlugin uninstalls a plugin.
@@ -472,11 +390,7 @@ type EventPage struct {
 
 // ListEvents returns one page of events.
 func (c *Client) ListEvents(ctx context.Context, q EventQuery) (*EventPage, error) {
-	var p EventPage
-	if err := c.do(ctx, http.MethodGet, "/events", q.values(), nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[EventPage](ctx, c, http.MethodGet, "/events", q.values(), nil)
 }
 
 // FollowEvents streams events as they are written, from q.Cursor on (or from now),
@@ -484,36 +398,19 @@ func (c *Client) ListEvents(ctx context.Context, q EventQuery) (*EventPage, erro
 // error.
 func (c *Client) FollowEvents(ctx context.Context, q EventQuery) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		req, err := c.newRequest(ctx, http.MethodGet, c.url("/v1/events/stream", q.values()), nil)
-		if err != nil {
-			yield(Event{}, err)
-			return
-		}
-		req.Header.Set("Accept", "text/event-stream")
-		resp, err := c.send(req)
-		if err != nil {
-			yield(Event{}, err)
-			return
-		}
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data:")
-			if !ok {
-				continue
+		for e, err := range c.stream(ctx, "/events/stream", q.values(), "event stream") {
+			if err != nil {
+				yield(Event{}, err)
+				return
 			}
 			var ev Event
-			if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+			if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
 				yield(Event{}, fmt.Errorf("sandgate: bad event: %w", err))
 				return
 			}
 			if !yield(ev, nil) {
 				return
 			}
-		}
-		if err := sc.Err(); err != nil && ctx.Err() == nil {
-			yield(Event{}, fmt.Errorf("sandgate: event stream: %w", err))
 		}
 	}
 }

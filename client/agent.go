@@ -61,19 +61,7 @@ func (a *Agent) do(ctx context.Context, method, path string, q url.Values, body,
 	if err != nil {
 		return err
 	}
-	resp, err := a.c.send(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("sandgate: %s %s: decode answer: %w", method, path, err)
-	}
-	return nil
+	return a.c.exchange(req, path, out)
 }
 
 // Ping reports whether the agent answers.
@@ -293,11 +281,7 @@ type CommandStatus struct {
 
 // CommandStatus returns the state of a command.
 func (a *Agent) CommandStatus(ctx context.Context, commandID string) (*CommandStatus, error) {
-	var st CommandStatus
-	if err := a.do(ctx, http.MethodGet, "/command/status/"+url.PathEscape(commandID), nil, nil, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return call[CommandStatus](ctx, a, http.MethodGet, "/command/status/"+url.PathEscape(commandID), nil, nil)
 }
 
 // CommandLogs returns a command's output after line cursor and the cursor to pass next.
@@ -425,9 +409,5 @@ type Metrics struct {
 
 // Metrics returns the sandbox's current resource use.
 func (a *Agent) Metrics(ctx context.Context) (*Metrics, error) {
-	var m Metrics
-	if err := a.do(ctx, http.MethodGet, "/metrics", nil, nil, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return call[Metrics](ctx, a, http.MethodGet, "/metrics", nil, nil)
 }

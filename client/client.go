@@ -9,12 +9,14 @@
 package sandgate
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/url"
 	"os"
@@ -207,6 +209,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if err != nil {
 		return err
 	}
+	return c.exchange(req, path, out)
+}
+
+// exchange sends req and decodes its JSON answer into out (nil: discarded); path names
+// the call in a decoding error.
+func (c *Client) exchange(req *http.Request, path string, out any) error {
 	resp, err := c.send(req)
 	if err != nil {
 		return err
@@ -217,9 +225,77 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("sandgate: %s %s: decode answer: %w", method, path, err)
+		return fmt.Errorf("sandgate: %s %s: decode answer: %w", req.Method, path, err)
 	}
 	return nil
+}
+
+// caller is what sends JSON calls: the gateway's API (*Client) or a sandbox's agent or
+// enforcer (*Agent).
+type caller interface {
+	do(ctx context.Context, method, path string, q url.Values, body, out any) error
+}
+
+// call sends one JSON call and answers the object it decodes.
+func call[T any](ctx context.Context, c caller, method, path string, q url.Values, body any) (*T, error) {
+	var v T
+	if err := c.do(ctx, method, path, q, body, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// list GETs a list ({"items": […]}) and answers its items.
+func list[T any](ctx context.Context, c caller, path string) ([]T, error) {
+	var out struct {
+		Items []T `json:"items"`
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, nil, &out)
+	return out.Items, err
+}
+
+// sseEvent is one event of a text/event-stream answer: its name (the last event: line,
+// "" while there was none) and its data line.
+type sseEvent struct{ name, data string }
+
+// stream GETs path (under /v1) as a text/event-stream and yields each event that has a
+// data line, until ctx ends or the stream breaks; a broken stream ends the sequence with
+// its error, what naming the stream.
+func (c *Client) stream(ctx context.Context, path string, q url.Values, what string) iter.Seq2[sseEvent, error] {
+	return func(yield func(sseEvent, error) bool) {
+		req, err := c.newRequest(ctx, http.MethodGet, c.url("/v1"+path, q), nil)
+		if err != nil {
+			yield(sseEvent{}, err)
+			return
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := c.send(req)
+		if err != nil {
+			yield(sseEvent{}, err)
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		name := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if n, ok := strings.CutPrefix(line, "event:"); ok {
+				name = strings.TrimSpace(n)
+				continue
+			}
+			data, ok := strings.CutPrefix(line, "data:")
+			if !ok {
+				continue
+			}
+			if !yield(sseEvent{name: name, data: strings.TrimSpace(data)}, nil) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil && ctx.Err() == nil {
+			yield(sseEvent{}, fmt.Errorf("sandgate: %s: %w", what, err))
+		}
+	}
 }
 
 // Health reports whether the gateway answers GET /health.
@@ -237,11 +313,7 @@ type Whoami struct {
 
 // Whoami returns who the client's key authenticates as.
 func (c *Client) Whoami(ctx context.Context) (*Whoami, error) {
-	var w Whoami
-	if err := c.do(ctx, http.MethodGet, "/whoami", nil, nil, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return call[Whoami](ctx, c, http.MethodGet, "/whoami", nil, nil)
 }
 
 // pollInterval is how often the waiting helpers look again.

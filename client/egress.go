@@ -27,11 +27,7 @@ type EgressClient struct{ a *Agent }
 
 // Get returns the policy in force.
 func (e *EgressClient) Get(ctx context.Context) (*EgressState, error) {
-	var st EgressState
-	if err := e.a.do(ctx, http.MethodGet, "/policy", nil, nil, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return call[EgressState](ctx, e.a, http.MethodGet, "/policy", nil, nil)
 }
 
 // Replace replaces the policy.

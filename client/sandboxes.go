@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/apiproto"
 )
 
 // Sandbox states.
@@ -38,14 +40,6 @@ type Image struct {
 type ImageAuth struct {
 	Username string `json:"username"`
 	Password string `json:"password"`
-}
-
-// Status is where a sandbox is in its life.
-type Status struct {
-	State            string     `json:"state"`
-	Reason           string     `json:"reason,omitempty"`
-	Message          string     `json:"message,omitempty"`
-	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
 }
 
 // EgressRule allows or denies one target: a name ("example.com", "*.example.com"), an
@@ -127,14 +121,14 @@ type Sandbox struct {
 	CreatedAt  time.Time         `json:"createdAt"`
 }
 
-// Pagination describes one page of a list.
-type Pagination struct {
-	Page        int  `json:"page"`
-	PageSize    int  `json:"pageSize"`
-	TotalItems  int  `json:"totalItems"`
-	TotalPages  int  `json:"totalPages"`
-	HasNextPage bool `json:"hasNextPage"`
-}
+// The gateway answers these in the very form it declares them (package apiproto, a
+// leaf that holds nothing of the gateway).
+type (
+	// Status is where a sandbox, a snapshot or a batch member is in its life.
+	Status = apiproto.Status
+	// Pagination describes one page of a list.
+	Pagination = apiproto.Pagination
+)
 
 // SandboxPage is one page of GET /v1/sandboxes.
 type SandboxPage struct {
@@ -153,20 +147,12 @@ type ListOptions struct {
 // CreateSandbox creates a sandbox and returns it as the gateway answered (Running when
 // the gateway waited for the agent, as sandgate does).
 func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.do(ctx, http.MethodPost, "/sandboxes", nil, req, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return call[Sandbox](ctx, c, http.MethodPost, "/sandboxes", nil, req)
 }
 
 // GetSandbox returns one sandbox.
 func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, nil, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return call[Sandbox](ctx, c, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, nil)
 }
 
 // ListSandboxes returns one page of the caller's sandboxes, newest first.
@@ -188,11 +174,7 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*SandboxP
 	if opts.PageSize > 0 {
 		q.Set("pageSize", strconv.Itoa(opts.PageSize))
 	}
-	var page SandboxPage
-	if err := c.do(ctx, http.MethodGet, "/sandboxes", q, nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[SandboxPage](ctx, c, http.MethodGet, "/sandboxes", q, nil)
 }
 
 // ListAllSandboxes walks every page of the list.
@@ -239,11 +221,7 @@ func (c *Client) RenewSandbox(ctx context.Context, id string, at time.Time) (tim
 
 // PatchMetadata merges patch into a sandbox's metadata; a nil value deletes the key.
 func (c *Client) PatchMetadata(ctx context.Context, id string, patch map[string]*string) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.do(ctx, http.MethodPatch, "/sandboxes/"+url.PathEscape(id)+"/metadata", nil, patch, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return call[Sandbox](ctx, c, http.MethodPatch, "/sandboxes/"+url.PathEscape(id)+"/metadata", nil, patch)
 }
 
 // RotateAccess replaces the sandbox's access secret: headers handed out before stop working.

@@ -1,7 +1,6 @@
 package sandgate
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,8 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/apiproto"
 )
 
 // Snapshot states.
@@ -21,21 +21,14 @@ const (
 	SnapshotDeleting = "Deleting"
 )
 
-// Snapshot is a kept copy of a sandbox's filesystem, from which new sandboxes start
-// (CreateRequest.SnapshotID) and which forks are made of.
-type Snapshot struct {
-	ID        string    `json:"id"`
-	SandboxID string    `json:"sandboxId"`
-	Name      string    `json:"name,omitempty"`
-	Status    Status    `json:"status"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// SnapshotPage is one page of GET /v1/snapshots.
-type SnapshotPage struct {
-	Items      []Snapshot `json:"items"`
-	Pagination Pagination `json:"pagination"`
-}
+// Snapshots as the gateway answers them (package apiproto documents each field).
+type (
+	// Snapshot is a kept copy of a sandbox's filesystem, from which new sandboxes start
+	// (CreateRequest.SnapshotID) and which forks are made of.
+	Snapshot = apiproto.Snapshot
+	// SnapshotPage is one page of GET /v1/snapshots.
+	SnapshotPage = apiproto.SnapshotPage
+)
 
 // SnapshotListOptions filter a snapshot list. Zero values ask for the server's defaults.
 type SnapshotListOptions struct {
@@ -52,20 +45,12 @@ func (c *Client) CreateSnapshot(ctx context.Context, sandboxID, name string) (*S
 	if name != "" {
 		body = map[string]string{"name": name}
 	}
-	var s Snapshot
-	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/snapshots", nil, body, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[Snapshot](ctx, c, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/snapshots", nil, body)
 }
 
 // GetSnapshot returns one snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var s Snapshot
-	if err := c.do(ctx, http.MethodGet, "/snapshots/"+url.PathEscape(id), nil, nil, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[Snapshot](ctx, c, http.MethodGet, "/snapshots/"+url.PathEscape(id), nil, nil)
 }
 
 // ListSnapshots returns one page of the caller's snapshots.
@@ -83,11 +68,7 @@ func (c *Client) ListSnapshots(ctx context.Context, opts SnapshotListOptions) (*
 	if opts.PageSize > 0 {
 		q.Set("pageSize", strconv.Itoa(opts.PageSize))
 	}
-	var page SnapshotPage
-	if err := c.do(ctx, http.MethodGet, "/snapshots", q, nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[SnapshotPage](ctx, c, http.MethodGet, "/snapshots", q, nil)
 }
 
 // DeleteSnapshot removes a snapshot; one a sandbox still runs from is refused with
@@ -130,51 +111,23 @@ type ForkRequest struct {
 // answered like CreateBatch (WaitBatch follows it). The snapshot stays listed while
 // its copies use it.
 func (c *Client) Fork(ctx context.Context, sandboxID string, req ForkRequest) (*Batch, error) {
-	var b Batch
-	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/fork", nil, req, &b); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return call[Batch](ctx, c, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/fork", nil, req)
 }
 
-// UsagePoint is one sample of a sandbox's resource use.
-type UsagePoint struct {
-	Time time.Time `json:"time"`
-	// CPUCores is the CPUs used on average since the previous point; CPUPercent the
-	// same as a share of CPULimitCores (of one CPU without a limit).
-	CPUCores      float64  `json:"cpuCores"`
-	CPULimitCores *float64 `json:"cpuLimitCores"`
-	CPUPercent    float64  `json:"cpuPercent"`
-	// MemoryBytes is the memory in use (page cache excluded).
-	MemoryBytes      uint64 `json:"memoryBytes"`
-	MemoryPeakBytes  uint64 `json:"memoryPeakBytes"`
-	MemoryLimitBytes uint64 `json:"memoryLimitBytes"`
-	// The pointers are nil when the runtime does not report them.
-	Pids                *uint64 `json:"pids"`
-	NetRxBytes          *uint64 `json:"netRxBytes"`
-	NetTxBytes          *uint64 `json:"netTxBytes"`
-	DiskBytes           *int64  `json:"diskBytes"`
-	EgressDeniedQueries *uint64 `json:"egressDeniedQueries"`
-}
-
-// SandboxMetrics is the gateway's record of a sandbox's resource use: the latest
-// point and a recent history, oldest first.
-type SandboxMetrics struct {
-	ID              string       `json:"id"`
-	Source          string       `json:"source,omitempty"` // "engine" or "agent"
-	IntervalSeconds float64      `json:"intervalSeconds"`
-	Current         *UsagePoint  `json:"current"`
-	History         []UsagePoint `json:"history"`
-}
+// Resource use as the gateway samples it (package apiproto documents each field).
+type (
+	// UsagePoint is one sample of a sandbox's resource use; the pointers are nil when
+	// the runtime does not report them.
+	UsagePoint = apiproto.UsagePoint
+	// SandboxMetrics is the gateway's record of a sandbox's resource use: the latest
+	// point and a recent history, oldest first.
+	SandboxMetrics = apiproto.SandboxUsage
+)
 
 // SandboxMetrics returns a sandbox's resource use as the gateway samples it (unlike
 // Agent.Metrics, which asks the sandbox's agent).
 func (c *Client) SandboxMetrics(ctx context.Context, id string) (*SandboxMetrics, error) {
-	var m SandboxMetrics
-	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/metrics", nil, nil, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return call[SandboxMetrics](ctx, c, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/metrics", nil, nil)
 }
 
 // WatchSandboxMetrics streams a sandbox's new usage points as the gateway samples them,
@@ -182,38 +135,18 @@ func (c *Client) SandboxMetrics(ctx context.Context, id string) (*SandboxMetrics
 // ends without an error) or the connection breaks (it ends with the error).
 func (c *Client) WatchSandboxMetrics(ctx context.Context, id string) iter.Seq2[UsagePoint, error] {
 	return func(yield func(UsagePoint, error) bool) {
-		req, err := c.newRequest(ctx, http.MethodGet, c.url("/v1/sandboxes/"+url.PathEscape(id)+"/metrics/watch", nil), nil)
-		if err != nil {
-			yield(UsagePoint{}, err)
-			return
-		}
-		req.Header.Set("Accept", "text/event-stream")
-		resp, err := c.send(req)
-		if err != nil {
-			yield(UsagePoint{}, err)
-			return
-		}
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		event := ""
-		for sc.Scan() {
-			line := sc.Text()
-			if name, ok := strings.CutPrefix(line, "event:"); ok {
-				event = strings.TrimSpace(name)
-				continue
-			}
-			data, ok := strings.CutPrefix(line, "data:")
-			if !ok {
-				continue
+		for e, err := range c.stream(ctx, "/sandboxes/"+url.PathEscape(id)+"/metrics/watch", nil, "metrics stream") {
+			if err != nil {
+				yield(UsagePoint{}, err)
+				return
 			}
 			var p UsagePoint
-			switch event {
+			switch e.name {
 			case "gone":
 				return
 			case "usage":
 				var u SandboxMetrics
-				if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &u); err != nil {
+				if err := json.Unmarshal([]byte(e.data), &u); err != nil {
 					yield(UsagePoint{}, fmt.Errorf("sandgate: bad metrics event: %w", err))
 					return
 				}
@@ -222,7 +155,7 @@ func (c *Client) WatchSandboxMetrics(ctx context.Context, id string) iter.Seq2[U
 				}
 				p = *u.Current
 			case "point":
-				if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &p); err != nil {
+				if err := json.Unmarshal([]byte(e.data), &p); err != nil {
 					yield(UsagePoint{}, fmt.Errorf("sandgate: bad metrics event: %w", err))
 					return
 				}
@@ -232,9 +165,6 @@ func (c *Client) WatchSandboxMetrics(ctx context.Context, id string) iter.Seq2[U
 			if !yield(p, nil) {
 				return
 			}
-		}
-		if err := sc.Err(); err != nil && ctx.Err() == nil {
-			yield(UsagePoint{}, fmt.Errorf("sandgate: metrics stream: %w", err))
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+
+	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultproto"
 )
 
 // CredentialProxy asks for a sandbox's credential vault (CreateRequest.CredentialProxy;
@@ -12,110 +14,51 @@ type CredentialProxy struct {
 	Enabled bool `json:"enabled"`
 }
 
-// Credential is a named secret given to the vault. Its value is write-only: no answer
-// of the vault ever repeats it.
-type Credential struct {
-	Name   string           `json:"name"`
-	Source CredentialSource `json:"source"`
-}
-
-// CredentialSource is where a credential's value comes from; only "inline" exists.
-type CredentialSource struct {
-	Type  string `json:"type,omitempty"`
-	Value string `json:"value"`
-}
+// The credential vault's wire shapes, which the enforcer decodes too (package
+// vaultproto documents each one).
+type (
+	// Credential is a named secret given to the vault. Its value is write-only: no
+	// answer of the vault ever repeats it.
+	Credential = vaultproto.Credential
+	// CredentialSource is where a credential's value comes from; only "inline" exists.
+	CredentialSource = vaultproto.CredentialSource
+	// Binding says which of the workload's requests get which credential, and as what.
+	Binding = vaultproto.Binding
+	// BindingMatch selects requests; omitted lists take the server's defaults (https,
+	// port 443, every method and path). Hosts must be allowed by the egress policy.
+	BindingMatch = vaultproto.BindingMatch
+	// BindingAuth renders a credential into headers: bearer, basic and apiKey (header
+	// Name) name one Credential; customHeaders lists Headers.
+	BindingAuth = vaultproto.BindingAuth
+	// HeaderSource is one header of a customHeaders auth.
+	HeaderSource = vaultproto.HeaderSource
+	// VaultState is the vault as the server describes it: no credential value ever.
+	VaultState = vaultproto.State
+	// CredentialMetadata describes a stored credential.
+	CredentialMetadata = vaultproto.CredentialMetadata
+	// BindingMetadata describes a stored binding, its match with the defaults filled in.
+	BindingMetadata = vaultproto.BindingMetadata
+	// VaultPatch changes a vault; ExpectedRevision (when set) refuses the change with
+	// ErrVaultRevisionConflict if the vault moved on since it was read.
+	VaultPatch = vaultproto.Patch
+	// CredentialChanges adds, replaces and deletes (by name) credentials.
+	CredentialChanges = vaultproto.CredentialChanges
+	// BindingChanges adds, replaces and deletes (by name) bindings.
+	BindingChanges = vaultproto.BindingChanges
+)
 
 // InlineCredential is a credential with its value given inline.
 func InlineCredential(name, value string) Credential {
 	return Credential{Name: name, Source: CredentialSource{Type: "inline", Value: value}}
 }
 
-// Binding says which of the workload's requests get which credential, and as what.
-type Binding struct {
-	Name  string       `json:"name"`
-	Match BindingMatch `json:"match"`
-	Auth  BindingAuth  `json:"auth"`
-}
-
-// BindingMatch selects requests; omitted lists take the server's defaults (https,
-// port 443, every method and path). Hosts must be allowed by the egress policy.
-type BindingMatch struct {
-	Schemes []string `json:"schemes,omitempty"`
-	Ports   []int    `json:"ports,omitempty"`
-	Hosts   []string `json:"hosts"`
-	Methods []string `json:"methods,omitempty"`
-	Paths   []string `json:"paths,omitempty"`
-}
-
 // Auth types of a binding.
 const (
-	AuthBearer        = "bearer"
-	AuthBasic         = "basic"
-	AuthAPIKey        = "apiKey"
-	AuthCustomHeaders = "customHeaders"
+	AuthBearer        = vaultproto.AuthBearer
+	AuthBasic         = vaultproto.AuthBasic
+	AuthAPIKey        = vaultproto.AuthAPIKey
+	AuthCustomHeaders = vaultproto.AuthCustomHeaders
 )
-
-// BindingAuth renders a credential into headers: bearer, basic and apiKey (header
-// Name) name one Credential; customHeaders lists Headers.
-type BindingAuth struct {
-	Type       string         `json:"type"`
-	Credential string         `json:"credential,omitempty"`
-	Name       string         `json:"name,omitempty"`
-	Headers    []HeaderSource `json:"headers,omitempty"`
-}
-
-// HeaderSource is one header of a customHeaders auth.
-type HeaderSource struct {
-	Name       string `json:"name"`
-	Credential string `json:"credential"`
-}
-
-// VaultState is the vault as the server describes it: no credential value ever.
-type VaultState struct {
-	Revision    int64                `json:"revision"`
-	Credentials []CredentialMetadata `json:"credentials"`
-	Bindings    []BindingMetadata    `json:"bindings"`
-}
-
-// CredentialMetadata describes a stored credential.
-type CredentialMetadata struct {
-	Name       string `json:"name"`
-	SourceType string `json:"sourceType"`
-	Revision   int64  `json:"revision"`
-}
-
-// BindingMetadata describes a stored binding, its match with the defaults filled in.
-type BindingMetadata struct {
-	Name     string       `json:"name"`
-	Revision int64        `json:"revision"`
-	Match    BindingMatch `json:"match"`
-	Auth     struct {
-		Type string `json:"type"`
-		Name string `json:"name,omitempty"`
-	} `json:"auth"`
-}
-
-// VaultPatch changes a vault; ExpectedRevision (when set) refuses the change with
-// ErrVaultRevisionConflict if the vault moved on since it was read.
-type VaultPatch struct {
-	ExpectedRevision *int64             `json:"expectedRevision,omitempty"`
-	Credentials      *CredentialChanges `json:"credentials,omitempty"`
-	Bindings         *BindingChanges    `json:"bindings,omitempty"`
-}
-
-// CredentialChanges adds, replaces and deletes (by name) credentials.
-type CredentialChanges struct {
-	Add     []Credential `json:"add,omitempty"`
-	Replace []Credential `json:"replace,omitempty"`
-	Delete  []string     `json:"delete,omitempty"`
-}
-
-// BindingChanges adds, replaces and deletes (by name) bindings.
-type BindingChanges struct {
-	Add     []Binding `json:"add,omitempty"`
-	Replace []Binding `json:"replace,omitempty"`
-	Delete  []string  `json:"delete,omitempty"`
-}
 
 // Vault returns a client of a sandbox's credential vault (the /credential-vault API of
 // its egress enforcer, through the gateway, which checks each binding against the
@@ -133,11 +76,7 @@ func (c *Client) Vault(ctx context.Context, sandboxID string) (*VaultClient, err
 type VaultClient struct{ a *Agent }
 
 func (v *VaultClient) state(ctx context.Context, method, path string, body any) (*VaultState, error) {
-	var st VaultState
-	if err := v.a.do(ctx, method, path, nil, body, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return call[VaultState](ctx, v.a, method, path, nil, body)
 }
 
 // Create makes the vault (ErrVaultAlreadyExists if there is one). Nil lists are sent
@@ -149,7 +88,7 @@ func (v *VaultClient) Create(ctx context.Context, creds []Credential, bindings [
 	if bindings == nil {
 		bindings = []Binding{}
 	}
-	return v.state(ctx, http.MethodPost, "/credential-vault", map[string]any{"credentials": creds, "bindings": bindings})
+	return v.state(ctx, http.MethodPost, "/credential-vault", vaultproto.Create{Credentials: creds, Bindings: bindings})
 }
 
 // Get returns the vault (ErrVaultNotFound before Create).
@@ -178,11 +117,7 @@ func (v *VaultClient) Credentials(ctx context.Context) ([]CredentialMetadata, er
 
 // Credential describes one stored credential.
 func (v *VaultClient) Credential(ctx context.Context, name string) (*CredentialMetadata, error) {
-	var m CredentialMetadata
-	if err := v.a.do(ctx, http.MethodGet, "/credential-vault/credentials/"+url.PathEscape(name), nil, nil, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return call[CredentialMetadata](ctx, v.a, http.MethodGet, "/credential-vault/credentials/"+url.PathEscape(name), nil, nil)
 }
 
 // Bindings lists the stored bindings.
@@ -196,9 +131,5 @@ func (v *VaultClient) Bindings(ctx context.Context) ([]BindingMetadata, error) {
 
 // Binding describes one stored binding.
 func (v *VaultClient) Binding(ctx context.Context, name string) (*BindingMetadata, error) {
-	var m BindingMetadata
-	if err := v.a.do(ctx, http.MethodGet, "/credential-vault/bindings/"+url.PathEscape(name), nil, nil, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
+	return call[BindingMetadata](ctx, v.a, http.MethodGet, "/credential-vault/bindings/"+url.PathEscape(name), nil, nil)
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
@@ -21,13 +20,6 @@ const (
 const (
 	ExtensionPublic      = "access.public"
 	ExtensionRenewExtend = "access.renew.extend.seconds"
-)
-
-// Codes of proxy denials.
-const (
-	CodeAccessDenied = "ACCESS::DENIED"
-	CodeLinkInvalid  = "ACCESS::LINK_INVALID"
-	CodeLinkExpired  = "ACCESS::LINK_EXPIRED"
 )
 
 // ProxyAccess describes one proxied request for the access decision.
@@ -64,11 +56,11 @@ func (s *Service) AuthorizeProxy(ctx context.Context, sb *store.Sandbox, port in
 	s.log.Info("proxy access denied", "sandbox", sb.ID, "port", port, "credential", a.Kind, "decision", d)
 	switch {
 	case a.Kind == CredAnonymous:
-		return Errorf(http.StatusUnauthorized, CodeMissingAPIKey, "this sandbox port needs a credential: an API key, the sandbox's access header, or a signed link")
-	case d.HTTPStatus() == http.StatusNotFound:
+		return Errorf(KindUnauthenticated, CodeMissingAPIKey, "this sandbox port needs a credential: an API key, the sandbox's access header, or a signed link")
+	case d.Outcome() == policy.Hidden:
 		return notFound(sb.ID)
 	}
-	return Errorf(http.StatusForbidden, CodeAccessDenied, "%s", d.Message)
+	return Errorf(KindForbidden, CodeAccessDenied, "%s", d.Message)
 }
 
 // Role is the policy role of a caller's key.

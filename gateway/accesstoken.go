@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"net/http"
 	"strings"
 	"time"
 
@@ -30,9 +29,6 @@ import (
 // gateway drops it within milliseconds; keyBindingTTL bounds a missed message.
 // AccessValuePrefix starts every key-bound access header value.
 const AccessValuePrefix = "sga1."
-
-// CodeAccessRevoked answers a key-bound access header whose key is gone.
-const CodeAccessRevoked = "ACCESS::TOKEN_REVOKED"
 
 // accessHeaderValue derives the access header value for caller's key.
 func (s *Service) accessHeaderValue(ctx context.Context, sb *store.Sandbox, keyID string) (string, error) {
@@ -120,7 +116,7 @@ func (s *Service) keyBindingsStale() {
 // revoked gets its own code, so that a client knows to fetch the endpoint again with
 // a live key.
 func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, value string) error {
-	bad := Errorf(http.StatusForbidden, CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
+	bad := Errorf(KindForbidden, CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
 	rest, ok := strings.CutPrefix(value, AccessValuePrefix)
 	if !ok || sb.AccessToken == "" {
 		return bad
@@ -131,7 +127,7 @@ func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, valu
 	}
 	binding, err := s.keyBinding(ctx, keyID)
 	if errors.Is(err, store.ErrNotFound) {
-		return Errorf(http.StatusForbidden, CodeAccessRevoked, "the access token of sandbox %s was issued to a key that has been revoked: fetch the endpoint again with a valid key", sb.ID)
+		return Errorf(KindForbidden, CodeAccessRevoked, "the access token of sandbox %s was issued to a key that has been revoked: fetch the endpoint again with a valid key", sb.ID)
 	}
 	if err != nil {
 		return err

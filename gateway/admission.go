@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/distribution/reference"
@@ -79,7 +78,7 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 	s.metrics.PolicyDecision(metrics.PolicyAdmission, d.Allow, start)
 	if !d.Allow {
 		s.logDecision(caller.Tenant, "sandbox.create", d)
-		return q, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message}
+		return q, decisionError(d)
 	}
 	if q.CreateRate > 0 {
 		burst := q.CreateBurst
@@ -92,7 +91,7 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 		}
 		if !ok {
 			wait := time.Duration((float64(max(req.Count, 1)) - left) / q.CreateRate * float64(time.Second))
-			return q, Errorf(http.StatusTooManyRequests, CodeQuotaRate, "create rate quota: %.3g sandboxes per second (burst %.3g) for tenant %s; %.2f tokens left, retry in %s",
+			return q, Errorf(KindQuota, CodeQuotaRate, "create rate quota: %.3g sandboxes per second (burst %.3g) for tenant %s; %.2f tokens left, retry in %s",
 				q.CreateRate, burst, caller.Tenant, left, wait.Round(time.Millisecond))
 		}
 	}

@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 	"time"
-
-	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // The gateway's own calls to agents and enforcers (readiness pings, late binding, the
@@ -12,11 +10,11 @@ import (
 // connections, the token header, timeouts and error kinds in one place, shared with the
 // runtimes. Proxied user traffic does not: it is forwarded as it came.
 
-// callAgent sends one JSON request to a sandbox's agent with the agent's own token.
-func (s *Service) callAgent(ctx context.Context, sb *store.Sandbox, method, path string, body any) error {
-	_, err := s.agents.Agent(ctx, sb.Address, sb.AgentToken, method, path, body, 5*time.Second)
-	return err
-}
+// agentCallTimeout bounds one call of the gateway's to an agent (late binding, metrics).
+const agentCallTimeout = 5 * time.Second
+
+// enforcerCallTimeout bounds one signed call to an enforcer (its policy and vault API).
+const enforcerCallTimeout = 10 * time.Second
 
 // pingAgent calls the agent's /ping with its token.
 func (s *Service) pingAgent(ctx context.Context, addr, token string, timeout time.Duration) error {

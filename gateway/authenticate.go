@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"net/http"
 
 	"github.com/sandgate/sandgate/gateway/store"
 )
@@ -18,14 +17,14 @@ const MissingKeyMessage = "an API key is required in the OPEN-SANDBOX-API-KEY he
 // Authenticate resolves an API key: the configured platform key, or an issued key.
 func (s *Service) Authenticate(ctx context.Context, key string) (Caller, error) {
 	if key == "" {
-		return Caller{}, Errorf(http.StatusUnauthorized, CodeMissingAPIKey, "%s", MissingKeyMessage)
+		return Caller{}, Errorf(KindUnauthenticated, CodeMissingAPIKey, "%s", MissingKeyMessage)
 	}
 	if admin, _ := s.adminKey.Load().(string); admin != "" && subtle.ConstantTimeCompare([]byte(key), []byte(admin)) == 1 {
 		return Caller{Tenant: DefaultTenant, Admin: true, KeyID: "admin", KeyRole: RoleAdmin}, nil
 	}
 	k, err := s.store.LookupKey(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		return Caller{}, Errorf(http.StatusUnauthorized, CodeInvalidAPIKey, "the API key is not valid")
+		return Caller{}, Errorf(KindUnauthenticated, CodeInvalidAPIKey, "the API key is not valid")
 	}
 	if err != nil {
 		return Caller{}, err

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/metrics"
@@ -43,14 +42,13 @@ func (s *Service) Authorize(ctx context.Context, caller Caller, action string, r
 	if d.Allow {
 		return nil
 	}
-	status := d.HTTPStatus()
-	if status == http.StatusNotFound {
-		return Errorf(http.StatusNotFound, d.Code, "not found")
+	if d.Outcome() == policy.Hidden {
+		return Errorf(KindNotFound, d.Code, "not found")
 	}
 	if d.Code == policy.CodeEvaluationFailed {
 		s.log.Error("access policy failed; denying", "decision", d)
 	}
-	return &Error{Status: status, Code: d.Code, Message: d.Message}
+	return decisionError(d)
 }
 
 // logDecision queues a policy decision for the audit stream (batched, off the request path).

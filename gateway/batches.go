@@ -4,17 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 )
-
-// CodeBatchNotFound answers for an unknown batch.
-const CodeBatchNotFound = "BATCH::NOT_FOUND"
 
 // BatchRequest is the body of POST /v1/batches: count sandboxes of a template, or claimed
 // from a pool (poolRef), with the claim's own timeout, env and metadata.
@@ -28,34 +25,17 @@ type BatchRequest struct {
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
-// BatchMember is one sandbox of a batch with its current state.
-type BatchMember struct {
-	ID     string  `json:"id"`
-	Source string  `json:"source,omitempty"` // "pool" or "cold"
-	Status Status  `json:"status"`
-	Error  *Status `json:"error,omitempty"`
-}
-
-// BatchView is the API form of a batch.
-type BatchView struct {
-	ID        string        `json:"id"`
-	Count     int           `json:"count"`
-	PoolRef   string        `json:"poolRef,omitempty"`
-	Members   []BatchMember `json:"members"`
-	Summary   BatchSummary  `json:"summary"`
-	CreatedAt time.Time     `json:"createdAt"`
-}
-
-// BatchSummary counts members by outcome.
-type BatchSummary struct {
-	Running int `json:"running"`
-	Pending int `json:"pending"`
-	Failed  int `json:"failed"`
-	Gone    int `json:"gone"`
-}
-
 // CreateBatch hands out Count sandboxes: as many as the pool has are claimed in one
 // script (and returned Running); the rest start cold in the background (Pending), each
+// BatchView is the API form of a batch, BatchMember one of its sandboxes and
+// BatchSummary its members counted by outcome, declared once for the gateway and the
+// Go SDK in apiproto.
+type (
+	BatchView    = apiproto.Batch
+	BatchMember  = apiproto.BatchMember
+	BatchSummary = apiproto.BatchSummary
+)
+
 // failure recorded against its member.
 func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchRequest) (*BatchView, error) {
 	defer s.metrics.Batch(time.Now())
@@ -190,7 +170,7 @@ func (s *Service) GetBatch(ctx context.Context, caller Caller, id string) (*Batc
 func (s *Service) lookupBatch(ctx context.Context, caller Caller, id string) (*store.Batch, map[string]store.MemberError, error) {
 	b, errs, err := s.store.GetBatch(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !caller.Admin && b.Tenant != caller.Tenant) {
-		return nil, nil, Errorf(http.StatusNotFound, CodeBatchNotFound, "batch %s not found", id)
+		return nil, nil, Errorf(KindNotFound, CodeBatchNotFound, "batch %s not found", id)
 	}
 	return b, errs, err
 }
@@ -277,7 +257,7 @@ func (s *Service) DeleteBatch(ctx context.Context, caller Caller, id string) err
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return &Error{Status: 500, Code: CodeRuntimeError, Message: "some members could not be removed; retry the delete", Cause: firstErr}
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "some members could not be removed; retry the delete", Cause: firstErr}
 	}
 	return s.store.DeleteBatch(ctx, b)
 }

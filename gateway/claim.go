@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -45,7 +44,7 @@ func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName st
 		}
 	}
 	if s.cfg.PoolFallback == "fail" {
-		return nil, Errorf(http.StatusServiceUnavailable, CodePoolEmpty, "pool %q has no warm sandbox and none came within %s", poolName, s.cfg.PoolWait)
+		return nil, Errorf(KindUnavailable, CodePoolEmpty, "pool %q has no warm sandbox and none came within %s", poolName, s.cfg.PoolWait)
 	}
 	return s.coldFromTemplate(ctx, caller, tmpl, req, uuid.NewString(), "")
 }
@@ -211,12 +210,12 @@ func (s *Service) bindClaim(ctx context.Context, sb *store.Sandbox, env map[stri
 		return s.memberAlive(ctx, sb)
 	}
 	if len(env) > 0 {
-		if err := s.callAgent(ctx, sb, http.MethodPut, "/sandgate/env", map[string]any{"envs": env}); err != nil {
+		if err := s.agents.SetEnv(ctx, sb.Address, sb.AgentToken, env, agentCallTimeout); err != nil {
 			return err
 		}
 	}
 	if entrypoint {
-		return s.callAgent(ctx, sb, http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": sb.Entrypoint})
+		return s.agents.StartEntrypoint(ctx, sb.Address, sb.AgentToken, sb.Entrypoint, agentCallTimeout)
 	}
 	return nil
 }

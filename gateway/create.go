@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -166,7 +165,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	// writing it also enforces the concurrency quota atomically across gateways.
 	if err := s.store.CreateSandbox(ctx, rec, q.MaxConcurrent); err != nil {
 		if errors.Is(err, store.ErrQuota) {
-			return nil, Errorf(http.StatusTooManyRequests, CodeQuotaConcur, "concurrent sandboxes quota: tenant %s holds its limit of %d", caller.Tenant, q.MaxConcurrent)
+			return nil, Errorf(KindQuota, CodeQuotaConcur, "concurrent sandboxes quota: tenant %s holds its limit of %d", caller.Tenant, q.MaxConcurrent)
 		}
 		return nil, err
 	}
@@ -205,26 +204,26 @@ func runtimeCreateError(image string, err error) error {
 		return verr
 	}
 	if errors.Is(err, errors.ErrUnsupported) {
-		return &Error{Status: http.StatusBadRequest, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
+		return &Error{Kind: KindInvalid, Code: CodeUnsupported, Message: err.Error(), Cause: err}
 	}
 	if errors.Is(err, runtimes.ErrImageNotFound) {
-		return &Error{Status: http.StatusBadRequest, Code: CodeImageNotFound,
+		return &Error{Kind: KindInvalid, Code: CodeImageNotFound,
 			Message: fmt.Sprintf("image %q is not present on this host and this gateway does not pull (SANDGATE_PULL=never); build or load it first", image), Cause: err}
 	}
 	var pe *runtimes.PullError
 	if errors.As(err, &pe) {
 		// The registry's reason goes to the caller: it is what they need to fix the
 		// name or the credentials (which it never contains).
-		status := http.StatusBadGateway
+		kind := KindUpstream
 		if pe.Denied {
-			status = http.StatusBadRequest
+			kind = KindInvalid
 		}
-		return &Error{Status: status, Code: CodeImagePullFailed, Message: fmt.Sprintf("pulling image %q failed: %s", image, pe.Reason), Cause: err}
+		return &Error{Kind: kind, Code: CodeImagePullFailed, Message: fmt.Sprintf("pulling image %q failed: %s", image, pe.Reason), Cause: err}
 	}
 	if engineRefused(err) {
-		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidParameter, Message: "the engine refused the request: " + err.Error(), Cause: err}
+		return &Error{Kind: KindInvalid, Code: CodeInvalidParameter, Message: "the engine refused the request: " + err.Error(), Cause: err}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
+	return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime could not start the sandbox", Cause: err}
 }
 
 // validateEnv refuses variable names a process cannot carry and the reserved SANDGATE_ ones.
@@ -357,15 +356,16 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 // sandbox that is already dead.
 const startSettle = 100 * time.Millisecond
 
-// waitReady polls the agent's /ping until it answers twice, startSettle apart, failing
-// fast when the container stops and within ReadyTimeout otherwise.
+// waitReady polls the agent's /ping until it answers twice, startSettle apart (once
+// when the runtime already saw the entrypoint settle: inst.Settled), failing fast when
+// the container stops and within ReadyTimeout otherwise.
 func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	delay := 5 * time.Millisecond
 	answered := false
 	for attempt := 0; ; attempt++ {
 		if inst.Address != "" && s.pingAgent(ctx, inst.Address, inst.AgentToken, time.Second) == nil {
-			if answered {
+			if answered || inst.Settled {
 				return nil
 			}
 			answered = true
@@ -379,7 +379,7 @@ func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
 		if answered || attempt%4 == 3 || inst.Address == "" {
 			cur, err := s.runtime.Inspect(ctx, inst.ID)
 			if err != nil && !errors.Is(err, runtimes.ErrNotFound) {
-				return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime lost the sandbox while it started", Cause: err}
+				return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime lost the sandbox while it started", Cause: err}
 			}
 			if err != nil || cur.State == runtimes.StateExited {
 				logs, _ := s.runtime.Logs(context.WithoutCancel(ctx), inst.ID, 20)
@@ -390,12 +390,12 @@ func (s *Service) waitReady(ctx context.Context, inst runtimes.Instance) error {
 				if logs != "" {
 					msg += "; last output: " + truncate(logs, 500)
 				}
-				return &Error{Status: http.StatusUnprocessableEntity, Code: CodeStartFailed, Message: msg}
+				return &Error{Kind: KindUnprocessable, Code: CodeStartFailed, Message: msg}
 			}
 			inst.Address = cur.Address
 		}
 		if time.Now().After(deadline) {
-			return &Error{Status: http.StatusGatewayTimeout, Code: CodeStartFailed,
+			return &Error{Kind: KindTimeout, Code: CodeStartFailed,
 				Message: fmt.Sprintf("the sandbox's agent did not answer within %s", s.cfg.ReadyTimeout)}
 		}
 		select {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -26,9 +25,6 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
-
-// CodeEgressUnavailable: the sandbox's egress enforcer did not answer.
-const CodeEgressUnavailable = "EGRESS::UNAVAILABLE"
 
 // egressEnforcing is implemented by runtimes that can run an egress enforcer; a runtime
 // without it (or with enforcement turned off) runs sandboxes with open egress.
@@ -91,12 +87,12 @@ func (s *Service) bindClaimEgress(ctx context.Context, caller Caller, sb *store.
 	if err != nil {
 		return err
 	}
-	status, body, err := s.egressRequest(ctx, sb, http.MethodPut, effective)
+	answer, err := s.putEgress(ctx, sb, effective)
 	if err != nil {
 		return err
 	}
-	if status != http.StatusOK {
-		return fmt.Errorf("egress enforcer refused the claim's policy: %d: %s", status, body)
+	if !answer.OK() {
+		return fmt.Errorf("egress enforcer refused the claim's policy: %d: %s", answer.Status, answer.Body)
 	}
 	s.recordEgressPolicy(ctx, sb.ID, effective)
 	return nil
@@ -151,7 +147,7 @@ func (s *Service) effectiveEgress(ctx context.Context, tenant, id string, np *po
 		if d.Cause != nil {
 			s.log.Error("egress policy failed; denying", "decision", d)
 		}
-		return policy.NetworkPolicy{}, &Error{Status: d.HTTPStatus(), Code: d.Code, Message: d.Message, Cause: d.Cause}
+		return policy.NetworkPolicy{}, decisionError(d)
 	}
 	return effective, nil
 }
@@ -181,56 +177,64 @@ func (s *Service) platformDeny(ctx context.Context, tenant, id string) ([]string
 	return out, nil
 }
 
-// egressRequest sends one request to a sandbox's enforcer, signed with the sandbox's
-// enforcer token (egressauth), and returns the answer only if the enforcer signed it:
-// the token itself never goes on the wire, because while the enforcer restarts the
-// workload could be the one listening on its port; and an unsigned answer (a fake
-// enforcer's) is an error, so nothing it says is relayed or believed. body, when not
-// nil, is sent as JSON.
-func (s *Service) egressRequest(ctx context.Context, sb *store.Sandbox, method string, body any) (int, []byte, error) {
-	var js []byte
-	if body != nil {
-		var err error
-		if js, err = json.Marshal(body); err != nil {
-			return 0, nil, err
-		}
+// getEgress reads the policy in force in a sandbox's enforcer, and putEgress replaces
+// it. Both are signed with the sandbox's enforcer token (egressauth) and return the
+// answer only if the enforcer signed it: the token itself never goes on the wire,
+// because while the enforcer restarts the workload could be the one listening on its
+// port; and an unsigned answer (a fake enforcer's) is an error, so nothing it says is
+// relayed or believed.
+func (s *Service) getEgress(ctx context.Context, sb *store.Sandbox) (agentclient.Answer, error) {
+	a, err := s.agents.GetPolicy(ctx, sb.Address, sb.EgressToken, enforcerCallTimeout)
+	return a, s.egressError(sb, a, err)
+}
+
+func (s *Service) putEgress(ctx context.Context, sb *store.Sandbox, np policy.NetworkPolicy) (agentclient.Answer, error) {
+	js, err := json.Marshal(np)
+	if err != nil {
+		return agentclient.Answer{}, err
 	}
-	status, data, err := s.agents.Policy(ctx, sb.Address, sb.EgressToken, method, js, 10*time.Second)
+	a, err := s.agents.PutPolicy(ctx, sb.Address, sb.EgressToken, js, enforcerCallTimeout)
+	return a, s.egressError(sb, a, err)
+}
+
+// egressError is the caller's view of a failed call to the policy API.
+func (s *Service) egressError(sb *store.Sandbox, a agentclient.Answer, err error) error {
 	switch {
 	case errors.Is(err, agentclient.ErrUnsigned):
-		s.log.Warn("egress enforcer answer not signed; ignored", "sandbox", sb.ID, "status", status)
-		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+		s.log.Warn("egress enforcer answer not signed; ignored", "sandbox", sb.ID, "status", a.Status)
+		return &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s gave an answer it did not sign (it may be restarting); the answer is ignored", sb.ID),
 			Cause:   err}
 	case err != nil:
-		return 0, nil, &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+		return &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its policy is unchanged", sb.ID), Cause: err}
 	}
-	return status, data, nil
+	return nil
 }
 
 // EgressPolicy answers GET /policy of a sandbox's egress API: the enforcer's report
 // with the platform's rules kept out of policy.egress (they are listed in platformDeny
 // only), so that a client that PUTs back the policy it read changes nothing.
 func (s *Service) EgressPolicy(ctx context.Context, sb *store.Sandbox) (*EgressChange, error) {
-	status, data, err := s.egressRequest(ctx, sb, http.MethodGet, nil)
+	answer, err := s.getEgress(ctx, sb)
 	if err != nil {
 		return nil, err
 	}
-	return s.ownPolicyAnswer(ctx, sb, status, data)
+	return s.ownPolicyAnswer(ctx, sb, answer)
 }
 
 // ownPolicyAnswer rewrites a successful answer of the enforcer so that policy.egress
 // holds the sandbox's own rules and platformDeny the platform's deny targets.
-func (s *Service) ownPolicyAnswer(ctx context.Context, sb *store.Sandbox, status int, data []byte) (*EgressChange, error) {
-	if status != http.StatusOK {
-		return &EgressChange{Status: status, Body: data}, nil
+func (s *Service) ownPolicyAnswer(ctx context.Context, sb *store.Sandbox, answer agentclient.Answer) (*EgressChange, error) {
+	if !answer.OK() {
+		return &EgressChange{Status: answer.Status, Body: answer.Body}, nil
 	}
-	var answer map[string]json.RawMessage
+	data := answer.Body
+	var fields map[string]json.RawMessage
 	var cur struct {
 		Policy policy.NetworkPolicy `json:"policy"`
 	}
-	if err := json.Unmarshal(data, &answer); err != nil {
+	if err := json.Unmarshal(data, &fields); err != nil {
 		return nil, fmt.Errorf("decode the enforcer's policy: %w", err)
 	}
 	if err := json.Unmarshal(data, &cur); err != nil {
@@ -247,17 +251,17 @@ func (s *Service) ownPolicyAnswer(ctx context.Context, sb *store.Sandbox, status
 			deny = append(deny, r.Target)
 		}
 	}
-	if answer["policy"], err = json.Marshal(own); err != nil {
+	if fields["policy"], err = json.Marshal(own); err != nil {
 		return nil, err
 	}
-	if answer["platformDeny"], err = json.Marshal(deny); err != nil {
+	if fields["platformDeny"], err = json.Marshal(deny); err != nil {
 		return nil, err
 	}
-	out, err := json.Marshal(answer)
+	out, err := json.Marshal(fields)
 	if err != nil {
 		return nil, err
 	}
-	return &EgressChange{Status: status, Body: out}, nil
+	return &EgressChange{Status: answer.Status, Body: out}, nil
 }
 
 // egressLocks serialize the read-modify-write of one sandbox's policy within this
@@ -280,23 +284,24 @@ type EgressChange struct {
 // replace, PATCH merges rules ahead, DELETE removes targets, as the enforcer does): it
 // computes the policy the sandbox asks for from the one in force, runs it through the
 // Rego egress policy and installs the result with a PUT. Invalid input is a 400
-// EGRESS::INVALID_POLICY and leaves the policy unchanged.
+// EGRESS::INVALID_POLICY and leaves the policy unchanged. method is the verb of the
+// egress API's request (egress-api.yaml names its operations by their HTTP methods).
 func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.Sandbox, method string, query url.Values, body []byte) (*EgressChange, error) {
 	mu := egressLock(sb.ID)
 	mu.Lock()
 	defer mu.Unlock()
 
-	status, data, err := s.egressRequest(ctx, sb, http.MethodGet, nil)
+	current, err := s.getEgress(ctx, sb)
 	if err != nil {
 		return nil, err
 	}
-	if status != http.StatusOK {
-		return &EgressChange{Status: status, Body: data}, nil
+	if !current.OK() {
+		return &EgressChange{Status: current.Status, Body: current.Body}, nil
 	}
 	var cur struct {
 		Policy policy.NetworkPolicy `json:"policy"`
 	}
-	if err := json.Unmarshal(data, &cur); err != nil {
+	if err := json.Unmarshal(current.Body, &cur); err != nil {
 		return nil, fmt.Errorf("decode the enforcer's policy: %w", err)
 	}
 	platform, err := s.platformRules(ctx, sb.Tenant, sb.ID)
@@ -307,17 +312,17 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 
 	var proposed policy.NetworkPolicy
 	switch method {
-	case http.MethodPost, http.MethodPut:
+	case "POST", "PUT":
 		proposed, err = replacedPolicy(body)
 		// GET shows the platform rules too; a client that sends back what it read (the
 		// console's editor) must not get them twice.
 		proposed.Egress = withoutRules(proposed.Egress, platform)
-	case http.MethodPatch:
+	case "PATCH":
 		proposed, err = patchedPolicy(own, body)
-	case http.MethodDelete:
+	case "DELETE":
 		proposed, err = deletedPolicy(own, body, query)
 	default:
-		return nil, Errorf(http.StatusMethodNotAllowed, "EGRESS::METHOD_NOT_ALLOWED", "method %s is not allowed on /policy", method)
+		return nil, Errorf(KindMethodNotAllowed, CodeEgressMethodNotAllowed, "method %s is not allowed on /policy", method)
 	}
 	if err != nil {
 		return nil, err
@@ -326,19 +331,19 @@ func (s *Service) ChangeEgress(ctx context.Context, caller Caller, sb *store.San
 	if err != nil {
 		return nil, err
 	}
-	status, data, err = s.egressRequest(ctx, sb, http.MethodPut, effective)
+	answer, err := s.putEgress(ctx, sb, effective)
 	if err != nil {
 		return nil, err
 	}
-	if status == http.StatusOK {
+	if answer.OK() {
 		s.recordEgressPolicy(ctx, sb.ID, effective)
 	}
-	s.emit(ctx, sb, "sandbox.egress.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": status})
-	return s.ownPolicyAnswer(ctx, sb, status, data)
+	s.emit(ctx, sb, "sandbox.egress.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": answer.Status})
+	return s.ownPolicyAnswer(ctx, sb, answer)
 }
 
 func invalidEgress(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, policy.CodeInvalidEgress, format, args...)
+	return Errorf(KindInvalid, policy.CodeInvalidEgress, format, args...)
 }
 
 // replacedPolicy reads a POST/PUT body; empty, {} and null mean deny-all, as the

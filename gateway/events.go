@@ -14,6 +14,10 @@ import (
 // accesses, policy decisions) read page by page with filters, or followed live. It is
 // what a console shows as a sandbox's recent activity and as the audit log.
 
+// Event is one entry of a tenant's event stream, as ReadEvents and FollowEvents return it
+// (and as plugins receive it).
+type Event = store.Event
+
 // eventScanMax bounds how many stream entries one page request reads while filtering;
 // past it the page ends early with a cursor to continue from.
 const eventScanMax = 20000
@@ -168,8 +172,8 @@ func (s *Service) queueEvent(ev store.Event) {
 // queues the event per plugin and drops (and counts) what does not fit.
 func (s *Service) publishEvent(ev store.Event) {
 	ps := s.pluginState()
-	if ps == nil || ps.host == nil {
-		return
+	if ps == nil || ps.host == nil || !ps.host.WantsEvents(ev.Tenant) {
+		return // the common case on the proxy's hot path: no marshalling for nobody
 	}
 	id := ev.ID
 	if id == "" {

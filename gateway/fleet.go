@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
@@ -79,7 +78,7 @@ func (s *Service) sampleFleet(ctx context.Context, recs []*store.Sandbox) {
 // platform admin's only.
 func (s *Service) Fleet(caller Caller) (*FleetHistory, error) {
 	if !caller.Admin {
-		return nil, Errorf(http.StatusForbidden, CodeForbidden, "the fleet's history is for the platform admin key")
+		return nil, Errorf(KindForbidden, CodeForbidden, "the fleet's history is for the platform admin key")
 	}
 	f := s.fleet()
 	f.mu.Lock()

@@ -2,8 +2,9 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"time"
+
+	"github.com/sandgate/sandgate/policy"
 )
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork (a sandgate extension): count
@@ -36,7 +37,7 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, req ForkRe
 		return nil, err
 	}
 	if q.MaxBatchSize > 0 && int64(req.Count) > q.MaxBatchSize {
-		return nil, Errorf(http.StatusTooManyRequests, "QUOTA::BATCH_SIZE", "tenant %s may create at most %d sandboxes in one batch; %d were requested", sb.Tenant, q.MaxBatchSize, req.Count)
+		return nil, Errorf(KindQuota, policy.CodeQuotaBatchSize, "tenant %s may create at most %d sandboxes in one batch; %d were requested", sb.Tenant, q.MaxBatchSize, req.Count)
 	}
 	owner := Caller{Tenant: sb.Tenant, KeyID: caller.KeyID, KeyRole: caller.KeyRole}
 	snap, err := s.startSnapshot(ctx, caller, id, SnapshotRequest{Name: "fork of " + id})
@@ -45,14 +46,18 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, req ForkRe
 	}
 	s.commitSnapshot(context.WithoutCancel(ctx), snap)
 	drop := func() {
-		_ = s.DeleteSnapshot(context.WithoutCancel(ctx), owner, snap.ID)
+		// The fork's own snapshot, never shown to the caller: a failure leaves a
+		// snapshot the tenant can see and delete, so it is logged, not answered.
+		if err := s.DeleteSnapshot(context.WithoutCancel(ctx), owner, snap.ID); err != nil {
+			s.log.Warn("delete the snapshot of a fork", "snapshot", snap.ID, "err", err)
+		}
 	}
 	if snap.State != SnapshotReady {
 		drop()
 		if snap.Reason == reasonSandboxGone {
-			return nil, Errorf(http.StatusConflict, CodeNotRunning, "fork: sandbox %s is no longer running: %s", id, snap.Message)
+			return nil, Errorf(KindConflict, CodeNotRunning, "fork: sandbox %s is no longer running: %s", id, snap.Message)
 		}
-		return nil, Errorf(http.StatusInternalServerError, CodeRuntimeError, "fork: the snapshot of sandbox %s failed: %s", id, snap.Message)
+		return nil, Errorf(KindInternal, CodeRuntimeError, "fork: the snapshot of sandbox %s failed: %s", id, snap.Message)
 	}
 	tmpl, err := s.resolveSnapshot(ctx, owner, CreateRequest{SnapshotID: snap.ID})
 	if err != nil {

@@ -13,6 +13,7 @@
 //	poolmanager.go   the pool manager keeping every pool between its bounds
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
+//	listing.go       the filtering and paging the list routes share
 //	reaper.go        expiry: removing sandboxes past their expiresAt
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	lease.go         the lease that lets one gateway of several reap and reconcile
@@ -29,6 +30,7 @@
 //	previewdomain.go refusing a preview domain that shares a site with the console
 //	sessions.go      console sign-in sessions and CSRF
 //	renewonaccess.go proxied-request activity: access events and renew-on-access
+//	clock.go         the gateway's clock, which only a test setting lets the admin move
 //	idlepause.go     idle pause (extensions idle.pause.seconds) and resume on the next request
 //	volumes.go       volumes: validation, host path resolution, per-tenant claim names
 //	snapshots.go     snapshots: commit to a tenant-owned image, create and pools from one
@@ -40,8 +42,9 @@
 //	tenants.go       tenant and key CRUD
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
-//	agentclient.go   the HTTP client to sandbox agents
-//	errors.go        the core's error type and codes
+//	agentclient.go   the core's calls to agents and enforcers (sandbox-agent/agentclient)
+//	errors.go        the core's error type and its kinds (gateway/api maps them to statuses)
+//	codes.go         every stable error code, by namespace
 package gateway
 
 import (
@@ -55,10 +58,10 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/gateway/tracing"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/tracing"
 )
 
 // Version is the sandgate release, set at build time.
@@ -127,6 +130,9 @@ type Config struct {
 	// UsageInterval is how often each sandbox's resource use is read (usage.go); zero
 	// uses DefaultUsageInterval, negative turns the sampler off.
 	UsageInterval time.Duration
+	// TestClock lets the platform admin move the gateway's clock forward (clock.go), for
+	// end-to-end tests only: never set in production.
+	TestClock bool
 }
 
 // Defaults fills zero fields of c.
@@ -227,6 +233,8 @@ type Service struct {
 	metrics *metrics.Set
 	// resourceUse is every sandbox's resource history (usage.go).
 	resourceUse usageState
+	// clock is the time renew-on-access and preview links decide on (clock.go).
+	clock clock
 
 	// Every goroutine the service starts is counted in wg (through spawn, or wg.Add
 	// from a goroutine already counted), so that Stop waits for all of them.
@@ -298,6 +306,9 @@ func (s *Service) Runtime() runtimes.Runtime { return s.runtime }
 
 // Start reconciles once with the runtime, then runs the reaper and the sync loop.
 func (s *Service) Start(ctx context.Context) {
+	if s.cfg.TestClock {
+		s.log.Warn("test_clock is on: the platform admin can move this gateway's clock (POST /admin/test-clock); never in production")
+	}
 	s.runHeartbeat()
 	if err := s.Reconcile(ctx, true); err != nil {
 		s.backgroundError("reconciler", "startup reconciliation failed; the sync loop retries", err)

@@ -162,7 +162,7 @@ func (s *Service) wake(ctx context.Context, id string) (*store.Sandbox, error) {
 	if err := s.runtime.Resume(ctx, id); err != nil {
 		// Another gateway's resume may have come first: the record decides below.
 		if cur, ierr := s.runtime.Inspect(ctx, id); ierr != nil || cur.State != runtimes.StateRunning {
-			return nil, &Error{Status: 503, Code: CodeNotRunning, Message: fmt.Sprintf("sandbox %s is paused and could not be resumed", id), Cause: err}
+			return nil, &Error{Kind: KindUnavailable, Code: CodeNotRunning, Message: fmt.Sprintf("sandbox %s is paused and could not be resumed", id), Cause: err}
 		}
 	}
 	rec, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {

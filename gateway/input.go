@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,20 +23,6 @@ const (
 	MaxMetadataBytes = 16 << 10
 )
 
-// Codes of a create's credentialProxy that cannot be honoured: silently ignoring it
-// would hand the workload a sandbox without the protection its owner asked for.
-const (
-	// CodeCredentialProxyUnsupported: the runtime has no credential vault (egress
-	// enforcement turned off, or a runtime without interception).
-	CodeCredentialProxyUnsupported = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
-	// CodeCredentialProxyNeedsPolicy: the vault's interception lives in the egress
-	// enforcer, which a sandbox gets with a networkPolicy (as in OpenSandbox).
-	CodeCredentialProxyNeedsPolicy = "SANDBOX::CREDENTIAL_PROXY_REQUIRES_NETWORK_POLICY"
-	// CodeCredentialProxyNotInPool: a claim cannot turn the proxy on for warm sandboxes
-	// whose template started them without it.
-	CodeCredentialProxyNotInPool = "SANDBOX::CREDENTIAL_PROXY_NOT_IN_POOL"
-)
-
 // canonicalPortRe is a port as sandgate writes it: no sign, no leading zero, no space.
 var canonicalPortRe = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
 
@@ -50,7 +35,7 @@ func ParsePort(s string) (int, error) {
 			return n, nil
 		}
 	}
-	return 0, Errorf(http.StatusBadRequest, CodeInvalidParameter, "port %q: want a number from 1 to 65535, written without sign, spaces or leading zeros", s)
+	return 0, Errorf(KindInvalid, CodeInvalidParameter, "port %q: want a number from 1 to 65535, written without sign, spaces or leading zeros", s)
 }
 
 // hexImageIDRe matches an image given by its ID (with or without the sha256: prefix),
@@ -88,14 +73,14 @@ func validateProcessStrings(entrypoint []string, env map[string]string) error {
 // validateMetadataSize bounds the number of keys and their total size.
 func validateMetadataSize(md map[string]string) error {
 	if len(md) > MaxMetadataKeys {
-		return Errorf(http.StatusBadRequest, CodeInvalidMetadata, "metadata has %d keys; at most %d are allowed", len(md), MaxMetadataKeys)
+		return Errorf(KindInvalid, CodeInvalidMetadata, "metadata has %d keys; at most %d are allowed", len(md), MaxMetadataKeys)
 	}
 	size := 0
 	for k, v := range md {
 		size += len(k) + len(v)
 	}
 	if size > MaxMetadataBytes {
-		return Errorf(http.StatusBadRequest, CodeInvalidMetadata, "metadata holds %d bytes of keys and values; at most %d are allowed", size, MaxMetadataBytes)
+		return Errorf(KindInvalid, CodeInvalidMetadata, "metadata holds %d bytes of keys and values; at most %d are allowed", size, MaxMetadataBytes)
 	}
 	return nil
 }
@@ -146,11 +131,11 @@ func (s *Service) validateCredentialProxyCreate(req CreateRequest) error {
 		return err
 	}
 	if np := bytes.TrimSpace(req.NetworkPolicy); len(np) == 0 || bytes.Equal(np, []byte("null")) {
-		return Errorf(http.StatusBadRequest, CodeCredentialProxyNeedsPolicy,
+		return Errorf(KindInvalid, CodeCredentialProxyNeedsPolicy,
 			"credentialProxy.enabled needs a networkPolicy: the credential vault lives in the sandbox's egress enforcer; add e.g. \"networkPolicy\": {\"defaultAction\": \"deny\", \"egress\": [{\"action\": \"allow\", \"target\": \"api.example.com\"}]}")
 	}
 	if !s.runsCredentialProxy() {
-		return Errorf(http.StatusBadRequest, CodeCredentialProxyUnsupported,
+		return Errorf(KindInvalid, CodeCredentialProxyUnsupported,
 			"credentialProxy.enabled: this gateway's runtime has no credential vault (egress enforcement is off or the runtime cannot intercept), so the sandbox's credentials could not be kept out of it; create it without credentialProxy")
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -12,10 +11,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
-
-// CodeUnavailable answers a call to a claimed pool member that died after its claim: it
-// is marked Failed, and the caller claims another.
-const CodeUnavailable = "SANDBOX::UNAVAILABLE"
 
 // ReasonMemberDied is the Failed reason of such a member.
 const ReasonMemberDied = "MEMBER_DIED"
@@ -177,7 +172,7 @@ func (s *Service) failMember(ctx context.Context, sb *store.Sandbox, cause error
 var errAlreadySettled = errors.New("already settled")
 
 func unavailable(id string) error {
-	return Errorf(http.StatusServiceUnavailable, CodeUnavailable, "sandbox %s died after it was claimed and is marked Failed; claim another", id)
+	return Errorf(KindUnavailable, CodeUnavailable, "sandbox %s died after it was claimed and is marked Failed; claim another", id)
 }
 
 // BeforeAgentCall runs before any call the gateway forwards to a sandbox (agent or any

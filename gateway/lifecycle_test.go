@@ -3,22 +3,19 @@ package gateway
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/inprocess"
+	"github.com/sandgate/sandgate/test/coredeps"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
-// The core beside itself: a Service on a real redis-server (test/testenv's) and the
+// The core beside itself: a Service on a real redis-server (test/coredeps) and the
 // in-process runtime (real agent API, real entrypoint processes), no Docker. Each test
 // runs in milliseconds to a few seconds.
 
@@ -32,29 +29,12 @@ type testCore struct {
 // newTestCore starts a Service with cfg on its own redis-server and in-process runtime.
 func newTestCore(t *testing.T, cfg Config) *testCore {
 	t.Helper()
-	r, err := testenv.StartRedis(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "t:", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	rt := inprocess.New()
-	t.Cleanup(func() { _ = rt.Close() })
-	pol, err := policy.New(ctx, policy.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := New(cfg, st, rt, pol, log)
+	d := coredeps.Start(t)
+	svc := New(cfg, d.Store, d.Runtime, d.Policy, d.Log)
 	svc.SetAdminKey("admin-key")
-	svc.Start(ctx)
+	svc.Start(context.Background())
 	t.Cleanup(svc.Stop)
-	return &testCore{redis: r, svc: svc, store: st, rt: rt}
+	return &testCore{redis: d.Redis, svc: svc, store: d.Store, rt: d.Runtime}
 }
 
 var admin = Caller{Tenant: DefaultTenant, Admin: true, KeyID: "admin"}
@@ -63,13 +43,22 @@ func sleeper(timeout int64) CreateRequest {
 	return CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "600"}, Timeout: &timeout}
 }
 
-// wantCode fails unless err is an *Error with the given status and code.
-func wantCode(t *testing.T, err error, status int, code string) {
+// wantCode fails unless err is an *Error of the given kind and code.
+func wantCode(t *testing.T, err error, kind Kind, code string) {
 	t.Helper()
 	e, ok := AsError(err)
-	if !ok || e.Status != status || (code != "" && e.Code != code) {
-		t.Fatalf("error = %v, want %d %s", err, status, code)
+	if !ok || e.Kind != kind || (code != "" && e.Code != code) {
+		t.Fatalf("error = %v, want %s %s", err, kind, code)
 	}
+}
+
+// clientMistake reports whether gateway/api answers kind with a 4xx.
+func clientMistake(k Kind) bool {
+	switch k {
+	case KindInternal, KindUnsupported, KindUpstream, KindUnavailable, KindTimeout:
+		return false
+	}
+	return true
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -127,7 +116,7 @@ func TestColdLifecycle(t *testing.T) {
 	if _, err := c.svc.Get(ctx, admin, resp.ID); err == nil {
 		t.Fatal("a deleted sandbox is still found")
 	} else {
-		wantCode(t, err, http.StatusNotFound, CodeNotFound)
+		wantCode(t, err, KindNotFound, CodeNotFound)
 	}
 }
 
@@ -172,7 +161,7 @@ func TestBadCreateChangesNothing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := c.svc.Create(ctx, admin, tt.req)
 			e, ok := AsError(err)
-			if !ok || e.Status < 400 || e.Status >= 500 || e.Code == "" {
+			if !ok || !clientMistake(e.Kind) || e.Code == "" {
 				t.Fatalf("Create = %v, want a 4xx with a code", err)
 			}
 		})
@@ -207,7 +196,7 @@ func TestAdmissionQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.svc.Create(ctx, caller, sleeper(600))
-	wantCode(t, err, http.StatusTooManyRequests, "")
+	wantCode(t, err, KindQuota, "")
 	if err := c.svc.Delete(ctx, caller, first.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +331,7 @@ func TestAdmissionCreateRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.svc.Create(ctx, caller, sleeper(600))
-	wantCode(t, err, http.StatusTooManyRequests, CodeQuotaRate)
+	wantCode(t, err, KindQuota, CodeQuotaRate)
 	if n, _ := c.store.CountSandboxes(ctx, tenant.ID); n != 1 {
 		t.Fatalf("tenant holds %d sandboxes after a refused create, want 1", n)
 	}

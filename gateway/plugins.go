@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -23,9 +22,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 )
-
-// CodePluginsDisabled answers plugin routes of a gateway built without a plugin host.
-const CodePluginsDisabled = "PLUGIN::DISABLED"
 
 // pluginSyncInterval is how often a replica compares the store's revision with the one
 // it last applied, to catch changes announced while its subscription was down.
@@ -107,6 +103,7 @@ func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act T
 	in := plugins.TTLInput{
 		SandboxID:        sb.ID,
 		Reason:           plugins.ReasonActivity,
+		Now:              act.At,
 		CurrentExpiresAt: *sb.ExpiresAt,
 		MaxExpiresAt:     maxExp,
 		Activity:         &plugins.Activity{Port: act.Port, Method: act.Method, Path: act.Path},
@@ -163,34 +160,34 @@ const MaxPluginUploadBytes = plugins.DefaultMaxModuleBytes + 1<<20
 func (s *Service) plugins() (*pluginState, error) {
 	ps := s.pluginState()
 	if ps == nil || ps.host == nil {
-		return nil, Errorf(http.StatusServiceUnavailable, CodePluginsDisabled, "this gateway runs without a plugin host")
+		return nil, Errorf(KindUnavailable, CodePluginsDisabled, "this gateway runs without a plugin host")
 	}
 	return ps, nil
 }
 
-// pluginError maps a plugins error to its HTTP status, keeping the plugin's stable code.
+// pluginError maps a plugins error to its kind, keeping the plugin's stable code.
 func pluginError(err error) error {
 	var pe *plugins.Error
 	if !errors.As(err, &pe) {
 		// Anything else comes from the plugin store, that is from Redis.
 		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
-	status := http.StatusUnprocessableEntity
+	kind := KindUnprocessable
 	switch pe.Code {
 	case plugins.CodeInvalidConfig:
-		status = http.StatusBadRequest
+		kind = KindInvalid
 	case plugins.CodeHookConflict, plugins.CodeTooManyPlugins, plugins.CodeTenantMemory:
-		status = http.StatusConflict
+		kind = KindConflict
 	case plugins.CodeModuleTooLarge:
-		status = http.StatusRequestEntityTooLarge
+		kind = KindTooLarge
 	case plugins.CodeNotFound:
-		status = http.StatusNotFound
+		kind = KindNotFound
 	case plugins.CodeClosed:
-		status = http.StatusServiceUnavailable
+		kind = KindUnavailable
 	case plugins.CodeTimeout, plugins.CodeTrap, plugins.CodeMemoryLimit, plugins.CodeBadOutput:
-		status = http.StatusUnprocessableEntity
+		kind = KindUnprocessable
 	}
-	return &Error{Status: status, Code: pe.Code, Message: pe.Message, Cause: err}
+	return &Error{Kind: kind, Code: pe.Code, Message: pe.Message, Cause: err}
 }
 
 // PutPlugin validates a module and its configuration (JSON {"hooks","limits",
@@ -205,13 +202,13 @@ func (s *Service) PutPlugin(ctx context.Context, caller Caller, name string, mod
 	dec := json.NewDecoder(strings.NewReader(string(config)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return nil, Errorf(http.StatusBadRequest, plugins.CodeInvalidConfig, "the config part is not the JSON object {\"hooks\",\"limits\",\"settings\"}: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return nil, Errorf(KindInvalid, plugins.CodeInvalidConfig, "the config part is not the JSON object {\"hooks\",\"limits\",\"settings\"}: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if len(module) == 0 {
-		return nil, Errorf(http.StatusBadRequest, plugins.CodeInvalidModule, "the module part is missing or empty")
+		return nil, Errorf(KindInvalid, plugins.CodeInvalidModule, "the module part is missing or empty")
 	}
 	if max := ps.host.MaxModuleBytes(); len(module) > max {
-		return nil, Errorf(http.StatusRequestEntityTooLarge, plugins.CodeModuleTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
+		return nil, Errorf(KindTooLarge, plugins.CodeModuleTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
 	}
 	// The store is what every replica loads, so it is what the count is checked against.
 	stored, err := ps.store.List(ctx, caller.Tenant)
@@ -219,7 +216,7 @@ func (s *Service) PutPlugin(ctx context.Context, caller Caller, name string, mod
 		return nil, pluginError(err)
 	}
 	if max := ps.host.MaxPluginsPerTenant(); len(stored) >= max && !slices.ContainsFunc(stored, func(sp plugins.StoredPlugin) bool { return sp.Name == name }) {
-		return nil, Errorf(http.StatusConflict, plugins.CodeTooManyPlugins, "the tenant already has %d plugins, the most allowed; remove one first", max)
+		return nil, Errorf(KindConflict, plugins.CodeTooManyPlugins, "the tenant already has %d plugins, the most allowed; remove one first", max)
 	}
 	// Load validates as Validate would, so the module is compiled once, not twice.
 	p := plugins.Plugin{Tenant: caller.Tenant, Name: name, Version: pluginVersion(module, cfg), Module: module, Config: cfg}
@@ -283,7 +280,7 @@ func (s *Service) GetPlugin(ctx context.Context, caller Caller, name string) (*P
 			return &st, nil
 		}
 	}
-	return nil, Errorf(http.StatusNotFound, plugins.CodeNotFound, "no plugin %q for this tenant", name)
+	return nil, Errorf(KindNotFound, plugins.CodeNotFound, "no plugin %q for this tenant", name)
 }
 
 // DeletePlugin removes a plugin from the store (so from every replica) and from this one.

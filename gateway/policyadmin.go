@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -21,9 +20,6 @@ import (
 // change it on every replica, evaluate it with an explanation, run its tests. Changes
 // are override modules stored in Redis (store.SetPolicyOverrides); each gateway applies
 // them at start and whenever another gateway announces a change.
-
-// CodePolicyInvalid reports Rego that does not parse or compile.
-const CodePolicyInvalid = "POLICY_INVALID"
 
 // maxPolicyModules bounds how many modules one request may carry.
 const maxPolicyModules = 64
@@ -142,7 +138,7 @@ func policyInvalid(err error) error {
 		}
 		msg = "the policy does not compile, nothing was changed: " + strings.Join(parts, "; ")
 	}
-	return &Error{Status: http.StatusBadRequest, Code: CodePolicyInvalid, Message: msg, Cause: err}
+	return &Error{Kind: KindInvalid, Code: CodePolicyInvalid, Message: msg, Cause: err}
 }
 
 // PutPolicy lays changes over the stored overrides and puts the result in force on
@@ -174,7 +170,7 @@ func (s *Service) ResetPolicy(ctx context.Context, caller Caller, module string)
 	removed := sortedKeys(merged)
 	if module != "" {
 		if _, ok := merged[module]; !ok {
-			return nil, Errorf(http.StatusNotFound, CodeNotFound, "no stored override module %q (stored: %s)", module, strings.Join(removed, ", "))
+			return nil, Errorf(KindNotFound, CodeNotFound, "no stored override module %q (stored: %s)", module, strings.Join(removed, ", "))
 		}
 		delete(merged, module)
 		removed = []string{module}

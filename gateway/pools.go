@@ -4,21 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"regexp"
 	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
-)
-
-// Pool error codes.
-const (
-	CodePoolNotFound = "POOL::NOT_FOUND"
-	CodePoolExists   = "POOL::ALREADY_EXISTS"
-	CodePoolInvalid  = "POOL::INVALID_PARAMETER"
-	CodePoolEmpty    = "POOL::EMPTY"
 )
 
 // PoolRequest is the body of POST /v1/pools and PUT /v1/pools/{name}.
@@ -68,13 +59,13 @@ var poolNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 func (s *Service) validatePool(req PoolRequest) error {
 	if !poolNameRe.MatchString(req.Name) {
-		return Errorf(400, CodePoolInvalid, "name %q: 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", req.Name)
+		return Errorf(KindInvalid, CodePoolInvalid, "name %q: 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", req.Name)
 	}
 	if req.Template == nil {
-		return Errorf(400, CodePoolInvalid, "template is required (the fields of a create request: image, entrypoint, resourceLimits, env, metadata)")
+		return Errorf(KindInvalid, CodePoolInvalid, "template is required (the fields of a create request: image, entrypoint, resourceLimits, env, metadata)")
 	}
 	if req.Template.Extensions["poolRef"] != "" {
-		return Errorf(400, CodePoolInvalid, "template.extensions.poolRef: a pool's template cannot claim from a pool")
+		return Errorf(KindInvalid, CodePoolInvalid, "template.extensions.poolRef: a pool's template cannot claim from a pool")
 	}
 	spec, err := s.validateCreate(*req.Template)
 	if err != nil {
@@ -82,20 +73,20 @@ func (s *Service) validatePool(req PoolRequest) error {
 	}
 	if len(spec.Volumes) > 0 {
 		// Warm members start before anyone claims them; volumes are bound at create.
-		return Errorf(400, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
+		return Errorf(KindInvalid, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
 	}
 	c := req.CapacitySpec
 	switch {
 	case c.BufferMin < 0 || c.BufferMax < 0 || c.PoolMin < 0 || c.PoolMax < 0:
-		return Errorf(400, CodePoolInvalid, "capacitySpec: numbers must not be negative")
+		return Errorf(KindInvalid, CodePoolInvalid, "capacitySpec: numbers must not be negative")
 	case c.BufferMin > c.BufferMax:
-		return Errorf(400, CodePoolInvalid, "capacitySpec: bufferMin %d exceeds bufferMax %d", c.BufferMin, c.BufferMax)
+		return Errorf(KindInvalid, CodePoolInvalid, "capacitySpec: bufferMin %d exceeds bufferMax %d", c.BufferMin, c.BufferMax)
 	case c.PoolMin > c.PoolMax:
-		return Errorf(400, CodePoolInvalid, "capacitySpec: poolMin %d exceeds poolMax %d", c.PoolMin, c.PoolMax)
+		return Errorf(KindInvalid, CodePoolInvalid, "capacitySpec: poolMin %d exceeds poolMax %d", c.PoolMin, c.PoolMax)
 	case c.BufferMax > c.PoolMax:
-		return Errorf(400, CodePoolInvalid, "capacitySpec: bufferMax %d exceeds poolMax %d", c.BufferMax, c.PoolMax)
+		return Errorf(KindInvalid, CodePoolInvalid, "capacitySpec: bufferMax %d exceeds poolMax %d", c.BufferMax, c.PoolMax)
 	case c.PoolMax > s.cfg.MaxPoolSize:
-		return Errorf(400, CodePoolInvalid, "capacitySpec: poolMax %d exceeds this gateway's limit of %d", c.PoolMax, s.cfg.MaxPoolSize)
+		return Errorf(KindInvalid, CodePoolInvalid, "capacitySpec: poolMax %d exceeds this gateway's limit of %d", c.PoolMax, s.cfg.MaxPoolSize)
 	}
 	return nil
 }
@@ -117,7 +108,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	p := &store.Pool{Tenant: caller.Tenant, Name: req.Name, Template: tmpl, Capacity: req.CapacitySpec, Version: 1, CreatedAt: now, UpdatedAt: now}
 	if err := s.store.PutPool(ctx, p, true); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Errorf(http.StatusConflict, CodePoolExists, "pool %q already exists", req.Name)
+			return nil, Errorf(KindConflict, CodePoolExists, "pool %q already exists", req.Name)
 		}
 		return nil, err
 	}
@@ -235,7 +226,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 		req.Name = name
 	}
 	if req.Name != name {
-		return nil, Errorf(400, CodePoolInvalid, "name %q in the body differs from %q in the path", req.Name, name)
+		return nil, Errorf(KindInvalid, CodePoolInvalid, "name %q in the body differs from %q in the path", req.Name, name)
 	}
 	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
 		return nil, err
@@ -287,7 +278,7 @@ func (s *Service) lookupPool(ctx context.Context, caller Caller, name string) (*
 		p, err = s.store.GetPool(ctx, DefaultTenant, name)
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(http.StatusNotFound, CodePoolNotFound, "pool %q not found", name)
+		return nil, Errorf(KindNotFound, CodePoolNotFound, "pool %q not found", name)
 	}
 	return p, err
 }

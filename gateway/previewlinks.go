@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +75,7 @@ func (s *Service) linkKeys(ctx context.Context) (map[string][]byte, string, erro
 // valid until they expire, older ones stop working.
 func (s *Service) RotateLinkKeys(ctx context.Context, caller Caller) (string, error) {
 	if !caller.Admin {
-		return "", Errorf(http.StatusForbidden, CodeForbidden, "only the platform admin rotates signing keys")
+		return "", Errorf(KindForbidden, CodeForbidden, "only the platform admin rotates signing keys")
 	}
 	kid, err := s.store.RotateLinkKey(ctx, randomToken(4), randomToken(32))
 	if err != nil {
@@ -98,22 +97,23 @@ func (s *Service) signToken(ctx context.Context, purpose, sandbox string, port i
 	return linksign.Sign(cur, keys[cur], purpose, sandbox, port, exp), nil
 }
 
-// verifyToken checks a token made by signToken and returns its expiry.
+// verifyToken checks a token made by signToken and returns its expiry; expiry is judged
+// on the gateway's clock (clock.go).
 func (s *Service) verifyToken(ctx context.Context, purpose, token, sandbox string, port int) (time.Time, error) {
 	// A malformed token is refused before the keys are read (no store round trip).
 	if !linksign.WellFormed(token) {
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "%s", linksign.ErrMalformed.Error())
+		return time.Time{}, Errorf(KindUnauthenticated, CodeLinkInvalid, "%s", linksign.ErrMalformed.Error())
 	}
 	keys, _, err := s.linkKeys(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
-	expires, err := linksign.Verify(keys, purpose, token, sandbox, port, time.Now())
+	expires, err := linksign.Verify(keys, purpose, token, sandbox, port, s.now())
 	switch {
 	case errors.Is(err, linksign.ErrExpired):
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkExpired, "%s", err.Error())
+		return time.Time{}, Errorf(KindUnauthenticated, CodeLinkExpired, "%s", err.Error())
 	case err != nil:
-		return time.Time{}, Errorf(http.StatusUnauthorized, CodeLinkInvalid, "%s", err.Error())
+		return time.Time{}, Errorf(KindUnauthenticated, CodeLinkInvalid, "%s", err.Error())
 	}
 	return expires, nil
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -19,7 +18,7 @@ func (s *Service) authorizePublic(ctx context.Context, caller Caller, extensions
 		return nil
 	}
 	return s.Authorize(ctx, caller, ActionPublish, Resource{Kind: "sandbox", Tenant: caller.Tenant},
-		http.MethodPost, "/v1/sandboxes", map[string]any{"extensions": map[string]string{ExtensionPublic: "true"}})
+		"POST", "/v1/sandboxes", map[string]any{"extensions": map[string]string{ExtensionPublic: "true"}})
 }
 
 // platformPort reports whether port is one of sandgate's own inside the sandbox (the

@@ -24,7 +24,24 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	if err != nil {
 		return err
 	}
+	// Keys of the layout before Redis Cluster support are moved first, or their
+	// sandboxes would look like orphans below.
+	if _, err := s.store.MigrateLayout(ctx); err != nil {
+		return err
+	}
+	// A cross-tenant claim whose gateway died halfway is settled (store.RepairClaims).
+	if n, err := s.store.RepairClaims(ctx, time.Minute); err != nil {
+		s.backgroundError("reconciler", "settle parked cross-tenant claims", err)
+	} else if n > 0 {
+		s.log.Info("settled cross-tenant claims a gateway left halfway", "members", n)
+	}
 	instances, err := s.runtime.List(ctx)
+	if err != nil {
+		return err
+	}
+	// Warm members before records: a member claimed between the two reads is then in
+	// one or the other, never taken for an orphan.
+	warm, err := s.store.WarmIDs(ctx)
 	if err != nil {
 		return err
 	}
@@ -33,10 +50,6 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		return err
 	}
 	alive, err := s.liveOwners(ctx, records)
-	if err != nil {
-		return err
-	}
-	warm, err := s.store.WarmIDs(ctx)
 	if err != nil {
 		return err
 	}

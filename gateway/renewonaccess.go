@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -20,7 +21,8 @@ type AccessRecord struct {
 	Credential string
 }
 
-// activityThrottle is the least time between two activity updates of one sandbox.
+// activityThrottle is the least time between two activity updates of one sandbox, on
+// the gateway's clock (clock.go).
 const activityThrottle = time.Second
 
 // RecordAccess notes a proxied request: it queues the access event (written in batches,
@@ -33,7 +35,7 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 		"durationMs": float64(rec.Duration.Microseconds()) / 1000, "credential": rec.Credential,
 	}}
 	s.queueEvent(ev)
-	now := time.Now()
+	now := s.now()
 	s.preview.activityMu.Lock()
 	last := s.preview.lastActivity[sb.ID]
 	due := now.Sub(last) >= activityThrottle
@@ -45,7 +47,7 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	}
 	s.preview.activityMu.Unlock()
 	if due {
-		s.spawn(func() { s.onActivity(sb, rec) })
+		s.spawn(func() { s.onActivity(sb, rec, now) })
 	}
 }
 
@@ -126,25 +128,36 @@ func (s *Service) runAccessLog() {
 	}()
 }
 
-func (s *Service) onActivity(sb *store.Sandbox, rec AccessRecord) {
+// onActivity records the activity of an access at the gateway's time at and decides
+// renew-on-access on that same time, however late this runs; each decision is counted
+// by outcome (metrics.RenewOnAccess).
+func (s *Service) onActivity(sb *store.Sandbox, rec AccessRecord, at time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// Best effort: last activity only informs the TTL plugin and the console; the
 	// access event itself is queued and kept through an outage (runAccessLog).
-	_ = s.store.TouchActivity(ctx, sb.ID, time.Now())
+	_ = s.store.TouchActivity(ctx, sb.ID, at)
 	if sb.Extensions[ExtensionRenewExtend] == "" || sb.ExpiresAt == nil {
 		return
 	}
 	// One renewal per cooldown across every gateway.
-	if ok, err := s.store.TryCooldown(ctx, "renew:"+sb.ID, s.cfg.RenewCooldown); err != nil || !ok {
+	ok, err := s.store.TryCooldown(ctx, "renew:"+sb.ID, at, s.cfg.RenewCooldown)
+	if err != nil {
+		s.metrics.RenewOnAccess(metrics.RenewFailed)
+		return
+	}
+	if !ok {
+		s.metrics.RenewOnAccess(metrics.RenewCooldown)
 		return
 	}
 	cur, err := s.store.GetSandbox(ctx, sb.ID)
 	if err != nil || cur.ExpiresAt == nil {
+		s.metrics.RenewOnAccess(metrics.RenewFailed)
 		return
 	}
-	exp, changed := s.decideTTL(ctx, cur, TTLActivity{Port: rec.Port, Method: rec.Method, Path: rec.Path})
+	exp, changed := s.decideTTL(ctx, cur, TTLActivity{Port: rec.Port, Method: rec.Method, Path: rec.Path, At: at})
 	if !changed {
+		s.metrics.RenewOnAccess(metrics.RenewUnchanged)
 		return
 	}
 	_, err = s.store.ModifySandbox(ctx, sb.ID, func(x *store.Sandbox) error {
@@ -154,22 +167,30 @@ func (s *Service) onActivity(sb *store.Sandbox, rec AccessRecord) {
 		x.ExpiresAt = &exp
 		return nil
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		s.log.Debug("renewed on access", "sandbox", sb.ID, "expiresAt", exp)
 		s.emit(ctx, sb, "sandbox.renewed", map[string]any{"expiresAt": exp, "reason": "activity"})
+		s.metrics.RenewOnAccess(metrics.RenewRenewed)
+	case errors.Is(err, errNoChange):
+		s.metrics.RenewOnAccess(metrics.RenewUnchanged)
+	default:
+		s.metrics.RenewOnAccess(metrics.RenewFailed)
 	}
 }
 
 var errNoChange = errors.New("no change")
 
 // TTLActivity is what triggered a TTL decision: an access to a port, or (Renew) an
-// explicit renew-expiration asking for Requested.
+// explicit renew-expiration asking for Requested. At is the decision's time on the
+// gateway's clock; zero is now.
 type TTLActivity struct {
 	Port      int
 	Method    string
 	Path      string
 	Renew     bool
 	Requested time.Time
+	At        time.Time
 }
 
 // TTLDecider decides a sandbox's new expiry on activity; ok false means no change. A
@@ -187,7 +208,10 @@ func (s *Service) decideTTL(ctx context.Context, sb *store.Sandbox, act TTLActiv
 	if err != nil || extend <= 0 || sb.ExpiresAt == nil {
 		return time.Time{}, false
 	}
-	now := time.Now().UTC()
+	if act.At.IsZero() {
+		act.At = s.now()
+	}
+	now := act.At.UTC()
 	maxExp := now.Add(s.cfg.MaxTimeout)
 	builtin := now.Add(time.Duration(extend) * time.Second)
 	if builtin.Before(*sb.ExpiresAt) {

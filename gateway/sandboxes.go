@@ -5,37 +5,44 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
+// SandboxRecord is the record of one sandbox as the core keeps it (in Redis, served
+// through the record cache), which Lookup hands to the proxy; Sandbox is its API view.
+type SandboxRecord = store.Sandbox
+
 // Sandbox states of the OpenSandbox protocol.
 const (
-	StatePending    = "Pending"
-	StateRunning    = "Running"
-	StatePausing    = "Pausing"
-	StatePaused     = "Paused"
-	StateResuming   = "Resuming"
-	StateStopping   = "Stopping"
+	// StatePending: created or claimed, not yet answering (a cold start, a late binding).
+	StatePending = "Pending"
+	// StateRunning: its agent answers; the proxy serves it.
+	StateRunning = "Running"
+	// StatePaused: frozen by pause (or idle pause); resume or the next request thaws it.
+	StatePaused = "Paused"
+	// StateTerminated: deleted or expired; the record stays a while for readers.
 	StateTerminated = "Terminated"
-	StateFailed     = "Failed"
+	// StateFailed: it did not start, or its container vanished; Reason says which.
+	StateFailed = "Failed"
+	// StatePausing, StateResuming and StateStopping are the protocol's transitional
+	// states. The core never records them (a pause, resume or delete completes within
+	// its request); they are named for clients that match on every state.
+	StatePausing, StateResuming, StateStopping = "Pausing", "Resuming", "Stopping"
 )
 
-// Status is a sandbox's state with its explanation.
-type Status struct {
-	State            string     `json:"state"`
-	Reason           string     `json:"reason,omitempty"`
-	Message          string     `json:"message,omitempty"`
-	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
-}
+// Status is a sandbox's state with its explanation, and Pagination one page of a list:
+// shapes the Go SDK reads too, declared once in the leaf package apiproto.
+type (
+	Status     = apiproto.Status
+	Pagination = apiproto.Pagination
+)
 
 // Sandbox is the API view of a sandbox.
 type Sandbox struct {
@@ -131,15 +138,6 @@ type ListQuery struct {
 	PageSize int
 }
 
-// Pagination describes one page of a list.
-type Pagination struct {
-	Page        int  `json:"page"`
-	PageSize    int  `json:"pageSize"`
-	TotalItems  int  `json:"totalItems"`
-	TotalPages  int  `json:"totalPages"`
-	HasNextPage bool `json:"hasNextPage"`
-}
-
 // ListResponse is the body of GET /v1/sandboxes.
 type ListResponse struct {
 	Items      []Sandbox  `json:"items"`
@@ -148,21 +146,14 @@ type ListResponse struct {
 
 // List returns the caller's sandboxes, newest first, filtered and paged.
 func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListResponse, error) {
-	tenant := caller.Tenant
-	if caller.Admin {
-		tenant = ""
-	}
-	all, err := s.store.ListSandboxes(ctx, tenant)
+	all, err := s.store.ListSandboxes(ctx, listTenant(caller))
 	if err != nil {
 		return nil, err
 	}
-	states := map[string]bool{}
-	for _, st := range q.States {
-		states[strings.ToLower(st)] = true
-	}
+	states := newStateFilter(q.States)
 	items := make([]Sandbox, 0)
 	for _, sb := range all {
-		if len(states) > 0 && !states[strings.ToLower(sb.State)] {
+		if !states.admits(sb.State) {
 			continue
 		}
 		match := true
@@ -176,19 +167,8 @@ func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListRe
 			items = append(items, View(sb))
 		}
 	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.After(items[j].CreatedAt) })
-	total := len(items)
-	pages := (total + q.PageSize - 1) / q.PageSize
-	start := (q.Page - 1) * q.PageSize
-	if start > total {
-		start = total
-	}
-	end := min(start+q.PageSize, total)
-	return &ListResponse{
-		Items: items[start:end],
-		Pagination: Pagination{Page: q.Page, PageSize: q.PageSize, TotalItems: total, TotalPages: pages,
-			HasNextPage: q.Page < pages},
-	}, nil
+	page, pagination := pageOf(items, func(sb Sandbox) time.Time { return sb.CreatedAt }, q.Page, q.PageSize)
+	return &ListResponse{Items: page, Pagination: pagination}, nil
 }
 
 // Delete removes a sandbox and its record.
@@ -198,7 +178,7 @@ func (s *Service) Delete(ctx context.Context, caller Caller, id string) error {
 		return err
 	}
 	if err := s.runtime.Delete(ctx, id); err != nil {
-		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
 	}
 	s.routes.drop(id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
@@ -253,10 +233,10 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 	}
 	now := time.Now()
 	if !expiresAt.After(now) {
-		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is not in the future", expiresAt.UTC().Format(time.RFC3339))
+		return time.Time{}, Errorf(KindInvalid, CodeInvalidExpiration, "expiresAt %s is not in the future", expiresAt.UTC().Format(time.RFC3339))
 	}
 	if expiresAt.Sub(now) > s.cfg.MaxTimeout {
-		return time.Time{}, Errorf(400, CodeInvalidExpiration, "expiresAt %s is more than the maximum lifetime of %s away", expiresAt.UTC().Format(time.RFC3339), s.cfg.MaxTimeout)
+		return time.Time{}, Errorf(KindInvalid, CodeInvalidExpiration, "expiresAt %s is more than the maximum lifetime of %s away", expiresAt.UTC().Format(time.RFC3339), s.cfg.MaxTimeout)
 	}
 	exp := expiresAt.UTC()
 	// A tenant's decide_ttl plugin may shorten, move or refuse the renewal; when it
@@ -278,7 +258,7 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 	}
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		if sb.State == StateFailed || sb.State == StateTerminated {
-			return Errorf(409, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
+			return Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
 		}
 		sb.ExpiresAt = &exp
 		return nil
@@ -305,14 +285,14 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 		return err
 	}
 	if sb.State != from {
-		return Errorf(http.StatusConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
+		return Errorf(KindConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
 	}
 	if err := act(ctx, id); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			// Not every engine can freeze a sandbox (Kubernetes cannot): the caller's to know.
-			return &Error{Status: http.StatusNotImplemented, Code: "SANDBOX::UNSUPPORTED", Message: err.Error(), Cause: err}
+			return &Error{Kind: KindUnsupported, Code: CodeUnsupported, Message: err.Error(), Cause: err}
 		}
-		return &Error{Status: 500, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}
 	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		sb.State, sb.LastTransitionAt = to, time.Now().UTC()

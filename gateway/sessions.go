@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -21,15 +20,6 @@ const SessionTTL = 12 * time.Hour
 // CredSession is the principal kind of a request authenticated by a console session.
 const CredSession = "session"
 
-// Session error codes.
-const (
-	CodeSessionInvalid   = "SESSION::INVALID"
-	CodeCSRFTokenInvalid = "CSRF_TOKEN_INVALID"
-	// CodeOriginRefused answers a session cookie sent from a page that is not the
-	// console's (another site, a preview, an opaque origin).
-	CodeOriginRefused = "ACCESS::ORIGIN_REFUSED"
-)
-
 // Session is a signed-in console session as the API shows it.
 type Session struct {
 	Tenant    string    `json:"tenant"`
@@ -42,7 +32,7 @@ type Session struct {
 // SignIn checks an API key and opens a session for it; token is the cookie value.
 func (s *Service) SignIn(ctx context.Context, apiKey string) (token string, sess *Session, caller Caller, err error) {
 	if apiKey == "" {
-		return "", nil, Caller{}, Errorf(http.StatusUnauthorized, CodeMissingAPIKey, "apiKey is required: the API key to sign in with")
+		return "", nil, Caller{}, Errorf(KindUnauthenticated, CodeMissingAPIKey, "apiKey is required: the API key to sign in with")
 	}
 	caller, err = s.Authenticate(ctx, apiKey)
 	if err != nil {
@@ -73,7 +63,7 @@ func sessionView(rec *store.Session) *Session {
 // SessionCaller resolves a session cookie value to its caller. A session whose key was
 // revoked (or whose platform key changed) is not valid any more.
 func (s *Service) SessionCaller(ctx context.Context, token string) (Caller, *Session, error) {
-	invalid := Errorf(http.StatusUnauthorized, CodeSessionInvalid, "the console session is not valid (signed out, expired, or its API key was revoked); sign in again")
+	invalid := Errorf(KindUnauthenticated, CodeSessionInvalid, "the console session is not valid (signed out, expired, or its API key was revoked); sign in again")
 	if token == "" || len(token) > 256 {
 		return Caller{}, nil, invalid
 	}
@@ -114,7 +104,7 @@ func (s *Service) SignOut(ctx context.Context, token string) error {
 // CheckCSRF compares a request's X-CSRF-Token with its session's.
 func CheckCSRF(sess *Session, got string) error {
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRFToken)) != 1 {
-		return Errorf(http.StatusForbidden, CodeCSRFTokenInvalid, "this change needs the X-CSRF-Token header of the console session (GET /v1/session returns it)")
+		return Errorf(KindForbidden, CodeCSRFTokenInvalid, "this change needs the X-CSRF-Token header of the console session (GET /v1/session returns it)")
 	}
 	return nil
 }

@@ -5,14 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net/http"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -23,16 +22,6 @@ const (
 	SnapshotReady    = "Ready"
 	SnapshotFailed   = "Failed"
 	SnapshotDeleting = "Deleting"
-)
-
-// Stable codes of snapshot refusals.
-const (
-	CodeSnapshotUnsupported = "SNAPSHOT::UNSUPPORTED"
-	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
-	CodeSnapshotNotReady    = "SNAPSHOT::NOT_READY"
-	CodeSnapshotInUse       = "SNAPSHOT::IN_USE"
-	CodeSnapshotInvalid     = "SNAPSHOT::INVALID_PARAMETER"
-	CodeQuotaSnapshots      = "QUOTA::SNAPSHOTS"
 )
 
 // reasonSandboxGone is the reason of a snapshot whose sandbox vanished before the commit.
@@ -56,20 +45,12 @@ type SnapshotRequest struct {
 	Name string `json:"name,omitempty"`
 }
 
-// SnapshotView is the API form of a snapshot.
-type SnapshotView struct {
-	ID        string    `json:"id"`
-	SandboxID string    `json:"sandboxId"`
-	Name      string    `json:"name,omitempty"`
-	Status    Status    `json:"status"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// SnapshotList is the body of GET /v1/snapshots.
-type SnapshotList struct {
-	Items      []SnapshotView `json:"items"`
-	Pagination Pagination     `json:"pagination"`
-}
+// SnapshotView is the API form of a snapshot and SnapshotList the body of GET
+// /v1/snapshots, declared once for the gateway and the Go SDK in apiproto.
+type (
+	SnapshotView = apiproto.Snapshot
+	SnapshotList = apiproto.SnapshotPage
+)
 
 // SnapshotQuery filters and pages GET /v1/snapshots.
 type SnapshotQuery struct {
@@ -86,14 +67,14 @@ func snapshotView(snap *store.Snapshot) SnapshotView {
 }
 
 func snapshotNotFound(id string) *Error {
-	return Errorf(http.StatusNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
+	return Errorf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
 }
 
 func (s *Service) snapshotter() (Snapshotter, error) {
 	if sn, ok := s.runtime.(Snapshotter); ok {
 		return sn, nil
 	}
-	return nil, Errorf(http.StatusBadRequest, CodeSnapshotUnsupported,
+	return nil, Errorf(KindInvalid, CodeSnapshotUnsupported,
 		"snapshots are not supported on the %s runtime of this gateway (Docker only)", s.runtime.Name())
 }
 
@@ -123,7 +104,7 @@ func checkSnapshotImage(cluster, tenant, image string) error {
 	if strings.HasPrefix(name, snapshotRepo(cluster, tenant)+":") && !strings.Contains(name, "@") {
 		return nil
 	}
-	return Errorf(http.StatusNotFound, CodeSnapshotNotFound, "image %q: no such snapshot of this tenant; create from a snapshot with snapshotId", image)
+	return Errorf(KindNotFound, CodeSnapshotNotFound, "image %q: no such snapshot of this tenant; create from a snapshot with snapshotId", image)
 }
 
 // CreateSnapshot starts a snapshot of a Running sandbox and answers at once (Creating);
@@ -145,7 +126,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, caller Caller, sandboxID s
 // startSnapshot checks a snapshot request and writes its Creating record.
 func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID string, req SnapshotRequest) (*store.Snapshot, error) {
 	if len(req.Name) > 128 || strings.ContainsRune(req.Name, 0) {
-		return nil, Errorf(http.StatusBadRequest, CodeSnapshotInvalid, "name: at most 128 characters")
+		return nil, Errorf(KindInvalid, CodeSnapshotInvalid, "name: at most 128 characters")
 	}
 	if _, err := s.snapshotter(); err != nil {
 		return nil, err
@@ -155,7 +136,7 @@ func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID st
 		return nil, err
 	}
 	if sb.State != StateRunning && sb.State != StatePaused {
-		return nil, Errorf(http.StatusConflict, CodeNotRunning, "sandbox %s is %s; only a Running sandbox can be snapshotted", sandboxID, sb.State)
+		return nil, Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s; only a Running sandbox can be snapshotted", sandboxID, sb.State)
 	}
 	q, err := s.tenantQuotas(ctx, sb.Tenant)
 	if err != nil {
@@ -174,7 +155,7 @@ func (s *Service) startSnapshot(ctx context.Context, caller Caller, sandboxID st
 	}
 	if err := s.store.CreateSnapshot(ctx, snap, q.MaxSnapshots); err != nil {
 		if errors.Is(err, store.ErrQuota) {
-			return nil, Errorf(http.StatusTooManyRequests, CodeQuotaSnapshots, "snapshots quota: tenant %s keeps its limit of %d snapshots; delete one first", sb.Tenant, q.MaxSnapshots)
+			return nil, Errorf(KindQuota, CodeQuotaSnapshots, "snapshots quota: tenant %s keeps its limit of %d snapshots; delete one first", sb.Tenant, q.MaxSnapshots)
 		}
 		return nil, err
 	}
@@ -206,9 +187,15 @@ func (s *Service) commitSnapshot(ctx context.Context, snap *store.Snapshot) {
 	cur, gerr := s.store.GetSnapshot(ctx, snap.Tenant, snap.ID)
 	if errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.State == SnapshotDeleting) {
 		if err == nil {
-			_ = sn.RemoveSnapshot(ctx, snap.Image)
+			if rerr := sn.RemoveSnapshot(ctx, snap.Image); rerr != nil {
+				s.log.Warn("remove the image of a snapshot deleted while it was taken", "snapshot", snap.ID, "image", snap.Image, "err", rerr)
+			}
 		}
-		_ = s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
+		// Nobody waits on this answer (the delete returned when it marked the record): a
+		// store error leaves the record Deleting, logged for the operator.
+		if derr := s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID); derr != nil {
+			s.log.Warn("delete a snapshot record deleted while it was taken", "snapshot", snap.ID, "err", derr)
+		}
 		return
 	}
 	if err := s.store.PutSnapshot(ctx, snap); err != nil {
@@ -253,35 +240,23 @@ func (s *Service) GetSnapshot(ctx context.Context, caller Caller, id string) (*S
 
 // ListSnapshots returns the caller's snapshots, newest first, filtered and paged.
 func (s *Service) ListSnapshots(ctx context.Context, caller Caller, q SnapshotQuery) (*SnapshotList, error) {
-	tenant := caller.Tenant
-	if caller.Admin {
-		tenant = ""
-	}
-	all, err := s.store.ListSnapshots(ctx, tenant)
+	all, err := s.store.ListSnapshots(ctx, listTenant(caller))
 	if err != nil {
 		return nil, err
 	}
-	states := map[string]bool{}
-	for _, st := range q.States {
-		states[strings.ToLower(st)] = true
-	}
+	states := newStateFilter(q.States)
 	items := []SnapshotView{}
 	for _, snap := range all {
 		if q.SandboxID != "" && snap.SandboxID != q.SandboxID {
 			continue
 		}
-		if len(states) > 0 && !states[strings.ToLower(snap.State)] {
+		if !states.admits(snap.State) {
 			continue
 		}
 		items = append(items, snapshotView(snap))
 	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].CreatedAt.After(items[j].CreatedAt) })
-	total := len(items)
-	pages := (total + q.PageSize - 1) / q.PageSize
-	start := min((q.Page-1)*q.PageSize, total)
-	end := min(start+q.PageSize, total)
-	return &SnapshotList{Items: items[start:end], Pagination: Pagination{Page: q.Page, PageSize: q.PageSize,
-		TotalItems: total, TotalPages: pages, HasNextPage: q.Page < pages}}, nil
+	page, pagination := pageOf(items, func(v SnapshotView) time.Time { return v.CreatedAt }, q.Page, q.PageSize)
+	return &SnapshotList{Items: page, Pagination: pagination}, nil
 }
 
 // DeleteSnapshot removes a snapshot and its image. One still being made is marked
@@ -302,9 +277,9 @@ func (s *Service) DeleteSnapshot(ctx context.Context, caller Caller, id string) 
 		}
 		if err := sn.RemoveSnapshot(ctx, snap.Image); err != nil {
 			if errors.Is(err, runtimes.ErrInUse) {
-				return Errorf(http.StatusConflict, CodeSnapshotInUse, "snapshot %s: sandboxes created from it still exist; delete them first", id)
+				return Errorf(KindConflict, CodeSnapshotInUse, "snapshot %s: sandboxes created from it still exist; delete them first", id)
 			}
-			return &Error{Status: http.StatusInternalServerError, Code: CodeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
+			return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
 		}
 	}
 	return s.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
@@ -331,7 +306,7 @@ func (s *Service) resolveSnapshot(ctx context.Context, caller Caller, req Create
 		return req, err
 	}
 	if snap.State != SnapshotReady {
-		return req, Errorf(http.StatusConflict, CodeSnapshotNotReady, "snapshot %s is %s; a sandbox can be created only from a Ready snapshot", snap.ID, snap.State)
+		return req, Errorf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s; a sandbox can be created only from a Ready snapshot", snap.ID, snap.State)
 	}
 	req.Image = &ImageSpec{URI: snap.Image}
 	if len(req.Entrypoint) == 0 {

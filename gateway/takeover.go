@@ -31,9 +31,6 @@ const (
 	heartbeatTTL   = 3 * time.Second
 )
 
-// CodeGatewayLost is the cause of a batch member given up because its gateways died.
-const CodeGatewayLost = "SANDBOX::GATEWAY_LOST"
-
 // maxTakeovers is how many times a batch member is taken over from a dead gateway
 // before it is given up as Failed (a member whose creation kills its gateway every time
 // must not take down every gateway in turn).

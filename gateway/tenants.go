@@ -3,22 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
-	"net/http"
 	"regexp"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
-)
-
-// Tenancy error codes.
-const (
-	CodeTenantNotFound = "TENANT::NOT_FOUND"
-	CodeTenantInvalid  = "TENANT::INVALID_PARAMETER"
-	CodeKeyNotFound    = "KEY::NOT_FOUND"
-	CodeQuotaRate      = "QUOTA::CREATE_RATE"
-	CodeQuotaConcur    = "QUOTA::CONCURRENT_SANDBOXES"
 )
 
 // TenantRequest is the body of POST /v1/tenants and PATCH /v1/tenants/{id}.
@@ -32,7 +22,7 @@ var tenantNameRe = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_. ]{0,62}$`)
 // CreateTenant makes a tenant (platform admins only, by policy).
 func (s *Service) CreateTenant(ctx context.Context, req TenantRequest) (*store.Tenant, error) {
 	if !tenantNameRe.MatchString(req.Name) {
-		return nil, Errorf(400, CodeTenantInvalid, "name %q: 1-63 letters, digits, spaces and -_. starting with a letter or digit", req.Name)
+		return nil, Errorf(KindInvalid, CodeTenantInvalid, "name %q: 1-63 letters, digits, spaces and -_. starting with a letter or digit", req.Name)
 	}
 	t := &store.Tenant{ID: uuid.NewString(), Name: req.Name, CreatedAt: time.Now().UTC()}
 	if req.Quotas != nil {
@@ -49,7 +39,7 @@ func (s *Service) CreateTenant(ctx context.Context, req TenantRequest) (*store.T
 
 func validateQuotas(q store.Quotas) error {
 	if q.MaxConcurrent < 0 || q.MaxCPUMillis < 0 || q.MaxMemoryBytes < 0 || q.MaxTimeoutSeconds < 0 || q.MaxBatchSize < 0 || q.CreateRate < 0 || q.CreateBurst < 0 {
-		return Errorf(400, CodeTenantInvalid, "quotas must not be negative")
+		return Errorf(KindInvalid, CodeTenantInvalid, "quotas must not be negative")
 	}
 	return nil
 }
@@ -58,7 +48,7 @@ func validateQuotas(q store.Quotas) error {
 func (s *Service) GetTenant(ctx context.Context, id string) (*store.Tenant, error) {
 	t, err := s.store.GetTenant(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(http.StatusNotFound, CodeTenantNotFound, "tenant %s not found", id)
+		return nil, Errorf(KindNotFound, CodeTenantNotFound, "tenant %s not found", id)
 	}
 	return t, err
 }
@@ -76,7 +66,7 @@ func (s *Service) UpdateTenant(ctx context.Context, id string, req TenantRequest
 	}
 	if req.Name != "" {
 		if !tenantNameRe.MatchString(req.Name) {
-			return nil, Errorf(400, CodeTenantInvalid, "name %q is not valid", req.Name)
+			return nil, Errorf(KindInvalid, CodeTenantInvalid, "name %q is not valid", req.Name)
 		}
 		t.Name = req.Name
 	}
@@ -104,7 +94,7 @@ func (s *Service) CreateKey(ctx context.Context, tenant, role string) (*IssuedKe
 	switch role {
 	case RoleAdmin, RoleTenantAdmin, RoleMember, RoleViewer:
 	default:
-		return nil, Errorf(400, CodeTenantInvalid, "role %q: want admin, tenant-admin, member or viewer", role)
+		return nil, Errorf(KindInvalid, CodeTenantInvalid, "role %q: want admin, tenant-admin, member or viewer", role)
 	}
 	if tenant != DefaultTenant {
 		if _, err := s.GetTenant(ctx, tenant); err != nil {
@@ -136,7 +126,7 @@ func (s *Service) ListKeys(ctx context.Context, tenant string) ([]IssuedKey, err
 func (s *Service) RevokeKey(ctx context.Context, tenant, id string) error {
 	err := s.store.RevokeKey(ctx, tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return Errorf(http.StatusNotFound, CodeKeyNotFound, "key %s not found", id)
+		return Errorf(KindNotFound, CodeKeyNotFound, "key %s not found", id)
 	}
 	if err != nil {
 		return err

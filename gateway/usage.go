@@ -10,11 +10,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -45,39 +44,14 @@ type engineUsage interface {
 	Usage(ctx context.Context, id string, withDisk bool) (runtimes.Usage, error)
 }
 
-// UsagePoint is one point of a sandbox's resource history. Fields the source cannot
-// tell are null.
-type UsagePoint struct {
-	Time time.Time `json:"time"`
-	// CPUCores is the CPUs used on average since the previous point; CPUPercent the same
-	// as a share of CPULimitCores (of one CPU when the sandbox has no limit).
-	CPUCores      float64  `json:"cpuCores"`
-	CPULimitCores *float64 `json:"cpuLimitCores"`
-	CPUPercent    float64  `json:"cpuPercent"`
-	// MemoryBytes is the memory in use (page cache excluded), MemoryPeakBytes the most
-	// seen (by the engine, else over the kept history), MemoryLimitBytes the limit.
-	MemoryBytes      uint64  `json:"memoryBytes"`
-	MemoryPeakBytes  uint64  `json:"memoryPeakBytes"`
-	MemoryLimitBytes uint64  `json:"memoryLimitBytes"`
-	Pids             *uint64 `json:"pids"`
-	NetRxBytes       *uint64 `json:"netRxBytes"`
-	NetTxBytes       *uint64 `json:"netTxBytes"`
-	// DiskBytes is the size of the writable layer, read once a minute.
-	DiskBytes *int64 `json:"diskBytes"`
-	// EgressDeniedQueries counts the DNS questions the sandbox's egress enforcer refused
-	// since it started (read every usageEgressEvery samples; null without an enforcer).
-	EgressDeniedQueries *uint64 `json:"egressDeniedQueries"`
-}
-
-// SandboxUsage is the body of GET /sandboxes/{id}/metrics.
-type SandboxUsage struct {
-	ID string `json:"id"`
-	// Source is "engine" (the container engine's stats) or "agent" (the agent's cgroup).
-	Source          string       `json:"source,omitempty"`
-	IntervalSeconds float64      `json:"intervalSeconds"`
-	Current         *UsagePoint  `json:"current"`
-	History         []UsagePoint `json:"history"`
-}
+// UsagePoint is one point of a sandbox's resource history (fields the source cannot
+// tell are null) and SandboxUsage the body of GET /sandboxes/{id}/metrics, declared
+// once for the gateway and the Go SDK in apiproto. DiskBytes is read every
+// usageDiskEvery samples, EgressDeniedQueries every usageEgressEvery.
+type (
+	UsagePoint   = apiproto.UsagePoint
+	SandboxUsage = apiproto.SandboxUsage
+)
 
 // usageState holds every sandbox's history.
 type usageState struct {
@@ -249,22 +223,14 @@ func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
 
 // enforcerDenials reads the denial counter of the sandbox's egress enforcer (/healthz).
 func (s *Service) enforcerDenials(ctx context.Context, sb *store.Sandbox) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/healthz", sb.Address, runtimes.EgressPort), nil)
+	data, err := s.agents.EnforcerHealth(ctx, sb.Address, agentCallTimeout)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := s.agents.HTTP().Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
 	var h struct {
 		DeniedQueries *uint64 `json:"deniedQueries"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("enforcer healthz: %s", resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&h); err != nil || h.DeniedQueries == nil {
+	if err := json.Unmarshal(data, &h); err != nil || h.DeniedQueries == nil {
 		return 0, fmt.Errorf("enforcer healthz: no deniedQueries")
 	}
 	return *h.DeniedQueries, nil
@@ -295,18 +261,9 @@ func (s *Service) noteDenials(sb *store.Sandbox, ser *usageSeries, n uint64) {
 
 // agentUsage reads the agent's own cgroup reading (GET /metrics on the agent).
 func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", sb.Address, runtimes.AgentPort), nil)
+	data, err := s.agents.Metrics(ctx, sb.Address, sb.AgentToken, agentCallTimeout)
 	if err != nil {
-		return UsagePoint{}, err
-	}
-	req.Header.Set(HeaderAgentToken, sb.AgentToken)
-	resp, err := s.agents.HTTP().Do(req)
-	if err != nil {
-		return UsagePoint{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return UsagePoint{}, fmt.Errorf("agent metrics: %s", resp.Status)
+		return UsagePoint{}, fmt.Errorf("agent metrics: %w", err)
 	}
 	var m struct {
 		CPUCount    float64 `json:"cpu_count"`
@@ -315,7 +272,7 @@ func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint
 		MemUsedMiB  float64 `json:"mem_used_mib"`
 		Timestamp   int64   `json:"timestamp"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&m); err != nil {
+	if err := json.Unmarshal(data, &m); err != nil {
 		return UsagePoint{}, fmt.Errorf("agent metrics: %w", err)
 	}
 	limit := m.CPUCount

@@ -24,7 +24,7 @@ func validateMetadata(md map[string]string, allowReserved bool) error {
 			return err
 		}
 		if v != "" && (len(v) > 63 || !labelNameRe.MatchString(v)) {
-			return Errorf(400, CodeInvalidMetadata, "metadata value %q of key %q: must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with a letter or digit", v, k)
+			return Errorf(KindInvalid, CodeInvalidMetadata, "metadata value %q of key %q: must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with a letter or digit", v, k)
 		}
 	}
 	return nil
@@ -32,17 +32,17 @@ func validateMetadata(md map[string]string, allowReserved bool) error {
 
 func validateMetadataKey(k string, allowReserved bool) error {
 	if !allowReserved && (strings.HasPrefix(k, ReservedMetadataPrefix) || strings.HasPrefix(k, "opensandbox.io/")) {
-		return Errorf(400, CodeInvalidMetadata, "metadata key %q: the prefixes %q and %q are reserved", k, ReservedMetadataPrefix, "opensandbox.io/")
+		return Errorf(KindInvalid, CodeInvalidMetadata, "metadata key %q: the prefixes %q and %q are reserved", k, ReservedMetadataPrefix, "opensandbox.io/")
 	}
 	name := k
 	if prefix, rest, ok := strings.Cut(k, "/"); ok {
 		if len(prefix) > 253 || !labelPrefixRe.MatchString(prefix) {
-			return Errorf(400, CodeInvalidMetadata, "metadata key %q: prefix %q must be a lowercase DNS subdomain", k, prefix)
+			return Errorf(KindInvalid, CodeInvalidMetadata, "metadata key %q: prefix %q must be a lowercase DNS subdomain", k, prefix)
 		}
 		name = rest
 	}
 	if name == "" || len(name) > 63 || !labelNameRe.MatchString(name) {
-		return Errorf(400, CodeInvalidMetadata, "metadata key %q: name must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with a letter or digit", k)
+		return Errorf(KindInvalid, CodeInvalidMetadata, "metadata key %q: name must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with a letter or digit", k)
 	}
 	return nil
 }

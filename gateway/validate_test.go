@@ -75,7 +75,7 @@ func TestValidateMetadata(t *testing.T) {
 				return
 			}
 			e, ok := AsError(err)
-			if !ok || e.Status != 400 || e.Code != CodeInvalidMetadata || !strings.Contains(e.Message, tt.wantErr) {
+			if !ok || e.Kind != KindInvalid || e.Code != CodeInvalidMetadata || !strings.Contains(e.Message, tt.wantErr) {
 				t.Fatalf("error = %v, want a 400 %s naming %q", err, CodeInvalidMetadata, tt.wantErr)
 			}
 		})

@@ -9,22 +9,17 @@ package gateway
 // they hold the credentials' values.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
-	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
 
 // runsCredentialProxy reports whether the runtime can run the credential vault.
@@ -41,7 +36,7 @@ func claimCredentialProxy(tmpl, req CreateRequest) error {
 		return err
 	}
 	if have, _ := credentialProxyEnabled(tmpl.CredentialProxy); !have {
-		return Errorf(http.StatusBadRequest, CodeCredentialProxyNotInPool,
+		return Errorf(KindInvalid, CodeCredentialProxyNotInPool,
 			"credentialProxy.enabled: the pool's template starts its sandboxes without the credential proxy; enable it in the pool's template")
 	}
 	return nil
@@ -56,28 +51,29 @@ func IsVaultPath(path string) bool {
 // (the caller's credential never reaches the enforcer). A POST or PATCH is first
 // checked binding by binding against the Rego vault policy; a denial is a 403 with
 // the policy's code and nothing reaches the enforcer. A body the gateway cannot read
-// goes on unchanged, for the enforcer to refuse with its precise 400.
+// goes on unchanged, for the enforcer to refuse with its precise 400. method is the verb
+// of the vault API's request (its operations are named by their HTTP methods).
 func (s *Service) VaultRequest(ctx context.Context, caller Caller, sb *store.Sandbox, method, path string, body []byte) (*EgressChange, error) {
-	if method == http.MethodPost || method == http.MethodPatch {
+	if method == "POST" || method == "PATCH" {
 		if err := s.checkVaultBindings(ctx, sb, method, body); err != nil {
 			return nil, err
 		}
 	}
-	status, data, err := s.vaultCall(ctx, sb, method, path, body)
+	answer, err := s.agents.Vault(ctx, sb.Address, sb.EgressToken, method, path, body, enforcerCallTimeout)
 	if err != nil {
-		return nil, err
+		return nil, s.vaultError(sb, path, answer, err)
 	}
-	if method != http.MethodGet {
-		s.emit(ctx, sb, "sandbox.vault.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": status})
+	if method != "GET" {
+		s.emit(ctx, sb, "sandbox.vault.updated", map[string]any{"operation": strings.ToLower(method), "key": caller.KeyID, "status": answer.Status})
 	}
-	return &EgressChange{Status: status, Body: data}, nil
+	return &EgressChange{Status: answer.Status, Body: answer.Body}, nil
 }
 
 // vaultBindingsOf returns the bindings a POST or PATCH body would create or replace.
 func vaultBindingsOf(method string, body []byte) ([]policy.VaultBinding, bool) {
 	var out []policy.VaultBinding
 	switch method {
-	case http.MethodPost:
+	case "POST":
 		var req struct {
 			Bindings []policy.VaultBinding `json:"bindings"`
 		}
@@ -85,7 +81,7 @@ func vaultBindingsOf(method string, body []byte) ([]policy.VaultBinding, bool) {
 			return nil, false
 		}
 		out = req.Bindings
-	case http.MethodPatch:
+	case "PATCH":
 		var req struct {
 			Bindings *struct {
 				Add     []policy.VaultBinding `json:"add"`
@@ -135,67 +131,46 @@ func (s *Service) checkVaultBindings(ctx context.Context, sb *store.Sandbox, met
 	if !ok || len(bindings) == 0 {
 		return nil
 	}
-	status, data, err := s.egressRequest(ctx, sb, http.MethodGet, nil)
+	current, err := s.getEgress(ctx, sb)
 	if err != nil {
 		return err
 	}
 	var cur struct {
 		Policy policy.NetworkPolicy `json:"policy"`
 	}
-	if status != http.StatusOK || json.Unmarshal(data, &cur) != nil {
-		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
+	if !current.OK() || json.Unmarshal(current.Body, &cur) != nil {
+		return &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
 			Message: fmt.Sprintf("the egress policy of sandbox %s could not be read, so the bindings could not be checked; the vault is unchanged", sb.ID)}
 	}
 	for _, b := range bindings {
 		d := s.policy.Vault(ctx, policy.VaultInput{Tenant: sb.Tenant, Sandbox: sb.ID, Binding: b, NetworkPolicy: &cur.Policy})
 		if !d.Allow {
 			s.log.Info("vault binding denied by policy", "sandbox", sb.ID, "binding", b.Name, "code", d.Code, "decision", d.DecisionID)
-			status := d.HTTPStatus()
+			e := decisionError(d)
 			if d.Cause != nil {
-				status = http.StatusServiceUnavailable
+				// The vault policy failed to evaluate: the binding is refused (fail
+				// closed), and the caller may retry once the policy is fixed.
+				e.Kind = KindUnavailable
 			}
-			return &Error{Status: status, Code: d.Code, Message: d.Message, Cause: d.Cause}
+			return e
 		}
 	}
 	return nil
 }
 
-// vaultCall sends one signed request to the enforcer's vault API and returns its
-// answer only if the enforcer signed it (as egressRequest does for /policy).
-func (s *Service) vaultCall(ctx context.Context, sb *store.Sandbox, method, path string, body []byte) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	u := "http://" + net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.EgressPort)) + path
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, Errorf(http.StatusBadRequest, CodeInvalidParameter, "vault path %q is not valid", path)
+// vaultError is the caller's view of a failed call to the vault API: a path that makes
+// no request is the caller's mistake; anything else (no answer, or an unsigned one)
+// leaves the vault unchanged.
+func (s *Service) vaultError(sb *store.Sandbox, path string, a agentclient.Answer, err error) error {
+	if errors.Is(err, agentclient.ErrInvalidRequest) {
+		return Errorf(KindInvalid, CodeInvalidParameter, "vault path %q is not valid", path)
 	}
-	if len(body) > 0 {
-		req.Header.Set("Content-Type", "application/json")
+	if errors.Is(err, agentclient.ErrUnsigned) {
+		s.log.Warn("egress enforcer vault answer not signed; ignored", "sandbox", sb.ID, "status", a.Status)
 	}
-	nonce := egressauth.Sign(req, sb.EgressToken, body, time.Now())
-	unavailable := func(cause error) error {
-		return &Error{Status: http.StatusBadGateway, Code: CodeEgressUnavailable,
-			Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its credential vault is unchanged", sb.ID), Cause: cause}
-	}
-	resp, err := s.agents.HTTP().Do(req)
-	if err != nil {
-		return 0, nil, unavailable(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, nil, unavailable(err)
-	}
-	if !egressauth.VerifyResponse(sb.EgressToken, nonce, resp.StatusCode, data, resp.Header.Get(egressauth.HeaderResponseSignature)) {
-		s.log.Warn("egress enforcer vault answer not signed; ignored", "sandbox", sb.ID, "status", resp.StatusCode)
-		return 0, nil, unavailable(errors.New("egress answer signature mismatch"))
-	}
-	return resp.StatusCode, data, nil
+	return &Error{Kind: KindUpstream, Code: CodeEgressUnavailable,
+		Message: fmt.Sprintf("the egress enforcer of sandbox %s did not answer; its credential vault is unchanged", sb.ID), Cause: err}
 }
-
-// vaultAuditPath is the enforcer's drain of injection records (sandgate's own route).
-const vaultAuditPath = "/sandgate/vault-audit"
 
 // drainVaultAudit moves the injection records of a running sandbox with the vault from
 // its enforcer into the tenant's audit stream (source "vault"), in the background and at
@@ -212,11 +187,9 @@ func (s *Service) drainVaultAudit(rec *store.Sandbox, inst runtimes.Instance) {
 	go func() {
 		defer s.wg.Done()
 		defer s.vaultAudits.end(rec.ID)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		status, data, err := s.vaultCall(ctx, rec, http.MethodPost, vaultAuditPath, nil)
-		if err != nil || status != http.StatusOK {
-			s.log.Debug("drain vault audit", "sandbox", rec.ID, "status", status, "err", err)
+		data, err := s.agents.DrainVaultAudit(context.Background(), rec.Address, rec.EgressToken, enforcerCallTimeout)
+		if err != nil {
+			s.log.Debug("drain vault audit", "sandbox", rec.ID, "err", err)
 			return
 		}
 		var out struct {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -18,14 +17,6 @@ import (
 
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
-)
-
-// Stable codes of volume refusals.
-const (
-	CodeVolumeInvalid      = "VOLUME::INVALID_PARAMETER"
-	CodeVolumeUnsupported  = "VOLUME::UNSUPPORTED"
-	CodeVolumeHostNotFound = "VOLUME::HOST_PATH_NOT_FOUND"
-	CodeVolumeNotFound     = "VOLUME::NOT_FOUND"
 )
 
 // MaxVolumes bounds the volumes of one sandbox whatever the tenant's quota.
@@ -69,7 +60,7 @@ var reservedMountRoots = []string{"/.sandgate", "/proc", "/sys", "/dev"}
 var knownAccessModes = map[string]bool{"ReadWriteOnce": true, "ReadOnlyMany": true, "ReadWriteMany": true, "ReadWriteOncePod": true}
 
 func volumeErr(code, format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, code, format, args...)
+	return Errorf(KindInvalid, code, format, args...)
 }
 
 // parseVolumes validates a create's volumes into runtime volumes. Host paths are
@@ -111,7 +102,7 @@ func parseVolumes(raw json.RawMessage) ([]runtimes.Volume, error) {
 func prefixVolumeErr(where string, err error) error {
 	var e *Error
 	if errors.As(err, &e) {
-		return &Error{Status: e.Status, Code: e.Code, Message: where + "." + e.Message, Cause: e.Cause}
+		return &Error{Kind: e.Kind, Code: e.Code, Message: where + "." + e.Message, Cause: e.Cause}
 	}
 	return err
 }
@@ -307,13 +298,13 @@ func admissionVolumes(vols []runtimes.Volume) []policy.Volume {
 func volumeCreateError(err error) error {
 	switch {
 	case errors.Is(err, runtimes.ErrVolumeNotFound):
-		return &Error{Status: http.StatusNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist and createIfNotExists is false", Cause: err}
+		return &Error{Kind: KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist and createIfNotExists is false", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeUnsupported):
-		return &Error{Status: http.StatusBadRequest, Code: CodeVolumeUnsupported, Message: err.Error(), Cause: err}
+		return &Error{Kind: KindInvalid, Code: CodeVolumeUnsupported, Message: err.Error(), Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeForeign):
 		// Never reached through namespaced names; answered like a missing one so that
 		// nothing about another tenant leaks.
-		return &Error{Status: http.StatusNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist", Cause: err}
+		return &Error{Kind: KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist", Cause: err}
 	}
 	return nil
 }

@@ -7,13 +7,21 @@ import (
 
 // Event types the gateway emits; ABI.md describes each one's data.
 const (
-	EventSandboxCreated  = "sandbox.created"
-	EventSandboxDeleted  = "sandbox.deleted"
-	EventSandboxExpired  = "sandbox.expired"
-	EventCommandStarted  = "command.started"
-	EventFileWritten     = "file.written"
+	// EventSandboxCreated: a create or a claim answered (data: image, pool?, expiresAt?).
+	EventSandboxCreated = "sandbox.created"
+	// EventSandboxDeleted: the sandbox is gone (data: reason?, "api", "reaper", …).
+	EventSandboxDeleted = "sandbox.deleted"
+	// EventSandboxExpired: the reaper removed it at its expiresAt (data: expiresAt).
+	EventSandboxExpired = "sandbox.expired"
+	// EventCommandStarted: a command or code cell went to the agent (data: command, cwd?,
+	// background).
+	EventCommandStarted = "command.started"
+	// EventFileWritten: an upload went to the agent (data: path, size).
+	EventFileWritten = "file.written"
+	// EventPreviewAccessed: a request reached a sandbox port (data: PreviewAccess).
 	EventPreviewAccessed = "preview.accessed"
-	EventPolicyDenied    = "policy.denied"
+	// EventPolicyDenied: the access policy refused an action (data: PolicyDenial).
+	EventPolicyDenied = "policy.denied"
 )
 
 // Event is the envelope of every event a plugin receives, as the gateway
@@ -56,6 +64,12 @@ func MarshalEvent(e Event) ([]byte, error) {
 		e.Data = struct{}{}
 	}
 	return json.Marshal(e)
+}
+
+// WantsEvents reports whether any plugin of tenant declares on_event, so that a caller
+// can skip encoding an event nobody would receive.
+func (h *Host) WantsEvents(tenant string) bool {
+	return len(h.routes.Load().events[tenant]) > 0
 }
 
 // OnEvent queues event (a JSON Event) for every plugin of tenant that

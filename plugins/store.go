@@ -20,10 +20,12 @@ import (
 //
 // Keys, under the prefix:
 //
-//	plugin:{tenant}:{name}  hash: version, hash, config, module, updatedAt, revision
-//	plugins:{tenant}        set of the tenant's plugin names
-//	plugins:tenants         set of tenants with plugins
-//	plugins:revision        counter, bumped by every Put and Delete
+//	{plugins}:plugin:<tenant>:<name>  hash: version, hash, config, module, updatedAt, revision
+//	{plugins}:plugins:<tenant>        set of the tenant's plugin names
+//	{plugins}:plugins:tenants         set of tenants with plugins
+//	{plugins}:plugins:revision        counter, bumped by every Put and Delete
+//
+// ({plugins} is a Redis Cluster hash tag: every plugin key is on one slot.)
 //	plugins:changes         pub/sub channel of Change messages
 type Store struct {
 	rdb    redis.UniversalClient
@@ -59,14 +61,16 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 	return &Store{rdb: rdb, prefix: prefix}
 }
 
+// Every key carries the hash tag {plugins}, so that the scripts, which touch several,
+// stay on one slot of a Redis Cluster.
 func (s *Store) pluginKey(tenant, name string) string {
-	return s.prefix + "plugin:" + url.PathEscape(tenant) + ":" + name
+	return s.prefix + "{plugins}:plugin:" + url.PathEscape(tenant) + ":" + name
 }
 func (s *Store) tenantKey(tenant string) string {
-	return s.prefix + "plugins:" + url.PathEscape(tenant)
+	return s.prefix + "{plugins}:plugins:" + url.PathEscape(tenant)
 }
-func (s *Store) tenantsKey() string  { return s.prefix + "plugins:tenants" }
-func (s *Store) revisionKey() string { return s.prefix + "plugins:revision" }
+func (s *Store) tenantsKey() string  { return s.prefix + "{plugins}:plugins:tenants" }
+func (s *Store) revisionKey() string { return s.prefix + "{plugins}:plugins:revision" }
 func (s *Store) channel() string     { return s.prefix + "plugins:changes" }
 
 // putScript writes the hash and the indexes and bumps the revision in one

@@ -2,7 +2,7 @@ package policy
 
 import (
 	"log/slog"
-	"net/http"
+	"strings"
 )
 
 // Stable decision codes. Rego policies may add their own; these are the ones
@@ -26,16 +26,28 @@ const (
 	// CodeEvaluationFailed: the policy could not be evaluated; fail closed.
 	CodeEvaluationFailed = "POLICY::EVALUATION_FAILED"
 
+	// Admission quotas (Outcome Limited): what the tenant holds or asks for passes
+	// Quotas' bound. CodeQuotaConcurrent counts live sandboxes; CPU and memory count the
+	// live sandboxes' limits plus the request's; CodeQuotaTimeout bounds one sandbox's
+	// lifetime (a request without expiry included); CodeQuotaBatchSize one batch's count.
 	CodeQuotaConcurrent = "QUOTA::CONCURRENT_SANDBOXES"
 	CodeQuotaCPU        = "QUOTA::CPU"
 	CodeQuotaMemory     = "QUOTA::MEMORY"
 	CodeQuotaTimeout    = "QUOTA::TIMEOUT"
 	CodeQuotaBatchSize  = "QUOTA::BATCH_SIZE"
 
-	CodeImageNotAllowed  = "ADMISSION::IMAGE_NOT_ALLOWED"
-	CodeRuntimeRequired  = "ADMISSION::RUNTIME_REQUIRED"
-	CodeInvalidRequest   = "ADMISSION::INVALID_REQUEST"
-	CodeInvalidEgress    = "EGRESS::INVALID_POLICY"
+	// CodeImageNotAllowed: the image is not in Quotas.AllowedImages, or is on the
+	// platform's denied_images (a registry it does not allow is the default Rego's
+	// ADMISSION::REGISTRY_NOT_ALLOWED).
+	CodeImageNotAllowed = "ADMISSION::IMAGE_NOT_ALLOWED"
+	// CodeRuntimeRequired: the tenant must run under Quotas.Runtime (runsc) and asked
+	// for another.
+	CodeRuntimeRequired = "ADMISSION::RUNTIME_REQUIRED"
+	// CodeInvalidRequest: the admission input itself is unusable (Outcome Invalid).
+	CodeInvalidRequest = "ADMISSION::INVALID_REQUEST"
+	// CodeInvalidEgress: a networkPolicy the egress policy cannot read (Outcome Invalid).
+	CodeInvalidEgress = "EGRESS::INVALID_POLICY"
+
 	evaluationFailedText = "the request could not be checked against the policy, so it was denied"
 )
 
@@ -82,22 +94,40 @@ type Violation struct {
 	Message string `json:"message"`
 }
 
-// HTTPStatus maps a decision to the status a gateway should answer with:
-// 404 for another tenant's resource, 429 for quotas, 400 for invalid input,
-// 403 for other denials (policy errors included: fail closed, and nothing
-// about the failure leaks).
-func (d Decision) HTTPStatus() int {
+// Outcome is what a decision means for the request, whatever the protocol that answers
+// it (gateway/api maps outcomes to HTTP statuses through the core's error kinds).
+type Outcome int
+
+// The outcomes of a decision.
+const (
+	// Allowed: the request goes on.
+	Allowed Outcome = iota
+	// Denied: the principal may not do this; policy errors too (fail closed, and
+	// nothing about the failure leaks).
+	Denied
+	// Hidden: the resource is another tenant's; answer as if it did not exist, so that
+	// its existence does not leak (CodeNotFound).
+	Hidden
+	// Limited: a quota refuses it (a QUOTA:: code).
+	Limited
+	// Invalid: the input itself is wrong (CodeInvalidEgress, CodeInvalidRequest,
+	// CodeInvalidAction).
+	Invalid
+)
+
+// Outcome classifies the decision by its code.
+func (d Decision) Outcome() Outcome {
 	switch {
 	case d.Allow:
-		return http.StatusOK
+		return Allowed
 	case d.Code == CodeNotFound:
-		return http.StatusNotFound
-	case len(d.Code) > 7 && d.Code[:7] == "QUOTA::":
-		return http.StatusTooManyRequests
+		return Hidden
+	case strings.HasPrefix(d.Code, "QUOTA::"):
+		return Limited
 	case d.Code == CodeInvalidEgress || d.Code == CodeInvalidRequest || d.Code == CodeInvalidAction:
-		return http.StatusBadRequest
+		return Invalid
 	default:
-		return http.StatusForbidden
+		return Denied
 	}
 }
 

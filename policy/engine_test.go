@@ -179,8 +179,8 @@ func TestAdmitMessageNamesLimitAndUsage(t *testing.T) {
 	if d.Message != want {
 		t.Errorf("message = %q, want %q", d.Message, want)
 	}
-	if d.HTTPStatus() != 429 {
-		t.Errorf("status = %d, want 429", d.HTTPStatus())
+	if d.Outcome() != Limited {
+		t.Errorf("outcome = %v, want Limited", d.Outcome())
 	}
 }
 
@@ -257,22 +257,25 @@ func TestNewRejectsInvalidPlatformData(t *testing.T) {
 	}
 }
 
-func TestDecisionHTTPStatus(t *testing.T) {
+func TestDecisionOutcome(t *testing.T) {
 	tests := []struct {
 		d    Decision
-		want int
+		want Outcome
 	}{
-		{Decision{Allow: true, Code: CodeOK}, 200},
-		{Decision{Code: CodeNotFound}, 404},
-		{Decision{Code: CodeQuotaCPU}, 429},
-		{Decision{Code: CodeInvalidEgress}, 400},
-		{Decision{Code: CodeDenied}, 403},
-		{Decision{Code: CodeEvaluationFailed}, 403},
+		{Decision{Allow: true, Code: CodeOK}, Allowed},
+		{Decision{Code: CodeNotFound}, Hidden},
+		{Decision{Code: CodeQuotaCPU}, Limited},
+		{Decision{Code: CodeInvalidEgress}, Invalid},
+		{Decision{Code: CodeInvalidRequest}, Invalid},
+		{Decision{Code: CodeInvalidAction}, Invalid},
+		{Decision{Code: CodeDenied}, Denied},
+		{Decision{Code: CodeEvaluationFailed}, Denied},
+		{Decision{Code: "CUSTOM::RULE"}, Denied},
 	}
 	for _, tt := range tests {
 		t.Run(tt.d.Code, func(t *testing.T) {
-			if got := tt.d.HTTPStatus(); got != tt.want {
-				t.Errorf("HTTPStatus() = %d, want %d", got, tt.want)
+			if got := tt.d.Outcome(); got != tt.want {
+				t.Errorf("Outcome() = %d, want %d", got, tt.want)
 			}
 		})
 	}

@@ -81,8 +81,8 @@ decision := {"allow": true}
 			if d.DecisionID == "" || d.InputHash == "" {
 				t.Errorf("fail-closed decision lacks ids: %+v", d)
 			}
-			if d.HTTPStatus() != 403 {
-				t.Errorf("status = %d", d.HTTPStatus())
+			if d.Outcome() != Denied {
+				t.Errorf("outcome = %d, want Denied", d.Outcome())
 			}
 		})
 	}

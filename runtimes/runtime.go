@@ -192,6 +192,11 @@ type Instance struct {
 	// is not complete was left half-made by a create that died, and must never be
 	// adopted as it is.
 	Complete bool
+	// Settled is set by Create when the runtime has already seen the entrypoint past its
+	// start (running and asleep waiting for something, or alive for a settle window):
+	// the caller need not wait out a settle of its own to tell an entrypoint that exits
+	// at once from one that runs.
+	Settled bool
 }
 
 // Runtime runs sandboxes. Implementations must be safe for concurrent use.

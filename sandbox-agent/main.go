@@ -151,6 +151,7 @@ func startAPI(env *procs.Environment, sup *initproc.Supervisor) (*agent.Server, 
 	cfg := agent.Config{Token: os.Getenv(agentproto.EnvAgentToken), Env: env}
 	if sup != nil {
 		cfg.StartEntrypoint = sup.Start
+		cfg.SettleEntrypoint = sup.Settle
 	}
 	api, err := agent.New(cfg)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,31 +57,11 @@ func setupPool(cmd *cobra.Command) {
   sandgate pool rm warm`
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "Lists pools", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			items, err := c.ListPools(ctx)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), items, poolTable(items))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) ([]sandgate.Pool, error) { return c.ListPools(ctx) }, poolTable)
 		}}
 	get := &cobra.Command{Use: "get <name>", Short: "Prints one pool", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.GetPool(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), p, poolTable([]sandgate.Pool{*p}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Pool, error) { return c.GetPool(ctx, args[0]) }, one(poolTable))
 		}}
 	var tf templateFlags
 	var cf capacityFlags
@@ -92,17 +73,7 @@ func setupPool(cmd *cobra.Command) {
 			}
 			req := sandgate.PoolRequest{Name: args[0], Template: tmpl}
 			cf.apply(cmd, &req.CapacitySpec)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.CreatePool(ctx, req)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), p, poolTable([]sandgate.Pool{*p}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Pool, error) { return c.CreatePool(ctx, req) }, one(poolTable))
 		}}
 	tf.add(create, false)
 	cf.add(create)
@@ -112,51 +83,39 @@ func setupPool(cmd *cobra.Command) {
 		Example: `  sandgate pool edit warm --buffer-min 0 --buffer-max 0   # drain
   sandgate pool edit warm --image sandgate/base:0.2.0`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.GetPool(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			req := sandgate.PoolRequest{Name: p.Name, Template: p.Template, CapacitySpec: p.CapacitySpec}
-			ecf.apply(cmd, &req.CapacitySpec)
-			if etf.file != "" || etf.image != "" || len(etf.env) > 0 || len(etf.metadata) > 0 || etf.cpu != "" || etf.memory != "" || etf.timeout > 0 || len(etf.entrypoint) > 0 {
-				if etf.image == "" && etf.file == "" && p.Template.Image != nil {
-					etf.image = p.Template.Image.URI
-				}
-				t, err := etf.request()
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Pool, error) {
+				p, err := c.GetPool(ctx, args[0])
 				if err != nil {
-					return err
+					return nil, err
 				}
-				req.Template = t
-			}
-			np, err := c.UpdatePool(ctx, req)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), np, poolTable([]sandgate.Pool{*np}))
+				req := sandgate.PoolRequest{Name: p.Name, Template: p.Template, CapacitySpec: p.CapacitySpec}
+				ecf.apply(cmd, &req.CapacitySpec)
+				if etf.file != "" || etf.image != "" || len(etf.env) > 0 || len(etf.metadata) > 0 || etf.cpu != "" || etf.memory != "" || etf.timeout > 0 || len(etf.entrypoint) > 0 {
+					if etf.image == "" && etf.file == "" && p.Template.Image != nil {
+						etf.image = p.Template.Image.URI
+					}
+					t, err := etf.request()
+					if err != nil {
+						return nil, err
+					}
+					req.Template = t
+				}
+				return c.UpdatePool(ctx, req)
+			}, one(poolTable))
 		}}
 	etf.add(edit, false)
 	ecf.add(edit)
 	rm := &cobra.Command{Use: "rm <name>…", Aliases: []string{"delete"}, Short: "Removes pools and their idle sandboxes", Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			for _, name := range args {
-				if err := c.DeletePool(ctx, name); err != nil {
-					return err
+			return g.call(func(ctx context.Context, c *sandgate.Client) error {
+				for _, name := range args {
+					if err := c.DeletePool(ctx, name); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s removed\n", name)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s removed\n", name)
-			}
-			return nil
+				return nil
+			})
 		}}
 	cmd.AddCommand(ls, get, create, edit, rm)
 }
@@ -203,77 +162,63 @@ func setupBatch(cmd *cobra.Command) {
 				}
 				req.Env, req.Metadata, req.Timeout = t.Env, t.Metadata, t.Timeout
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			b, err := c.CreateBatch(ctx, req)
-			if err != nil {
-				return err
-			}
-			if !noWait {
-				tty := isTerminal(os.Stderr)
-				last := ""
-				started := time.Now()
-				b, err = c.WaitBatch(ctx, b.ID, func(b *sandgate.Batch) {
-					line := batchProgress(b)
-					if tty {
-						fmt.Fprintf(cmd.ErrOrStderr(), "\r%s (%s)", line, time.Since(started).Round(time.Second))
-					} else if line != last {
-						// Not a terminal: one line per change, not per look.
-						fmt.Fprintln(cmd.ErrOrStderr(), line)
-					}
-					last = line
-				})
-				if tty {
-					fmt.Fprintln(cmd.ErrOrStderr())
-				}
+			return g.call(func(ctx context.Context, c *sandgate.Client) error {
+				b, err := c.CreateBatch(ctx, req)
 				if err != nil {
 					return err
 				}
-			}
-			if err := g.print(cmd.OutOrStdout(), b, batchTable(b)); err != nil {
-				return err
-			}
-			if b.Summary.Failed > 0 {
-				return fmt.Errorf("batch %s: %d of %d sandboxes failed", b.ID, b.Summary.Failed, b.Count)
-			}
-			return nil
+				return g.awaitBatch(ctx, cmd, c, b, noWait, "batch", "sandboxes")
+			})
 		}}
 	tf.add(create, true)
 	create.Flags().IntVarP(&count, "count", "n", 1, "number of sandboxes")
 	create.Flags().BoolVar(&noWait, "no-wait", false, "print the batch at once, without waiting")
 	get := &cobra.Command{Use: "get <batch-id>", Short: "Prints a batch and its members", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			b, err := c.GetBatch(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), b, batchTable(b))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Batch, error) {
+				return c.GetBatch(ctx, args[0])
+			}, batchTable)
 		}}
 	rm := &cobra.Command{Use: "rm <batch-id>", Aliases: []string{"delete"}, Short: "Removes a batch and its sandboxes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			if err := c.DeleteBatch(ctx, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s removed\n", args[0])
-			return nil
+			return g.forEach(cmd, args, "removed", "batches", func(ctx context.Context, c *sandgate.Client, id string) error { return c.DeleteBatch(ctx, id) })
 		}}
 	cmd.AddCommand(create, get, rm)
+}
+
+// awaitBatch shows a new batch's progress on stderr until every member has settled
+// (unless noWait), prints the batch, and fails when any member failed. what names the
+// command in the error ("batch", "fork"), members its members ("sandboxes", "copies").
+func (g *global) awaitBatch(ctx context.Context, cmd *cobra.Command, c *sandgate.Client, b *sandgate.Batch, noWait bool, what, members string) error {
+	if !noWait {
+		tty := isTerminal(os.Stderr)
+		last := ""
+		started := time.Now()
+		var err error
+		b, err = c.WaitBatch(ctx, b.ID, func(b *sandgate.Batch) {
+			line := batchProgress(b)
+			if tty {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\r%s (%s)", line, time.Since(started).Round(time.Second))
+			} else if line != last {
+				// Not a terminal: one line per change, not per look.
+				fmt.Fprintln(cmd.ErrOrStderr(), line)
+			}
+			last = line
+		})
+		if tty {
+			fmt.Fprintln(cmd.ErrOrStderr())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := g.print(cmd.OutOrStdout(), b, batchTable(b)); err != nil {
+		return err
+	}
+	if b.Summary.Failed > 0 {
+		return fmt.Errorf("%s %s: %d of %d %s failed", what, b.ID, b.Summary.Failed, b.Count, members)
+	}
+	return nil
 }
 
 // batchProgress is one line of `batch create`'s live progress.
@@ -308,61 +253,25 @@ func setupPlugin(cmd *cobra.Command) {
 					return fmt.Errorf("--settings: %w", err)
 				}
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.PushPlugin(ctx, args[0], module, cfg)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), p, pluginTable([]sandgate.Plugin{*p}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Plugin, error) {
+				return c.PushPlugin(ctx, args[0], module, cfg)
+			}, one(pluginTable))
 		}}
 	push.Flags().StringSliceVar(&hooks, "hook", []string{"on_event"}, "hooks the plugin implements: on_event, decide_ttl")
 	push.Flags().StringVar(&settings, "settings", "", "settings as a JSON object")
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "Lists plugins", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			items, err := c.ListPlugins(ctx)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), items, pluginTable(items))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) ([]sandgate.Plugin, error) { return c.ListPlugins(ctx) }, pluginTable)
 		}}
 	get := &cobra.Command{Use: "get <name>", Short: "Prints a plugin and its statistics", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.GetPlugin(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), p, pluginTable([]sandgate.Plugin{*p}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Plugin, error) {
+				return c.GetPlugin(ctx, args[0])
+			}, one(pluginTable))
 		}}
 	rm := &cobra.Command{Use: "rm <name>", Aliases: []string{"delete"}, Short: "Uninstalls a plugin", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			if err := c.DeletePlugin(ctx, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s removed\n", args[0])
-			return nil
+			return g.forEach(cmd, args, "removed", "plugins", func(ctx context.Context, c *sandgate.Client, name string) error { return c.DeletePlugin(ctx, name) })
 		}}
 	cmd.AddCommand(push, ls, get, rm)
 }
@@ -418,17 +327,9 @@ func setupTenant(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			t, err := c.CreateTenant(ctx, sandgate.TenantRequest{Name: args[0], Quotas: q})
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), t, table([]sandgate.Tenant{*t}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Tenant, error) {
+				return c.CreateTenant(ctx, sandgate.TenantRequest{Name: args[0], Quotas: q})
+			}, one(table))
 		}}
 	edit := &cobra.Command{Use: "edit <id>", Short: "Changes a tenant's quotas", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -436,17 +337,9 @@ func setupTenant(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			t, err := c.UpdateTenant(ctx, args[0], sandgate.TenantRequest{Quotas: q})
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), t, table([]sandgate.Tenant{*t}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Tenant, error) {
+				return c.UpdateTenant(ctx, args[0], sandgate.TenantRequest{Quotas: q})
+			}, one(table))
 		}}
 	for _, c := range []*cobra.Command{create, edit} {
 		c.Flags().IntVar(&maxConcurrent, "max-concurrent", 0, "running sandboxes at most")
@@ -454,31 +347,13 @@ func setupTenant(cmd *cobra.Command) {
 	}
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "Lists tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			items, err := c.ListTenants(ctx)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), items, table(items))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) ([]sandgate.Tenant, error) { return c.ListTenants(ctx) }, table)
 		}}
 	get := &cobra.Command{Use: "get <id>", Short: "Prints a tenant", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			t, err := c.GetTenant(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), t, table([]sandgate.Tenant{*t}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Tenant, error) {
+				return c.GetTenant(ctx, args[0])
+			}, one(table))
 		}}
 	cmd.AddCommand(create, ls, get, edit)
 }
@@ -491,12 +366,10 @@ func setupKey(cmd *cobra.Command) {
 	cmd.Example = `  sandgate key create --tenant <id> --role member
   sandgate key ls --tenant <id>
   sandgate key rm --tenant <id> <key-id>`
-	resolve := func(c *sandgate.Client, cmd *cobra.Command) (string, error) {
+	resolve := func(ctx context.Context, c *sandgate.Client) (string, error) {
 		if tenant != "" {
 			return tenant, nil
 		}
-		ctx, cancel := signalContext()
-		defer cancel()
 		w, err := c.Whoami(ctx)
 		if err != nil {
 			return "", err
@@ -515,62 +388,40 @@ func setupKey(cmd *cobra.Command) {
 	var role string
 	create := &cobra.Command{Use: "create", Short: "Issues a key and prints its secret once", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := resolve(c, cmd)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			k, err := c.CreateKey(ctx, t, role)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), k, func(w *tabwriter.Writer) {
-				table([]sandgate.Key{*k})(w)
-				fmt.Fprintf(w, "\nkey (shown once): %s\n", k.Key)
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Key, error) {
+				t, err := resolve(ctx, c)
+				if err != nil {
+					return nil, err
+				}
+				return c.CreateKey(ctx, t, role)
+			}, func(k *sandgate.Key) func(*tabwriter.Writer) {
+				return func(w *tabwriter.Writer) {
+					table([]sandgate.Key{*k})(w)
+					fmt.Fprintf(w, "\nkey (shown once): %s\n", k.Key)
+				}
 			})
 		}}
 	create.Flags().StringVar(&role, "role", sandgate.RoleMember, "admin, tenant-admin, member or viewer")
 	_ = create.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"admin", "tenant-admin", "member", "viewer"}, cobra.ShellCompDirectiveNoFileComp))
 	ls := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "Lists keys (without secrets)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := resolve(c, cmd)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			items, err := c.ListKeys(ctx, t)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), items, table(items))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) ([]sandgate.Key, error) {
+				t, err := resolve(ctx, c)
+				if err != nil {
+					return nil, err
+				}
+				return c.ListKeys(ctx, t)
+			}, table)
 		}}
 	rm := &cobra.Command{Use: "rm <key-id>", Aliases: []string{"revoke"}, Short: "Revokes a key", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := resolve(c, cmd)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			if err := c.RevokeKey(ctx, t, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s revoked\n", args[0])
-			return nil
+			return g.forEach(cmd, args, "revoked", "keys", func(ctx context.Context, c *sandgate.Client, id string) error {
+				t, err := resolve(ctx, c)
+				if err != nil {
+					return err
+				}
+				return c.RevokeKey(ctx, t, id)
+			})
 		}}
 	cmd.AddCommand(create, ls, rm)
 }
@@ -596,51 +447,47 @@ func setupEvents(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&limit, "limit", 100, "events per page")
 	cmd.Flags().StringVar(&cursor, "after", "", "start after this event id (with --follow: resume a stream without a gap)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, err := g.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
 		q := sandgate.EventQuery{Tenant: tenant, Sandbox: sandbox, Types: types, Exclude: exclude, Limit: limit, Newest: newest, Cursor: cursor}
-		out := cmd.OutOrStdout()
-		line := func(ev sandgate.Event) {
-			switch g.output {
-			case "json", "yaml":
-				data, _ := json.Marshal(ev)
-				fmt.Fprintf(out, "%s\n", data)
-			default:
-				data, _ := json.Marshal(ev.Data)
-				sb := ev.SandboxID
-				if sb == "" {
-					sb = "-"
+		return g.call(func(ctx context.Context, c *sandgate.Client) error {
+			out := cmd.OutOrStdout()
+			line := func(ev sandgate.Event) {
+				switch g.output {
+				case "json", "yaml":
+					data, _ := json.Marshal(ev)
+					fmt.Fprintf(out, "%s\n", data)
+				default:
+					data, _ := json.Marshal(ev.Data)
+					sb := ev.SandboxID
+					if sb == "" {
+						sb = "-"
+					}
+					fmt.Fprintf(out, "%s  %-24s %s  %s\n", ev.Time.Local().Format(time.RFC3339), ev.Type, sb, data)
 				}
-				fmt.Fprintf(out, "%s  %-24s %s  %s\n", ev.Time.Local().Format(time.RFC3339), ev.Type, sb, data)
 			}
-		}
-		if !follow {
-			page, err := c.ListEvents(ctx, q)
-			if err != nil {
-				return err
+			if !follow {
+				page, err := c.ListEvents(ctx, q)
+				if err != nil {
+					return err
+				}
+				if g.output == "yaml" || g.output == "json" {
+					return g.print(out, page, nil)
+				}
+				for _, ev := range page.Items {
+					line(ev)
+				}
+				return nil
 			}
-			if g.output == "yaml" || g.output == "json" {
-				return g.print(out, page, nil)
-			}
-			for _, ev := range page.Items {
+			for ev, err := range c.FollowEvents(ctx, q) {
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
 				line(ev)
 			}
 			return nil
-		}
-		for ev, err := range c.FollowEvents(ctx, q) {
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			line(ev)
-		}
-		return nil
+		})
 	}
 }
 
@@ -659,13 +506,11 @@ func PolicyRemoteCommands() []*cobra.Command {
   sandgate policy get access.rego > access.rego
   sandgate policy get -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
+			var p *sandgate.Policy
+			err := g.call(func(ctx context.Context, c *sandgate.Client) (err error) {
+				p, err = c.GetPolicy(ctx)
 				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.GetPolicy(ctx)
+			})
 			if err != nil {
 				return err
 			}
@@ -719,18 +564,14 @@ one). The gateway compiles and tests them first and refuses a policy that does n
 			if len(modules) == 0 {
 				return errors.New("policy push: no .rego files")
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.PushPolicy(ctx, modules)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy version %s in force (%d modules pushed)\n", p.Version, len(modules))
-			return nil
+			return g.call(func(ctx context.Context, c *sandgate.Client) error {
+				p, err := c.PushPolicy(ctx, modules)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "policy version %s in force (%d modules pushed)\n", p.Version, len(modules))
+				return nil
+			})
 		}}
 	addFlags(push)
 	return []*cobra.Command{get, push}

@@ -92,6 +92,79 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// call runs one gateway call with the client the flags name, under a context that
+// Ctrl-C or SIGTERM ends.
+func (g *global) call(f func(context.Context, *sandgate.Client) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return f(ctx, c)
+}
+
+// show runs a gateway call that answers one value and prints the value in the chosen
+// format; table renders it for -o table. A command states its flags and its call, and
+// show does the rest.
+func show[T any](g *global, cmd *cobra.Command, get func(context.Context, *sandgate.Client) (T, error), table func(T) func(*tabwriter.Writer)) error {
+	return g.call(func(ctx context.Context, c *sandgate.Client) error {
+		v, err := get(ctx, c)
+		if err != nil {
+			return err
+		}
+		return g.print(cmd.OutOrStdout(), v, table(v))
+	})
+}
+
+// one renders a single item with the table of a list of them.
+func one[T any](table func([]T) func(*tabwriter.Writer)) func(*T) func(*tabwriter.Writer) {
+	return func(v *T) func(*tabwriter.Writer) { return table([]T{*v}) }
+}
+
+// paged renders one page of a list with its table and, when there is more, how to get
+// the next page (more names another way, such as ", or --all").
+func paged[T any](items []T, p sandgate.Pagination, table func([]T) func(*tabwriter.Writer), more string) func(*tabwriter.Writer) {
+	return func(w *tabwriter.Writer) {
+		table(items)(w)
+		if p.HasNextPage {
+			fmt.Fprintf(w, "(page %d of %d; --page %d for more%s)\n", p.Page, p.TotalPages, p.Page+1, more)
+		}
+	}
+}
+
+// withStatus renders a table and, below it, the reason and message of a status that has one.
+func withStatus(table func(*tabwriter.Writer), reason, message string) func(*tabwriter.Writer) {
+	return func(w *tabwriter.Writer) {
+		table(w)
+		if message != "" {
+			fmt.Fprintf(w, "\n%s: %s\n", reason, message)
+		}
+	}
+}
+
+// forEach runs a call for each id the command names and prints "<id> <done>" for each
+// that succeeds. With one id its error is the command's; with several, a failure is
+// printed and the others are still tried (things are "sandboxes", "snapshots": for the
+// closing error).
+func (g *global) forEach(cmd *cobra.Command, ids []string, done, things string, f func(ctx context.Context, c *sandgate.Client, id string) error) error {
+	return g.call(func(ctx context.Context, c *sandgate.Client) error {
+		var failed error
+		for _, id := range ids {
+			if err := f(ctx, c, id); err != nil {
+				if len(ids) == 1 {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
+				failed = fmt.Errorf("%s failed for some %s", cmd.Name(), things)
+				continue
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
+		}
+		return failed
+	})
+}
+
 // print writes v in the chosen format; table renders the table form.
 func (g *global) print(w io.Writer, v any, table func(*tabwriter.Writer)) error {
 	switch g.output {

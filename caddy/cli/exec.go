@@ -233,25 +233,21 @@ With -r, directories are copied with everything below them.`
 		if srcRemote == dstRemote {
 			return errors.New("cp: exactly one of source and destination is <sandbox>:<path>")
 		}
-		c, err := g.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		cp := copier{quiet: quiet}
-		if dstRemote {
-			a, err := c.Agent(ctx, dstID)
+		return g.call(func(ctx context.Context, c *sandgate.Client) error {
+			cp := copier{quiet: quiet}
+			if dstRemote {
+				a, err := c.Agent(ctx, dstID)
+				if err != nil {
+					return err
+				}
+				return cp.upload(ctx, a, src, dst, recursive)
+			}
+			a, err := c.Agent(ctx, srcID)
 			if err != nil {
 				return err
 			}
-			return cp.upload(ctx, a, src, dst, recursive)
-		}
-		a, err := c.Agent(ctx, srcID)
-		if err != nil {
-			return err
-		}
-		return cp.download(ctx, a, src, dst, recursive)
+			return cp.download(ctx, a, src, dst, recursive)
+		})
 	}
 }
 
@@ -466,23 +462,19 @@ may open it until it expires); --open opens it in your browser.`
 		if _, err := fmt.Sscanf(args[1], "%d", &port); err != nil || port < 1 || port > 65535 {
 			return fmt.Errorf("preview: port %q: want 1–65535", args[1])
 		}
-		c, err := g.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		ep, err := c.PreviewLink(ctx, args[0], port, ttl)
-		if err != nil {
-			return err
-		}
-		if err := g.print(cmd.OutOrStdout(), ep, func(w *tabwriter.Writer) { fmt.Fprintln(w, ep.URL) }); err != nil {
-			return err
-		}
-		if open {
-			return openBrowser(ep.URL)
-		}
-		return nil
+		return g.call(func(ctx context.Context, c *sandgate.Client) error {
+			ep, err := c.PreviewLink(ctx, args[0], port, ttl)
+			if err != nil {
+				return err
+			}
+			if err := g.print(cmd.OutOrStdout(), ep, func(w *tabwriter.Writer) { fmt.Fprintln(w, ep.URL) }); err != nil {
+				return err
+			}
+			if open {
+				return openBrowser(ep.URL)
+			}
+			return nil
+		})
 	}
 }
 

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	sandgate "github.com/sandgate/sandgate/client"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/mcpserver"
 )
@@ -23,13 +26,8 @@ A remote agent can use the gateway's /mcp endpoint (streamable HTTP) instead.`
 	cmd.Args = cobra.NoArgs
 	cmd.Flags().StringVar(&image, "image", "", "image create_sandbox uses when the model names none (default sandgate/base)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, err := g.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		s := mcpserver.New(c, mcpserver.Options{Version: gateway.Version, DefaultImage: image})
-		return s.Run(ctx, &mcp.StdioTransport{})
+		return g.call(func(ctx context.Context, c *sandgate.Client) error {
+			return mcpserver.New(c, mcpserver.Options{Version: gateway.Version, DefaultImage: image}).Run(ctx, &mcp.StdioTransport{})
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -148,6 +149,19 @@ func sandboxTable(items []sandgate.Sandbox) func(*tabwriter.Writer) {
 	}
 }
 
+// renewal is what `sandbox renew` prints (fields in the order of its JSON keys).
+type renewal struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+	ID        string    `json:"id"`
+}
+
+func (r renewal) table() func(*tabwriter.Writer) {
+	return func(w *tabwriter.Writer) {
+		row(w, "ID", "EXPIRES")
+		row(w, r.ID, r.ExpiresAt.Local().Format(time.RFC3339))
+	}
+}
+
 func setupSandbox(cmd *cobra.Command) {
 	g := addGlobal(cmd)
 	cmd.Long = "Creates, lists, inspects, renews, pauses, resumes and removes sandboxes."
@@ -171,20 +185,13 @@ func setupSandbox(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			sb, err := c.CreateSandbox(ctx, req)
-			if err != nil {
-				return err
-			}
-			if sb.Image == nil {
-				sb.Image = req.Image // the create answer does not repeat it
-			}
-			return g.print(cmd.OutOrStdout(), sb, sandboxTable([]sandgate.Sandbox{*sb}))
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Sandbox, error) {
+				sb, err := c.CreateSandbox(ctx, req)
+				if err == nil && sb.Image == nil {
+					sb.Image = req.Image // the create answer does not repeat it
+				}
+				return sb, err
+			}, one(sandboxTable))
 		},
 	}
 	tf.add(create, true)
@@ -205,30 +212,18 @@ func setupSandbox(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			opts := sandgate.ListOptions{States: states, Metadata: md, Page: page, PageSize: pageSize}
 			if all {
-				items, err := c.ListAllSandboxes(ctx, opts)
-				if err != nil {
-					return err
-				}
-				return g.print(cmd.OutOrStdout(), items, sandboxTable(items))
+				return show(g, cmd, func(ctx context.Context, c *sandgate.Client) ([]sandgate.Sandbox, error) {
+					return c.ListAllSandboxes(ctx, opts)
+				}, sandboxTable)
 			}
-			p, err := c.ListSandboxes(ctx, opts)
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), p, func(w *tabwriter.Writer) {
-				sandboxTable(p.Items)(w)
-				if p.Pagination.HasNextPage {
-					fmt.Fprintf(w, "(page %d of %d; --page %d for more, or --all)\n", p.Pagination.Page, p.Pagination.TotalPages, p.Pagination.Page+1)
-				}
-			})
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.SandboxPage, error) {
+				return c.ListSandboxes(ctx, opts)
+			},
+				func(p *sandgate.SandboxPage) func(*tabwriter.Writer) {
+					return paged(p.Items, p.Pagination, sandboxTable, ", or --all")
+				})
 		},
 	}
 	ls.Flags().StringArrayVar(&states, "state", nil, "only sandboxes in this state (repeatable)")
@@ -243,66 +238,34 @@ func setupSandbox(cmd *cobra.Command) {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeSandboxIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			sb, err := c.GetSandbox(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), sb, func(w *tabwriter.Writer) {
-				sandboxTable([]sandgate.Sandbox{*sb})(w)
-				if sb.Status.Message != "" {
-					fmt.Fprintf(w, "\n%s: %s\n", sb.Status.Reason, sb.Status.Message)
-				}
-			})
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Sandbox, error) {
+				return c.GetSandbox(ctx, args[0])
+			},
+				func(sb *sandgate.Sandbox) func(*tabwriter.Writer) {
+					return withStatus(one(sandboxTable)(sb), sb.Status.Reason, sb.Status.Message)
+				})
 		},
 	}
 
-	each := func(use, short, done string, f func(c *sandgate.Client, cmd *cobra.Command, id string) error) *cobra.Command {
+	each := func(use, short, done string, f func(ctx context.Context, c *sandgate.Client, id string) error) *cobra.Command {
 		return &cobra.Command{
 			Use:               use + " <id>…",
 			Short:             short,
 			Args:              cobra.MinimumNArgs(1),
 			ValidArgsFunction: g.completeSandboxIDs,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := g.client()
-				if err != nil {
-					return err
-				}
-				var failed error
-				for _, id := range args {
-					if err := f(c, cmd, id); err != nil {
-						if len(args) == 1 {
-							return err
-						}
-						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
-						failed = fmt.Errorf("%s failed for some sandboxes", use)
-						continue
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
-				}
-				return failed
+				return g.forEach(cmd, args, done, "sandboxes", f)
 			},
 		}
 	}
-	rm := each("rm", "Removes sandboxes", "removed", func(c *sandgate.Client, cmd *cobra.Command, id string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	rm := each("rm", "Removes sandboxes", "removed", func(ctx context.Context, c *sandgate.Client, id string) error {
 		return c.DeleteSandbox(ctx, id)
 	})
 	rm.Aliases = []string{"delete", "kill"}
-	pause := each("pause", "Freezes running sandboxes", "pausing", func(c *sandgate.Client, cmd *cobra.Command, id string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	pause := each("pause", "Freezes running sandboxes", "pausing", func(ctx context.Context, c *sandgate.Client, id string) error {
 		return c.PauseSandbox(ctx, id)
 	})
-	resume := each("resume", "Thaws paused sandboxes", "resuming", func(c *sandgate.Client, cmd *cobra.Command, id string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	resume := each("resume", "Thaws paused sandboxes", "resuming", func(ctx context.Context, c *sandgate.Client, id string) error {
 		return c.ResumeSandbox(ctx, id)
 	})
 
@@ -314,21 +277,10 @@ func setupSandbox(cmd *cobra.Command) {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeSandboxIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			exp, err := c.RenewSandbox(ctx, args[0], time.Now().Add(renewFor))
-			if err != nil {
-				return err
-			}
-			out := map[string]any{"id": args[0], "expiresAt": exp}
-			return g.print(cmd.OutOrStdout(), out, func(w *tabwriter.Writer) {
-				row(w, "ID", "EXPIRES")
-				row(w, args[0], exp.Local().Format(time.RFC3339))
-			})
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (renewal, error) {
+				exp, err := c.RenewSandbox(ctx, args[0], time.Now().Add(renewFor))
+				return renewal{ID: args[0], ExpiresAt: exp}, err
+			}, renewal.table)
 		},
 	}
 	renew.Flags().DurationVar(&renewFor, "for", time.Hour, "new time to live from now")

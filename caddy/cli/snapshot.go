@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,22 +64,13 @@ func setupSnapshot(cmd *cobra.Command) {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeSandboxIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := c.CreateSnapshot(ctx, args[0], name)
-			if err != nil {
-				return err
-			}
-			if !noWait {
-				if s, err = c.WaitSnapshot(ctx, s.ID); err != nil {
-					return err
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Snapshot, error) {
+				s, err := c.CreateSnapshot(ctx, args[0], name)
+				if err != nil || noWait {
+					return s, err
 				}
-			}
-			return g.print(cmd.OutOrStdout(), s, snapshotTable([]sandgate.Snapshot{*s}))
+				return c.WaitSnapshot(ctx, s.ID)
+			}, one(snapshotTable))
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "a name for the snapshot")
@@ -96,21 +87,10 @@ func setupSnapshot(cmd *cobra.Command) {
   sandgate snapshot ls --sandbox 3f6c… --state Ready -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			p, err := c.ListSnapshots(ctx, sandgate.SnapshotListOptions{SandboxID: sandboxID, States: states, Page: page, PageSize: pageSize})
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), p, func(w *tabwriter.Writer) {
-				snapshotTable(p.Items)(w)
-				if p.Pagination.HasNextPage {
-					fmt.Fprintf(w, "(page %d of %d; --page %d for more)\n", p.Pagination.Page, p.Pagination.TotalPages, p.Pagination.Page+1)
-				}
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.SnapshotPage, error) {
+				return c.ListSnapshots(ctx, sandgate.SnapshotListOptions{SandboxID: sandboxID, States: states, Page: page, PageSize: pageSize})
+			}, func(p *sandgate.SnapshotPage) func(*tabwriter.Writer) {
+				return paged(p.Items, p.Pagination, snapshotTable, "")
 			})
 		},
 	}
@@ -124,22 +104,12 @@ func setupSnapshot(cmd *cobra.Command) {
 		Short: "Prints one snapshot",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := c.GetSnapshot(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), s, func(w *tabwriter.Writer) {
-				snapshotTable([]sandgate.Snapshot{*s})(w)
-				if s.Status.Message != "" {
-					fmt.Fprintf(w, "\n%s: %s\n", s.Status.Reason, s.Status.Message)
-				}
-			})
+			return show(g, cmd, func(ctx context.Context, c *sandgate.Client) (*sandgate.Snapshot, error) {
+				return c.GetSnapshot(ctx, args[0])
+			},
+				func(s *sandgate.Snapshot) func(*tabwriter.Writer) {
+					return withStatus(one(snapshotTable)(s), s.Status.Reason, s.Status.Message)
+				})
 		},
 	}
 
@@ -149,25 +119,7 @@ func setupSnapshot(cmd *cobra.Command) {
 		Short:   "Removes snapshots (refused while a sandbox runs from one)",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			var failed error
-			for _, id := range args {
-				if err := c.DeleteSnapshot(ctx, id); err != nil {
-					if len(args) == 1 {
-						return err
-					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
-					failed = errors.New("rm failed for some snapshots")
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s removed\n", id)
-			}
-			return failed
+			return g.forEach(cmd, args, "removed", "snapshots", func(ctx context.Context, c *sandgate.Client, id string) error { return c.DeleteSnapshot(ctx, id) })
 		},
 	}
 	cmd.AddCommand(create, ls, get, rm)
@@ -201,42 +153,12 @@ func setupFork(cmd *cobra.Command) {
 		if timeout > 0 {
 			req.Timeout = sandgate.Seconds(timeout)
 		}
-		c, err := g.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		b, err := c.Fork(ctx, args[0], req)
-		if err != nil {
-			return err
-		}
-		if !noWait {
-			tty := isTerminal(os.Stderr)
-			last := ""
-			started := time.Now()
-			b, err = c.WaitBatch(ctx, b.ID, func(b *sandgate.Batch) {
-				line := batchProgress(b)
-				if tty {
-					fmt.Fprintf(cmd.ErrOrStderr(), "\r%s (%s)", line, time.Since(started).Round(time.Second))
-				} else if line != last {
-					fmt.Fprintln(cmd.ErrOrStderr(), line)
-				}
-				last = line
-			})
-			if tty {
-				fmt.Fprintln(cmd.ErrOrStderr())
-			}
+		return g.call(func(ctx context.Context, c *sandgate.Client) error {
+			b, err := c.Fork(ctx, args[0], req)
 			if err != nil {
 				return err
 			}
-		}
-		if err := g.print(cmd.OutOrStdout(), b, batchTable(b)); err != nil {
-			return err
-		}
-		if b.Summary.Failed > 0 {
-			return fmt.Errorf("fork %s: %d of %d copies failed", b.ID, b.Summary.Failed, b.Count)
-		}
-		return nil
+			return g.awaitBatch(ctx, cmd, c, b, noWait, "fork", "copies")
+		})
 	}
 }

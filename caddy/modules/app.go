@@ -47,6 +47,9 @@ type App struct {
 	// SandboxMetricsInterval is how often each sandbox's resource use is read for
 	// GET /sandboxes/{id}/metrics (a duration, default 5s; "off" reads none).
 	SandboxMetricsInterval string `json:"sandbox_metrics_interval,omitempty"`
+	// TestClock "on" lets the platform admin move the gateway's clock forward (POST
+	// /admin/test-clock), for end-to-end tests only; default "off": no such route.
+	TestClock string `json:"test_clock,omitempty"`
 	// metricsServing is the running state of the metrics listener (metrics.go).
 	metricsServing
 	// APIKey is the platform admin key. Write a placeholder resolved at provision,
@@ -61,6 +64,8 @@ type App struct {
 	RedisURL string `json:"redis_url,omitempty"`
 	// RedisPrefix namespaces sandgate's keys (default "sg:").
 	RedisPrefix string `json:"redis_prefix,omitempty"`
+	// RedisCluster "on" takes RedisURL as a seed of a Redis Cluster.
+	RedisCluster string `json:"redis_cluster,omitempty"`
 	// Runtime selects the engine: "docker" (default) or "kubernetes".
 	Runtime string `json:"runtime,omitempty"`
 	// DockerHost overrides DOCKER_HOST.
@@ -204,7 +209,7 @@ func (s sharedStore) Destruct() error { return s.Close() }
 // storeKey identifies the settings the store is built from (a digest: redis_url may
 // hold a password).
 func (a *App) storeKey() string {
-	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix))
+	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix + "\x00" + a.RedisCluster))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -327,7 +332,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 	bg := context.Background()
 	storeKey := a.storeKey()
 	sv, _, err := stores.LoadOrNew(storeKey, func() (caddy.Destructor, error) {
-		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Logger: log})
+		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Cluster: a.RedisCluster == "on", Logger: log})
 		return sharedStore{st}, err
 	})
 	if err != nil {
@@ -384,6 +389,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
 		CheckRegistries: len(a.ImageRegistries) > 0,
 		UsageInterval:   usageInterval,
+		TestClock:       a.TestClock == "on",
 	}, st, rt, pol, log)
 	host, err := a.startPlugins(bg, svc, log)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/tracing"
+	"github.com/sandgate/sandgate/tracing"
 )
 
 // metricsServing is the running state of the metrics listener; App embeds it (the settings are

@@ -57,6 +57,7 @@ var settings = []setting{
 	{name: "api_key_file", env: "SANDGATE_API_KEY_FILE", live: true, doc: "a file holding the key", field: func(a *App) any { return &a.APIKeyFile }},
 	{name: "redis_url", env: "SANDGATE_REDIS_URL", kind: kindSecret, doc: "empty: embedded store; {env.VAR} keeps a password out of the config", field: func(a *App) any { return &a.RedisURL }},
 	{name: "redis_prefix", env: "SANDGATE_REDIS_PREFIX", doc: "key namespace", field: func(a *App) any { return &a.RedisPrefix }},
+	{name: "redis_cluster", env: "SANDGATE_REDIS_CLUSTER", def: "off", values: []string{"on", "off"}, doc: "on: redis_url seeds a Redis Cluster (more seeds as ?addr=host:port)", field: func(a *App) any { return &a.RedisCluster }},
 	{name: "runtime", env: "SANDGATE_RUNTIME", def: "docker", doc: "docker|kubernetes", field: func(a *App) any { return &a.Runtime }},
 	{name: "docker_host", env: "SANDGATE_DOCKER_HOST", doc: "unix:///…", field: func(a *App) any { return &a.DockerHost }},
 	{name: "docker_network", env: "SANDGATE_DOCKER_NETWORK", def: "sandgate", doc: "the sandboxes' bridge network", field: func(a *App) any { return &a.DockerNetwork }},
@@ -98,6 +99,7 @@ var settings = []setting{
 	{name: "metrics_listen", env: "SANDGATE_METRICS_LISTEN", doc: "host:port serving /metrics without credentials", field: func(a *App) any { return &a.MetricsListen }},
 	{name: "metrics_tenant_label", env: "SANDGATE_METRICS_TENANT_LABEL", def: "on", values: []string{"on", "off"}, doc: "on|off: the tenant label of sandgate_sandboxes", field: func(a *App) any { return &a.MetricsTenantLabel }},
 	{name: "sandbox_metrics_interval", env: "SANDGATE_SANDBOX_METRICS_INTERVAL", def: "5s", doc: "how often each sandbox's resource use is read (a duration, or off)", field: func(a *App) any { return &a.SandboxMetricsInterval }},
+	{name: "test_clock", env: "SANDGATE_TEST_CLOCK", def: "off", values: []string{"on", "off"}, doc: "on|off: tests only; the admin may move the gateway's clock", field: func(a *App) any { return &a.TestClock }},
 }
 
 // settingNamed returns the setting called name.

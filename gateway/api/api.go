@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/tracing"
+	"github.com/sandgate/sandgate/tracing"
 	"github.com/sandgate/sandgate/web"
 )
 
@@ -42,8 +42,10 @@ type route struct {
 	method  string // "" = any method
 	path    string // without the /v1 prefix
 	handler func(http.ResponseWriter, *http.Request, gateway.Caller)
-	public  bool // no API key needed
-	own     bool // the handler authenticates by itself (the proxy)
+	// endpoint, for a route of the common shape (handlers.go), stands for handler.
+	endpoint endpoint
+	public   bool // no API key needed
+	own      bool // the handler authenticates by itself (the proxy)
 	// action is what the access policy decides on; empty derives it from the path and
 	// method (see actionFor). selfAuthz routes call Authorize themselves, with the body.
 	action    string
@@ -72,12 +74,13 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	for path, ms := range methods {
 		h.registerFallback(path, ms, shadowsWildcard(path, routes))
 	}
+	h.registerTestClock()
 	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}", h.serveConsoleProxy)
 	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}/{path...}", h.serveConsoleProxy)
 	h.mux.Handle("GET /console/", web.Handler("/console/"))
 	h.mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
 	return h
 }
@@ -89,24 +92,24 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
 		{method: "GET", path: "/metrics", handler: h.serveMetrics, action: "metrics.read"},
 		{method: "GET", path: "/fleet/metrics", handler: h.fleetMetrics, action: "metrics.read"},
-		{method: "POST", path: "/sandboxes", handler: h.createSandbox},
-		{method: "GET", path: "/sandboxes", handler: h.listSandboxes},
+		{method: "POST", path: "/sandboxes", endpoint: decodeAndCall(http.StatusAccepted, h.svc.Create)},
+		{method: "GET", path: "/sandboxes", endpoint: queryAndCall(sandboxListQuery, h.svc.List)},
 		// The live list; more specific than /sandboxes/{id}, so the mux prefers it.
 		{method: "GET", path: "/sandboxes/watch", handler: h.watchSandboxes, action: "sandbox.list"},
-		{method: "GET", path: "/sandboxes/{id}", handler: h.getSandbox},
-		{method: "DELETE", path: "/sandboxes/{id}", handler: h.deleteSandbox},
-		{method: "PATCH", path: "/sandboxes/{id}/metadata", handler: h.patchMetadata},
-		{method: "POST", path: "/sandboxes/{id}/pause", handler: h.pauseSandbox},
-		{method: "POST", path: "/sandboxes/{id}/resume", handler: h.resumeSandbox},
+		{method: "GET", path: "/sandboxes/{id}", endpoint: getOn("id", h.svc.Get)},
+		{method: "DELETE", path: "/sandboxes/{id}", endpoint: doOn("id", http.StatusNoContent, h.svc.Delete)},
+		{method: "PATCH", path: "/sandboxes/{id}/metadata", endpoint: decodeAndCallOn("id", http.StatusOK, h.svc.PatchMetadata)},
+		{method: "POST", path: "/sandboxes/{id}/pause", endpoint: doOn("id", http.StatusAccepted, h.svc.Pause)},
+		{method: "POST", path: "/sandboxes/{id}/resume", endpoint: doOn("id", http.StatusAccepted, h.svc.Resume)},
 		{method: "POST", path: "/sandboxes/{id}/renew-expiration", handler: h.renewSandbox},
-		{method: "POST", path: "/sandboxes/{id}/access/rotate", handler: h.rotateAccess, action: "sandbox.access.rotate"},
+		{method: "POST", path: "/sandboxes/{id}/access/rotate", endpoint: doOn("id", http.StatusNoContent, h.svc.RotateAccess), action: "sandbox.access.rotate"},
 		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint, action: "sandbox.proxy"},
 		{method: "POST", path: "/sandboxes/{id}/snapshots", handler: h.createSnapshot, action: "snapshot.create"},
-		{method: "POST", path: "/sandboxes/{id}/fork", handler: h.fork, action: "batch.create"},
-		{method: "GET", path: "/snapshots", handler: h.listSnapshots},
-		{method: "GET", path: "/snapshots/{id}", handler: h.getSnapshot},
-		{method: "DELETE", path: "/snapshots/{id}", handler: h.deleteSnapshot},
-		{method: "GET", path: "/sandboxes/{id}/metrics", handler: h.sandboxMetrics, action: "sandbox.get"},
+		{method: "POST", path: "/sandboxes/{id}/fork", endpoint: decodeAndCallOn("id", http.StatusAccepted, h.svc.Fork), action: "batch.create"},
+		{method: "GET", path: "/snapshots", endpoint: queryAndCall(snapshotListQuery, h.svc.ListSnapshots)},
+		{method: "GET", path: "/snapshots/{id}", endpoint: getOn("id", h.svc.GetSnapshot)},
+		{method: "DELETE", path: "/snapshots/{id}", endpoint: doOn("id", http.StatusNoContent, h.svc.DeleteSnapshot)},
+		{method: "GET", path: "/sandboxes/{id}/metrics", endpoint: getOn("id", h.svc.SandboxUsage), action: "sandbox.get"},
 		{method: "GET", path: "/sandboxes/{id}/metrics/watch", handler: h.watchSandboxMetrics, action: "sandbox.get"},
 		{method: "POST", path: "/tenants", handler: h.createTenant},
 		{method: "GET", path: "/tenants", handler: h.listTenants},
@@ -117,19 +120,19 @@ func (h *Handler) routes() []route {
 		{method: "DELETE", path: "/tenants/{id}/keys/{keyId}", handler: h.revokeKey, action: "key.delete"},
 		{method: "GET", path: "/whoami", handler: h.whoami, action: "tenant.get"},
 		{method: "POST", path: "/admin/link-keys/rotate", handler: h.rotateLinkKeys, action: "policy.write"},
-		{method: "POST", path: "/pools", handler: h.createPool},
-		{method: "GET", path: "/pools", handler: h.listPools},
-		{method: "GET", path: "/pools/{name}", handler: h.getPool},
-		{method: "PUT", path: "/pools/{name}", handler: h.updatePool},
-		{method: "DELETE", path: "/pools/{name}", handler: h.deletePool},
-		{method: "POST", path: "/batches", handler: h.createBatch},
-		{method: "GET", path: "/batches/{id}", handler: h.getBatch},
-		{method: "DELETE", path: "/batches/{id}", handler: h.deleteBatch},
-		{method: "GET", path: "/plugins", handler: h.listPlugins},
-		{method: "GET", path: "/plugins/{name}", handler: h.getPlugin},
+		{method: "POST", path: "/pools", endpoint: decodeAndCall(http.StatusCreated, h.svc.CreatePool)},
+		{method: "GET", path: "/pools", endpoint: listAll(h.svc.ListPools)},
+		{method: "GET", path: "/pools/{name}", endpoint: getOn("name", h.svc.GetPool)},
+		{method: "PUT", path: "/pools/{name}", endpoint: decodeAndCallOn("name", http.StatusOK, h.svc.UpdatePool)},
+		{method: "DELETE", path: "/pools/{name}", endpoint: doOn("name", http.StatusNoContent, h.svc.DeletePool)},
+		{method: "POST", path: "/batches", endpoint: decodeAndCall(http.StatusAccepted, h.svc.CreateBatch)},
+		{method: "GET", path: "/batches/{id}", endpoint: getOn("id", h.svc.GetBatch)},
+		{method: "DELETE", path: "/batches/{id}", endpoint: doOn("id", http.StatusNoContent, h.svc.DeleteBatch)},
+		{method: "GET", path: "/plugins", endpoint: listAll(h.svc.ListPlugins)},
+		{method: "GET", path: "/plugins/{name}", endpoint: getOn("name", h.svc.GetPlugin)},
 		{method: "PUT", path: "/plugins/{name}", handler: h.putPlugin},
-		{method: "DELETE", path: "/plugins/{name}", handler: h.deletePlugin},
-		{method: "GET", path: "/audit", handler: h.listAudit, action: "audit.read"},
+		{method: "DELETE", path: "/plugins/{name}", endpoint: doOn("name", http.StatusNoContent, h.svc.DeletePlugin)},
+		{method: "GET", path: "/audit", endpoint: queryAndCall(auditQuery, h.svc.ReadAudit), action: "audit.read"},
 		{method: "GET", path: "/audit/stream", handler: h.streamAudit, action: "audit.read"},
 		{method: "GET", path: "/events", handler: h.listEvents, action: "audit.read", selfAuthz: true},
 		{method: "GET", path: "/events/stream", handler: h.streamEvents, action: "audit.read", selfAuthz: true},
@@ -152,6 +155,9 @@ func (h *Handler) routes() []route {
 }
 
 func (h *Handler) register(rt route) {
+	if rt.endpoint != nil {
+		rt.handler = h.serve(rt.endpoint)
+	}
 	action := rt.action
 	if action == "" {
 		action = actionFor(rt.method, rt.path)
@@ -161,13 +167,13 @@ func (h *Handler) register(rt route) {
 		if !rt.public && !rt.own {
 			c, authed, err := h.authenticate(r)
 			if err != nil {
-				writeError(w, r, err)
+				h.writeError(w, r, err)
 				return
 			}
 			caller, r = c, authed
 			if !rt.selfAuthz {
 				if err := h.svc.Authorize(r.Context(), c, action, resourceFor(action, r, c), r.Method, r.URL.Path, nil); err != nil {
-					writeError(w, r, err)
+					h.writeError(w, r, err)
 					return
 				}
 			}
@@ -229,7 +235,7 @@ func shadowsWildcard(path string, routes []route) bool {
 }
 
 func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	writeError(w, r, gateway.Errorf(http.StatusMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+	h.writeError(w, r, gateway.Errorf(gateway.KindMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 // ServeHTTP implements http.Handler: request id, panic safety, then the routes.
@@ -247,8 +253,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			h.log.Error("panic in handler", "panic", p, "path", r.URL.Path, "stack", string(debug.Stack()))
-			writeError(w, r, gateway.Errorf(http.StatusInternalServerError, gateway.CodeInternal, "internal error (request %s)", id))
+			// The route pattern, not the path: a path may hold a signed link's token.
+			h.log.Error("panic in handler", "panic", p, "request_id", id, "route", r.Pattern, "stack", string(debug.Stack()))
+			h.writeError(w, r, gateway.Errorf(gateway.KindInternal, gateway.CodeInternal, "internal error (request %s)", id))
 		}
 	}()
 	if id, port, ok := h.previewHost(r.Host); ok {

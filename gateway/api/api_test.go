@@ -8,14 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/runtimes/inprocess"
+	"github.com/sandgate/sandgate/test/coredeps"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -24,31 +21,25 @@ import (
 // tested without Docker or Caddy.
 func newTestAPI(t *testing.T) *httptest.Server {
 	t.Helper()
-	r, err := testenv.StartRedis(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "t:", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	rt := inprocess.New()
-	t.Cleanup(func() { _ = rt.Close() })
-	pol, err := policy.New(ctx, policy.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := gateway.New(gateway.Config{}, st, rt, pol, log)
-	svc.SetAdminKey("admin-key")
-	svc.Start(ctx)
-	t.Cleanup(svc.Stop)
-	srv := httptest.NewServer(New(svc, Options{Logger: log}))
-	t.Cleanup(srv.Close)
+	srv, _ := startTestAPI(t, nil)
 	return srv
+}
+
+// startTestAPI is newTestAPI with the HTTP layer's logger (nil: warnings to stderr), and
+// the redis-server, for a test that takes it away.
+func startTestAPI(t *testing.T, apiLog *slog.Logger) (*httptest.Server, *testenv.Redis) {
+	t.Helper()
+	d := coredeps.Start(t)
+	svc := gateway.New(gateway.Config{}, d.Store, d.Runtime, d.Policy, d.Log)
+	svc.SetAdminKey("admin-key")
+	svc.Start(context.Background())
+	t.Cleanup(svc.Stop)
+	if apiLog == nil {
+		apiLog = d.Log
+	}
+	srv := httptest.NewServer(New(svc, Options{Logger: apiLog}))
+	t.Cleanup(srv.Close)
+	return srv, d.Redis
 }
 
 func call(t *testing.T, method, url string, body any, headers map[string]string) (int, []byte) {

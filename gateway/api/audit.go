@@ -19,23 +19,9 @@ const (
 	auditPoll      = time.Second
 )
 
-// listAudit pages through the tenant's audit stream: oldest first (order=newest for the
-// reverse), at most limit (1–1000, default 100) records after the exclusive cursor; the
-// answer's nextCursor continues in the same order.
-func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	q, err := auditQuery(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	page, err := h.svc.ReadAudit(r.Context(), c, q)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
-}
-
+// auditQuery reads GET /v1/audit, a page of the tenant's audit stream: oldest first
+// (order=newest for the reverse), at most limit (1–1000, default 100) records after the
+// exclusive cursor; the answer's nextCursor continues in the same order.
 func auditQuery(r *http.Request) (gateway.AuditQuery, error) {
 	v := r.URL.Query()
 	q := gateway.AuditQuery{Cursor: v.Get("cursor")}
@@ -50,7 +36,7 @@ func pageParams(v url.Values) (limit int, newest bool, err error) {
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			return 0, false, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "limit must be an integer between 1 and 1000, got %q", s)
+			return 0, false, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "limit must be an integer between 1 and 1000, got %q", s)
 		}
 		limit = n
 	}
@@ -59,7 +45,7 @@ func pageParams(v url.Values) (limit int, newest bool, err error) {
 	case "newest":
 		newest = true
 	default:
-		return 0, false, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "order must be oldest or newest, got %q", v.Get("order"))
+		return 0, false, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "order must be oldest or newest, got %q", v.Get("order"))
 	}
 	return limit, newest, nil
 }
@@ -74,22 +60,18 @@ func (h *Handler) streamAudit(w http.ResponseWriter, r *http.Request, c gateway.
 		cursor = r.URL.Query().Get("cursor")
 	}
 	if cursor != "" && !gateway.ValidAuditCursor(cursor) {
-		writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", cursor))
+		h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", cursor))
 		return
 	}
 	if cursor == "" {
 		tail, err := h.svc.AuditTail(ctx, c)
 		if err != nil {
-			writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 		cursor = tail
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := startEventStream(w)
 	if _, err := fmt.Fprint(w, "retry: 2000\n: audit stream\n\n"); err != nil {
 		return
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // interceptEgress handles requests to a sandbox's egress API (port 18080) for
@@ -17,8 +17,8 @@ import (
 // platform's (gateway.Service.EgressPolicy). Both are signed requests of the gateway's
 // own; the caller's credential never reaches the enforcer. Other paths (/healthz) are
 // proxied without any credential. It reports whether it answered the request.
-func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, access gateway.ProxyAccess) bool {
-	if port != runtimes.EgressPort {
+func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, access gateway.ProxyAccess) bool {
+	if port != agentproto.EgressPort {
 		return false
 	}
 	switch r.Method {
@@ -37,7 +37,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	if r.Method == http.MethodGet {
 		answer, err := h.svc.EgressPolicy(r.Context(), sb)
 		if err != nil {
-			writeError(w, r, err)
+			h.writeError(w, r, err)
 			return true
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -47,7 +47,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "EGRESS::INVALID_POLICY", "request body exceeds %d bytes", maxBodyBytes))
+		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, policy.CodeInvalidEgress, "request body exceeds %d bytes", maxBodyBytes))
 		return true
 	}
 	// The change is the sandbox's tenant's; its event names the key (or the console
@@ -58,7 +58,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *st
 	}
 	change, err := h.svc.ChangeEgress(r.Context(), who, sb, r.Method, r.URL.Query(), body)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return true
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -85,10 +85,10 @@ func egressPath(r *http.Request, id string, port int) string {
 
 // relayVault answers the credential vault API (/credential-vault...) through
 // gateway.Service.VaultRequest: Rego checks the bindings, the gateway signs.
-func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, path string, access gateway.ProxyAccess) {
+func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, path string, access gateway.ProxyAccess) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		writeError(w, r, gateway.Errorf(http.StatusRequestEntityTooLarge, "VAULT::INVALID_REQUEST", "request body exceeds %d bytes", maxBodyBytes))
+		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, gateway.CodeVaultInvalidRequest, "request body exceeds %d bytes", maxBodyBytes))
 		return
 	}
 	who := gateway.Caller{Tenant: sb.Tenant}
@@ -97,7 +97,7 @@ func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *store.S
 	}
 	answer, err := h.svc.VaultRequest(r.Context(), who, sb, r.Method, path, body)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if answer.Status != http.StatusNoContent {

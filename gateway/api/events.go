@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // eventQuery reads the filters of the event routes and authorizes audit.read on the
@@ -22,7 +20,7 @@ func (h *Handler) eventQuery(r *http.Request, c gateway.Caller) (gateway.EventQu
 	q.Types = listParam(v["type"])
 	q.Exclude = listParam(v["exclude"])
 	if q.Cursor != "" && !gateway.ValidAuditCursor(q.Cursor) {
-		return q, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", q.Cursor)
+		return q, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "cursor %q is not a cursor this API returned", q.Cursor)
 	}
 	var err error
 	if q.Limit, q.Newest, err = pageParams(v); err != nil {
@@ -35,29 +33,16 @@ func (h *Handler) eventQuery(r *http.Request, c gateway.Caller) (gateway.EventQu
 	return q, nil
 }
 
-// listParam splits repeated, comma-separated values.
-func listParam(vals []string) []string {
-	var out []string
-	for _, v := range vals {
-		for _, part := range strings.Split(v, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
-			}
-		}
-	}
-	return out
-}
-
 // listEvents is GET /v1/events: a page of the tenant's event stream, filtered.
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q, err := h.eventQuery(r, c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	page, err := h.svc.ReadEvents(r.Context(), q)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -68,21 +53,17 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, c gateway.C
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q, err := h.eventQuery(r, c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		if !gateway.ValidAuditCursor(id) {
-			writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "Last-Event-ID %q is not an event id", id))
+			h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "Last-Event-ID %q is not an event id", id))
 			return
 		}
 		q.Cursor = id
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := startEventStream(w)
 	if _, err := fmt.Fprint(w, "retry: 2000\n: event stream\n\n"); err != nil || rc.Flush() != nil {
 		return
 	}
@@ -93,7 +74,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway
 			}
 			return rc.Flush()
 		},
-		func(ev store.Event) error {
+		func(ev gateway.Event) error {
 			data, _ := json.Marshal(ev)
 			if _, err := fmt.Fprintf(w, "id: %s\nevent: event\ndata: %s\n\n", ev.ID, data); err != nil {
 				return err

@@ -83,12 +83,12 @@ func (m *mcpHandler) server(r *http.Request) *mcp.Server {
 func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
 	key := apiKeyFrom(r)
 	if key == "" {
-		writeError(w, r, gateway.Errorf(http.StatusUnauthorized, gateway.CodeMissingAPIKey, "the MCP endpoint needs an API key (Authorization: Bearer <key>)"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnauthenticated, gateway.CodeMissingAPIKey, "the MCP endpoint needs an API key (Authorization: Bearer <key>)"))
 		return
 	}
 	caller, err := h.svc.Authenticate(r.Context(), key)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	h.mcp.once.Do(h.mcp.init)

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -16,11 +15,11 @@ import (
 // SANDGATE_METRICS_LISTEN instead.
 func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	if !c.Admin {
-		writeError(w, r, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "metrics are for the platform admin key (or the SANDGATE_METRICS_LISTEN listener)"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "metrics are for the platform admin key (or the SANDGATE_METRICS_LISTEN listener)"))
 		return
 	}
 	if h.opts.Metrics == nil {
-		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeRouteNotFound, "metrics are not served by this gateway"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeRouteNotFound, "metrics are not served by this gateway"))
 		return
 	}
 	h.opts.Metrics.ServeHTTP(w, r)
@@ -28,23 +27,7 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway
 
 // fleetMetrics is GET /v1/fleet/metrics: the fleet's history for the console (admin only).
 func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	f, err := h.svc.Fleet(c)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
-}
-
-// sandboxMetrics is GET /v1/sandboxes/{id}/metrics: the sandbox's resource use now and
-// over the last 15 minutes.
-func (h *Handler) sandboxMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	u, err := h.svc.SandboxUsage(r.Context(), c, r.PathValue("id"))
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, u)
+	h.answer(w, r, http.StatusOK)(h.svc.Fleet(c))
 }
 
 // watchSandboxMetrics is GET /v1/sandboxes/{id}/metrics/watch, a text/event-stream: one
@@ -55,19 +38,11 @@ func (h *Handler) watchSandboxMetrics(w http.ResponseWriter, r *http.Request, c 
 	ctx := r.Context()
 	u, err := h.svc.SandboxUsage(ctx, c, id)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) bool {
-		data, _ := json.Marshal(v)
-		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
-		return err == nil && rc.Flush() == nil
-	}
+	rc := startEventStream(w)
+	send := func(event string, v any) bool { return writeEvent(w, event, v) && rc.Flush() == nil }
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil || !send("usage", u) {
 		return
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Origins. Content a sandbox serves is hostile to every other origin. Path-mode answers
@@ -103,24 +103,24 @@ const consoleProxyPrefix = "/v1/console/sandboxes/"
 func (h *Handler) serveConsoleProxy(w http.ResponseWriter, r *http.Request) {
 	id, portStr := r.PathValue("id"), r.PathValue("port")
 	if portStr != "44772" && portStr != "18080" {
-		writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter,
-			"port %q: the console reaches only the agent (%d) and the egress enforcer (%d) of a sandbox", portStr, runtimes.AgentPort, runtimes.EgressPort))
+		h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter,
+			"port %q: the console reaches only the agent (%d) and the egress enforcer (%d) of a sandbox", portStr, agentproto.AgentPort, agentproto.EgressPort))
 		return
 	}
 	token := sessionToken(r)
 	if token == "" {
-		writeError(w, r, gateway.Errorf(http.StatusUnauthorized, gateway.CodeSessionInvalid, "not signed in: this route takes the console session cookie"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnauthenticated, gateway.CodeSessionInvalid, "not signed in: this route takes the console session cookie"))
 		return
 	}
 	c, _, r, err := h.consoleSession(r, token)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	marker := consoleProxyPrefix + id + "/ports/" + portStr
 	esc := r.URL.EscapedPath()
 	if !strings.HasPrefix(esc, marker) {
-		writeError(w, r, gateway.Errorf(http.StatusNotFound, gateway.CodeNotFound, "sandbox %s not found", id))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeNotFound, "sandbox %s not found", id))
 		return
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")

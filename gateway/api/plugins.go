@@ -7,13 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sandgate/sandgate/gateway"
-)
-
-// Codes of malformed plugin uploads (the plugin host's own codes cover the module).
-const (
-	codePluginInvalidModule = "PLUGIN::INVALID_MODULE"
-	codePluginInvalidConfig = "PLUGIN::INVALID_CONFIG"
-	codePluginTooLarge      = "PLUGIN::MODULE_TOO_LARGE"
+	"github.com/sandgate/sandgate/plugins"
 )
 
 // maxPluginConfigBytes bounds the config part (settings are capped by the host too).
@@ -24,27 +18,22 @@ const maxPluginConfigBytes = 256 << 10
 func (h *Handler) putPlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	module, config, err := readPluginUpload(w, r)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	st, err := h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	h.answer(w, r, http.StatusOK)(h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config))
 }
 
 func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []byte, err error) {
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt != "multipart/form-data" {
-		return nil, nil, gateway.Errorf(http.StatusUnsupportedMediaType, gateway.CodeInvalidParameter,
+		return nil, nil, gateway.Errorf(gateway.KindUnsupportedMedia, gateway.CodeInvalidParameter,
 			"a plugin upload is multipart/form-data with the parts \"module\" and \"config\"")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, gateway.MaxPluginUploadBytes)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return nil, nil, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
+		return nil, nil, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
 	}
 	for {
 		part, err := mr.NextPart()
@@ -60,24 +49,24 @@ func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []
 				return nil, nil, uploadError(err)
 			}
 			if max := gateway.MaxPluginUploadBytes - 1<<20; len(module) > max {
-				return nil, nil, gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
+				return nil, nil, gateway.Errorf(gateway.KindTooLarge, plugins.CodeModuleTooLarge, "the module has %d bytes; at most %d are allowed", len(module), max)
 			}
 		case "config":
 			if config, err = io.ReadAll(io.LimitReader(part, maxPluginConfigBytes+1)); err != nil {
 				return nil, nil, uploadError(err)
 			}
 			if len(config) > maxPluginConfigBytes {
-				return nil, nil, gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginInvalidConfig, "the config part exceeds %d bytes", maxPluginConfigBytes)
+				return nil, nil, gateway.Errorf(gateway.KindTooLarge, plugins.CodeInvalidConfig, "the config part exceeds %d bytes", maxPluginConfigBytes)
 			}
 		default:
 			_, _ = io.Copy(io.Discard, part)
 		}
 	}
 	if len(module) == 0 {
-		return nil, nil, gateway.Errorf(http.StatusBadRequest, codePluginInvalidModule, "the part \"module\" (the WebAssembly bytes) is missing or empty")
+		return nil, nil, gateway.Errorf(gateway.KindInvalid, plugins.CodeInvalidModule, "the part \"module\" (the WebAssembly bytes) is missing or empty")
 	}
 	if len(config) == 0 {
-		return nil, nil, gateway.Errorf(http.StatusBadRequest, codePluginInvalidConfig, "the part \"config\" (JSON {\"hooks\":[…]}) is missing or empty")
+		return nil, nil, gateway.Errorf(gateway.KindInvalid, plugins.CodeInvalidConfig, "the part \"config\" (JSON {\"hooks\":[…]}) is missing or empty")
 	}
 	return module, config, nil
 }
@@ -85,33 +74,7 @@ func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []
 func uploadError(err error) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return gateway.Errorf(http.StatusRequestEntityTooLarge, codePluginTooLarge, "the upload exceeds %d bytes", tooBig.Limit)
+		return gateway.Errorf(gateway.KindTooLarge, plugins.CodeModuleTooLarge, "the upload exceeds %d bytes", tooBig.Limit)
 	}
-	return gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
-}
-
-func (h *Handler) listPlugins(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	items, err := h.svc.ListPlugins(r.Context(), c)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
-}
-
-func (h *Handler) getPlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	st, err := h.svc.GetPlugin(r.Context(), c, r.PathValue("name"))
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
-}
-
-func (h *Handler) deletePlugin(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	if err := h.svc.DeletePlugin(r.Context(), c, r.PathValue("name")); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "malformed multipart body: %v", err)
 }

@@ -17,7 +17,7 @@ type policyChanges struct {
 func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	st, err := h.svc.PolicyState(r.Context())
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -26,12 +26,12 @@ func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func (h *Handler) validatePolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req policyChanges
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	errs, err := h.svc.ValidatePolicy(r.Context(), req.Modules)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if len(errs) > 0 {
@@ -44,12 +44,12 @@ func (h *Handler) validatePolicy(w http.ResponseWriter, r *http.Request, c gatew
 func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req policyChanges
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	st, err := h.svc.PutPolicy(r.Context(), c, req.Modules)
 	if err != nil {
-		writePolicyError(w, r, err)
+		h.writePolicyError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -59,7 +59,7 @@ func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func (h *Handler) resetPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	st, err := h.svc.ResetPolicy(r.Context(), c, r.URL.Query().Get("module"))
 	if err != nil {
-		writePolicyError(w, r, err)
+		h.writePolicyError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -72,16 +72,16 @@ func (h *Handler) evalPolicy(w http.ResponseWriter, r *http.Request, c gateway.C
 		Modules  map[string]string `json:"modules"`
 	}
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if req.Decision == "" {
-		writeError(w, r, gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter, "decision is required: access, admission, egress or a query such as data.sandgate.admission.deny"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "decision is required: access, admission, egress or a query such as data.sandgate.admission.deny"))
 		return
 	}
 	res, err := h.svc.EvalPolicy(r.Context(), req.Decision, req.Input, req.Modules)
 	if err != nil {
-		writePolicyError(w, r, err)
+		h.writePolicyError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -91,13 +91,13 @@ func (h *Handler) testPolicy(w http.ResponseWriter, r *http.Request, c gateway.C
 	var req policyChanges
 	if r.ContentLength != 0 {
 		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 	}
 	rep, err := h.svc.TestPolicy(r.Context(), req.Modules)
 	if err != nil {
-		writePolicyError(w, r, err)
+		h.writePolicyError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
@@ -105,12 +105,12 @@ func (h *Handler) testPolicy(w http.ResponseWriter, r *http.Request, c gateway.C
 
 // writePolicyError answers a policy that does not compile with its located errors beside
 // the usual {code, message}.
-func writePolicyError(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Handler) writePolicyError(w http.ResponseWriter, r *http.Request, err error) {
 	e, ok := gateway.AsError(err)
 	if ok && e.Code == gateway.CodePolicyInvalid {
 		errs, _ := gateway.PolicyErrors(e.Cause)
-		writeJSON(w, e.Status, map[string]any{"code": e.Code, "message": e.Message, "errors": errs})
+		writeJSON(w, statusOf(e.Kind), map[string]any{"code": e.Code, "message": e.Message, "errors": errs})
 		return
 	}
-	writeError(w, r, err)
+	h.writeError(w, r, err)
 }

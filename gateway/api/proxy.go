@@ -18,8 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // Forward sends a request, already rewritten for the sandbox (path, headers), to
@@ -41,8 +40,12 @@ var credentialHeaders = []string{
 
 type upstreamKey struct{}
 
-// NewForward returns a Forward on net/http/httputil: streaming (flush at once), WebSocket
-// upgrades, X-Forwarded-* set.
+// NewForward returns a Forward on net/http/httputil: X-Forwarded-* set, keep-alive
+// connections to sandboxes (64 idle per address), WebSocket upgrades. Streams (bodies of
+// unknown length, SSE) are flushed at every write; a response of known length goes out
+// in full writes, headers and body together. The binary uses it for every request but
+// agent calls and upgrades (caddy/modules/handler.go): it costs far less per request than Caddy's
+// reverse_proxy.
 func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -59,8 +62,8 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 			ExpectContinueTimeout: time.Second,
 			DisableCompression:    true,
 		}},
-		FlushInterval: -1,
-		ErrorHandler:  onError,
+		BufferPool:   forwardBuffers,
+		ErrorHandler: onError,
 	}
 	return func(w http.ResponseWriter, r *http.Request, upstream string) {
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamKey{}, upstream)))
@@ -72,22 +75,22 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 type upstreamFailedKey struct{}
 
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	WriteUpstreamError(w, r, err)
+	h.WriteUpstreamError(w, r, err)
 }
 
 // WriteUpstreamError answers a request whose sandbox port could not be reached.
-func WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Handler) WriteUpstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
 	if failed, ok := r.Context().Value(upstreamFailedKey{}).(func(error) error); ok {
 		// A claimed pool member that died after its claim is marked Failed here.
 		if e := failed(err); e != nil {
-			writeError(w, r, e)
+			h.writeError(w, r, e)
 			return
 		}
 	}
-	writeError(w, r, gateway.Errorf(http.StatusBadGateway, gateway.CodeUpstreamError,
+	h.writeError(w, r, gateway.Errorf(gateway.KindUpstream, gateway.CodeUpstreamError,
 		"the sandbox port did not answer: nothing is listening there, or it closed the connection"))
 }
 
@@ -98,10 +101,10 @@ func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gatew
 	id, portStr := r.PathValue("id"), r.PathValue("port")
 	prefix, rest, err := splitProxyPath(r.URL.EscapedPath(), id, portStr)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(runtimes.AgentPort) && portStr != strconv.Itoa(runtimes.EgressPort) {
+	if tok, after, ok := cutPathToken(rest); ok && portStr != strconv.Itoa(agentproto.AgentPort) && portStr != strconv.Itoa(agentproto.EgressPort) {
 		r = r.WithContext(context.WithValue(r.Context(), pathTokenKey{}, tok))
 		prefix, rest = prefix+pathTokenSegment+tok, after
 	}
@@ -162,16 +165,16 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string, preset *gateway.ProxyAccess) {
 	port, err := gateway.ParsePort(portStr)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if _, err := uuid.Parse(id); err != nil {
-		writeError(w, r, gateway.Errorf(404, gateway.CodeNotFound, "sandbox %s not found", id))
+		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeNotFound, "sandbox %s not found", id))
 		return
 	}
 	sb, err := h.svc.Route(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	var access gateway.ProxyAccess
@@ -182,12 +185,12 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		access, linkExp, err = h.proxyCredential(r, sb, port)
 	}
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	access.Method, access.Path = r.Method, rest
 	if err := h.svc.AuthorizeProxy(r.Context(), sb, port, access); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if access.Kind == gateway.CredSignedLink && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
@@ -196,7 +199,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	}
 	sb, release, err := h.svc.WakeForAccess(r.Context(), sb) // idle pause: resume on use
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	defer release()
@@ -204,11 +207,11 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// call: the call waits for them; a member that died after its claim answers
 	// SANDBOX::UNAVAILABLE (hotpaths, latebind.go).
 	if err := h.svc.BeforeAgentCall(r.Context(), sb); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if sb.State != gateway.StateRunning || sb.Address == "" {
-		writeError(w, r, gateway.Errorf(http.StatusServiceUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
 	}
 	if h.interceptEgress(w, r, sb, port, access) {
@@ -229,10 +232,10 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// instead): a workload holding port 18080 while its enforcer restarts would read it.
 	// The agent's token travels beside the request, not in it: only the transport adds
 	// it, so no log of the request can show it.
-	if port == runtimes.AgentPort {
+	if port == agentproto.AgentPort {
 		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentToken)
 	}
-	if port == runtimes.AgentPort && r.Method == http.MethodPost {
+	if port == agentproto.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)
 	}
 	rec := &recorder{ResponseWriter: w}
@@ -242,9 +245,13 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 			return h.svc.UpstreamFailed(r.Context(), sb, err)
 		}))
 	}
+	// Deferred: a stream the sandbox breaks off aborts the answer (NewForward panics
+	// with http.ErrAbortHandler, so the client sees it incomplete), and is recorded too.
+	defer func() {
+		h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
+			Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
+	}()
 	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
-	h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
-		Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
 }
 
 // maxNotedBody bounds how much of a command request is read to name it in the audit event.
@@ -252,7 +259,7 @@ const maxNotedBody = 64 << 10
 
 // noteAgentCall emits command.started for commands and code cells and file.written for
 // uploads. It reads at most maxNotedBody bytes of the body and puts them back.
-func (h *Handler) noteAgentCall(r *http.Request, sb *store.Sandbox) {
+func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 	p := r.URL.Path
 	switch {
 	case p == "/command" || p == "/code" || (strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run")):
@@ -281,7 +288,7 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *store.Sandbox) {
 }
 
 // proxyCredential finds the strongest credential a request carries.
-func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) (gateway.ProxyAccess, time.Time, error) {
+func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, port int) (gateway.ProxyAccess, time.Time, error) {
 	if key := apiKeyFrom(r); key != "" {
 		c, err := h.svc.Authenticate(r.Context(), key)
 		if err != nil {
@@ -304,7 +311,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		if c, ok := h.callerForKey(r, v); ok {
 			return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 		}
-		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
+		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
 	}
 	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
 		if err := h.svc.VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
@@ -329,7 +336,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 		// page of the preview's own origin may (host mode: its own host; path mode: the
 		// gateway's, as a sandboxed preview page carries no cookies at all).
 		if isWebSocket(r) && !h.sameOrigin(r) {
-			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(http.StatusForbidden, gateway.CodeOriginRefused,
+			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeOriginRefused,
 				"a WebSocket opened with a preview cookie must come from a page of the preview itself (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
@@ -344,18 +351,18 @@ func (h *Handler) proxyCredential(r *http.Request, sb *store.Sandbox, port int) 
 // the token, so that page assets and WebSockets carry the cookie. In path mode, whose
 // pages are opaque origins that send no cookies, it redirects to the token-in-path form
 // (pathTokenSegment) instead.
-func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *store.Sandbox, port int, cookiePath string, exp time.Time) {
+func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, cookiePath string, exp time.Time) {
 	confined, pathMode := w.(*confinedWriter)
 	if pathMode {
 		w = confined.ResponseWriter // the cookie is the gateway's own, not an upstream's
 	}
 	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	target := localRedirectPath(r.URL.EscapedPath())
-	if pathMode && port != runtimes.AgentPort && port != runtimes.EgressPort {
+	if pathMode && port != agentproto.AgentPort && port != agentproto.EgressPort {
 		// The page will be an opaque origin that sends no cookie: the token goes into
 		// the path instead (pathTokenSegment).
 		base := strings.TrimSuffix(confined.prefix, "/")

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"net/http"
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
@@ -22,7 +21,7 @@ func splitProxyPath(escaped, id, port string) (prefix, rest string, err error) {
 	// segs[start:] = sandboxes, id, proxy, port, rest...
 	if len(segs) < start+4 || segs[start] != "sandboxes" || segs[start+2] != "proxy" ||
 		segs[start+1] != id || segs[start+3] != port {
-		return "", "", gateway.Errorf(http.StatusBadRequest, gateway.CodeInvalidParameter,
+		return "", "", gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter,
 			"proxy path %q: write /sandboxes/{id}/proxy/{port}/… without escapes in the id, the port or the fixed segments", escaped)
 	}
 	end := len(strings.Join(segs[:start+4], "/"))

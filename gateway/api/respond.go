@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
-	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // errorBody is the one error shape every response uses.
@@ -25,26 +23,57 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeError is the one place where errors become HTTP statuses and codes.
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if e, ok := gateway.AsError(err); ok {
-		if e.Status >= 500 {
-			slog.Error("request failed", "code", e.Code, "err", e, "path", r.URL.Path, "request_id", r.Header.Get("X-Request-ID"))
-		}
-		writeJSON(w, e.Status, errorBody{Code: e.Code, Message: e.Message})
-		return
+// statusOf is the one place where the kind of an error becomes an HTTP status.
+func statusOf(k gateway.Kind) int {
+	switch k {
+	case gateway.KindInvalid:
+		return http.StatusBadRequest
+	case gateway.KindUnauthenticated:
+		return http.StatusUnauthorized
+	case gateway.KindForbidden:
+		return http.StatusForbidden
+	case gateway.KindNotFound:
+		return http.StatusNotFound
+	case gateway.KindMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case gateway.KindConflict:
+		return http.StatusConflict
+	case gateway.KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case gateway.KindUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
+	case gateway.KindUnprocessable:
+		return http.StatusUnprocessableEntity
+	case gateway.KindQuota:
+		return http.StatusTooManyRequests
+	case gateway.KindUnsupported:
+		return http.StatusNotImplemented
+	case gateway.KindUpstream:
+		return http.StatusBadGateway
+	case gateway.KindUnavailable:
+		return http.StatusServiceUnavailable
+	case gateway.KindTimeout:
+		return http.StatusGatewayTimeout
 	}
-	switch {
-	case errors.Is(err, store.ErrUnavailable):
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: gateway.CodeStoreUnavailable, Message: "the state store (Redis) is unreachable; retry shortly"})
-	case errors.Is(err, store.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, errorBody{Code: gateway.CodeNotFound, Message: "not found"})
-	case errors.Is(err, store.ErrConflict):
-		writeJSON(w, http.StatusConflict, errorBody{Code: "SANDBOX::CONFLICT", Message: "the sandbox changed concurrently; retry"})
-	default:
-		slog.Error("request failed", "err", err, "path", r.URL.Path, "request_id", r.Header.Get("X-Request-ID"))
-		writeJSON(w, http.StatusInternalServerError, errorBody{Code: gateway.CodeInternal, Message: "internal error (request " + r.Header.Get("X-Request-ID") + ")"})
+	return http.StatusInternalServerError // KindInternal, and a kind this switch lacks
+}
+
+// writeError answers err as {code, message} with the status of its kind (statusOf). An
+// error the core did not classify is an internal one: the caller gets the request id,
+// the log gets the cause. Every 5xx is logged with the request id and its cause; a 4xx,
+// the caller's own mistake, is not. The log names the route pattern, never the path,
+// which may hold a signed link's token.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	id := r.Header.Get("X-Request-ID")
+	e, ok := gateway.ErrorOf(err)
+	if !ok {
+		e = &gateway.Error{Kind: gateway.KindInternal, Code: gateway.CodeInternal, Message: "internal error (request " + id + ")", Cause: err}
 	}
+	status := statusOf(e.Kind)
+	if status >= 500 {
+		h.log.Error("request failed", "request_id", id, "status", status, "code", e.Code, "method", r.Method, "route", r.Pattern, "err", err)
+	}
+	writeJSON(w, status, errorBody{Code: e.Code, Message: e.Message})
 }
 
 // maxBodyBytes bounds JSON request bodies.
@@ -58,7 +87,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return gateway.Errorf(400, gateway.CodeInvalidParameter, "the body must hold exactly one JSON value")
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "the body must hold exactly one JSON value")
 	}
 	return nil
 }
@@ -69,21 +98,21 @@ func jsonError(err error) error {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.Is(err, io.EOF):
-		return gateway.Errorf(400, gateway.CodeInvalidParameter, "the request body is empty; a JSON object is required")
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "the request body is empty; a JSON object is required")
 	case errors.As(err, &syn):
-		return gateway.Errorf(400, gateway.CodeInvalidParameter, "malformed JSON at byte %d: %s", syn.Offset, syn.Error())
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "malformed JSON at byte %d: %s", syn.Offset, syn.Error())
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
 			field = "the body"
 		}
-		return gateway.Errorf(400, gateway.CodeInvalidParameter, "%s: expected %s, got JSON %s", field, jsonKind(typ.Type.String()), typ.Value)
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "%s: expected %s, got JSON %s", field, jsonKind(typ.Type.String()), typ.Value)
 	case errors.As(err, &tooBig):
-		return gateway.Errorf(http.StatusRequestEntityTooLarge, gateway.CodeInvalidParameter, "the request body exceeds %d bytes", tooBig.Limit)
+		return gateway.Errorf(gateway.KindTooLarge, gateway.CodeInvalidParameter, "the request body exceeds %d bytes", tooBig.Limit)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return gateway.Errorf(400, gateway.CodeInvalidParameter, "malformed JSON: the body ends too early")
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "malformed JSON: the body ends too early")
 	}
-	return gateway.Errorf(400, gateway.CodeInvalidParameter, "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
 func jsonKind(goType string) string {

@@ -69,7 +69,7 @@ func (h *Handler) consoleSession(r *http.Request, token string) (gateway.Caller,
 // that is no browser may sign in without an Origin.
 func (h *Handler) consoleOrigin(r *http.Request, strict bool) error {
 	refuse := func(why string) error {
-		return gateway.Errorf(http.StatusForbidden, gateway.CodeOriginRefused,
+		return gateway.Errorf(gateway.KindForbidden, gateway.CodeOriginRefused,
 			"the console session is honoured only on requests from the console's own origin: %s", why)
 	}
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
@@ -164,23 +164,23 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Calle
 	// A JSON content type cannot come from a plain HTML form of another site, so no page
 	// elsewhere can sign a visitor in under a key of its choosing.
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeError(w, r, gateway.Errorf(http.StatusUnsupportedMediaType, gateway.CodeInvalidParameter, "sign in with a JSON body {\"apiKey\": \"...\"} and Content-Type: application/json"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnsupportedMedia, gateway.CodeInvalidParameter, "sign in with a JSON body {\"apiKey\": \"...\"} and Content-Type: application/json"))
 		return
 	}
 	if err := h.consoleOrigin(r, false); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	var req struct {
 		APIKey string `json:"apiKey"`
 	}
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	token, sess, caller, err := h.svc.SignIn(r.Context(), strings.TrimSpace(req.APIKey))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	// Path /v1: the cookie does not even travel to path-mode previews outside the API.
@@ -204,12 +204,12 @@ func sessionBody(sess *gateway.Session, can map[string]bool) map[string]any {
 func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
 	token := sessionToken(r)
 	if token == "" {
-		writeError(w, r, gateway.Errorf(http.StatusUnauthorized, gateway.CodeSessionInvalid, "not signed in: no console session cookie"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnauthenticated, gateway.CodeSessionInvalid, "not signed in: no console session cookie"))
 		return
 	}
 	caller, sess, _, err := h.consoleSession(r, token)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -222,7 +222,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, _ gateway.C
 func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
 	token := sessionToken(r)
 	if token == "" {
-		writeError(w, r, gateway.Errorf(http.StatusUnauthorized, gateway.CodeSessionInvalid, "not signed in: no console session cookie"))
+		h.writeError(w, r, gateway.Errorf(gateway.KindUnauthenticated, gateway.CodeSessionInvalid, "not signed in: no console session cookie"))
 		return
 	}
 	_, _, _, err := h.consoleSession(r, token)
@@ -231,11 +231,11 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, _ gateway.Call
 			// Already gone: clear the stale cookie all the same.
 			h.clearSessionCookie(w, r)
 		}
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if err := h.svc.SignOut(r.Context(), token); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	h.clearSessionCookie(w, r)

@@ -9,12 +9,12 @@ import (
 func (h *Handler) createTenant(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req gateway.TenantRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	t, err := h.svc.CreateTenant(r.Context(), req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, t)
@@ -23,7 +23,7 @@ func (h *Handler) createTenant(w http.ResponseWriter, r *http.Request, c gateway
 func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	items, err := h.svc.ListTenants(r.Context())
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": items})
@@ -32,7 +32,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request, c gateway.
 func (h *Handler) getTenant(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	t, err := h.svc.GetTenant(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -41,12 +41,12 @@ func (h *Handler) getTenant(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func (h *Handler) updateTenant(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var req gateway.TenantRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	t, err := h.svc.UpdateTenant(r.Context(), r.PathValue("id"), req)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -57,17 +57,17 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		Role string `json:"role"`
 	}
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	// Decided with the body: nobody but an admin issues an admin key.
 	if err := h.svc.Authorize(r.Context(), c, "key.create", resourceFor("key.create", r, c), r.Method, r.URL.Path, map[string]any{"role": req.Role}); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	k, err := h.svc.CreateKey(r.Context(), r.PathValue("id"), req.Role)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, k)
@@ -76,7 +76,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	items, err := h.svc.ListKeys(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": items})
@@ -84,7 +84,7 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, c gateway.Cal
 
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	if err := h.svc.RevokeKey(r.Context(), r.PathValue("id"), r.PathValue("keyId")); err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -99,7 +99,7 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request, c gateway.Calle
 func (h *Handler) rotateLinkKeys(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	kid, err := h.svc.RotateLinkKeys(r.Context(), c)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"current": kid})

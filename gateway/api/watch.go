@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -20,7 +19,7 @@ const watchKeepAlive = 15 * time.Second
 func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	q, err := listQuery(r)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	filter := gateway.WatchFilter{States: q.States, Metadata: q.Metadata}
@@ -30,30 +29,21 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 	defer watcher.Close()
 	items, err := h.svc.WatchSnapshot(ctx, c, filter)
 	if err != nil {
-		writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) bool {
-		data, _ := json.Marshal(v)
-		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
-		return err == nil
-	}
+	rc := startEventStream(w)
 	shown := map[string]bool{}
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
 		return
 	}
 	for _, sb := range items {
-		if !send("sandbox", sb) {
+		if !writeEvent(w, "sandbox", sb) {
 			return
 		}
 		shown[sb.ID] = true
 	}
-	if !send("ready", struct{}{}) || rc.Flush() != nil {
+	if !writeEvent(w, "ready", struct{}{}) || rc.Flush() != nil {
 		return
 	}
 	keepAlive := time.NewTicker(watchKeepAlive)
@@ -77,12 +67,12 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 			now := map[string]bool{}
 			for _, sb := range items {
 				now[sb.ID] = true
-				if !send("sandbox", sb) {
+				if !writeEvent(w, "sandbox", sb) {
 					return
 				}
 			}
 			for id := range shown {
-				if !now[id] && !send("deleted", map[string]string{"id": id}) {
+				if !now[id] && !writeEvent(w, "deleted", map[string]string{"id": id}) {
 					return
 				}
 			}
@@ -99,12 +89,12 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 			switch {
 			case sb != nil && filter.Matches(sb):
 				shown[id] = true
-				if !send("sandbox", sb) {
+				if !writeEvent(w, "sandbox", sb) {
 					return
 				}
 			case shown[id]:
 				delete(shown, id)
-				if !send("deleted", map[string]string{"id": id}) {
+				if !writeEvent(w, "deleted", map[string]string{"id": id}) {
 					return
 				}
 			default:

@@ -22,7 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandgate/sandgate/gateway/tracing"
+	"github.com/sandgate/sandgate/tracing"
 )
 
 // Namespace prefixes every series.
@@ -49,6 +49,15 @@ const (
 	ProxyPreview = "preview"
 )
 
+// Outcomes of a renew-on-access decision, the values of the outcome label of
+// RenewOnAccessTotal.
+const (
+	RenewRenewed   = "renewed"
+	RenewCooldown  = "cooldown"
+	RenewUnchanged = "unchanged"
+	RenewFailed    = "failed"
+)
+
 // Set is the event-driven series of one gateway. A nil *Set records nothing, so code
 // built without one (unit tests) needs no guard.
 type Set struct {
@@ -60,6 +69,7 @@ type Set struct {
 	proxied      *prometheus.CounterVec
 	proxiedBytes *prometheus.CounterVec
 	egressDenied prometheus.Counter
+	renewAccess  *prometheus.CounterVec
 
 	// recent keeps the last creates' total durations for the console's p50/p99.
 	recentMu sync.Mutex
@@ -116,12 +126,16 @@ func New() *Set {
 			Namespace: Namespace, Name: "egress_denials_total",
 			Help: "DNS questions the sandboxes' egress enforcers refused, as this gateway's sampler read them (every gateway reads every sandbox: take the max over gateways, not the sum).",
 		}),
+		renewAccess: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "renew_on_access_total",
+			Help: "Renew-on-access decisions this gateway took, by outcome (renewed; cooldown: another renewal was too recent; unchanged: the rule or the TTL plugin kept the expiry; failed: the store did not answer).",
+		}, []string{"outcome"}),
 	}
 }
 
 // Collectors lists the series of s for registration.
 func (s *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes, s.egressDenied}
+	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes, s.egressDenied, s.renewAccess}
 }
 
 // CreateStage records a create stage that began at start, and its span in ctx's trace.
@@ -251,6 +265,13 @@ func (s *Set) Proxied(agent bool, status int, bytes int64) {
 func (s *Set) EgressDenied(n uint64) {
 	if s != nil && n > 0 {
 		s.egressDenied.Add(float64(n))
+	}
+}
+
+// RenewOnAccess counts one renew-on-access decision by its outcome (RenewRenewed …).
+func (s *Set) RenewOnAccess(outcome string) {
+	if s != nil {
+		s.renewAccess.WithLabelValues(outcome).Inc()
 	}
 }
 

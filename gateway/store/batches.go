@@ -29,7 +29,19 @@ type MemberError struct {
 	Message string `json:"message"`
 }
 
-func (s *Store) batchKey(id string) string { return s.Key("batch", id) }
+// A batch lives in its tenant's slot (keys.go), found by id through its locator.
+func (s *Store) batchKey(tenant, id string) string  { return s.tkey(tenant, "batch", id) }
+func (s *Store) tenantBatches(tenant string) string { return s.tkey(tenant, "batches") }
+func (s *Store) openBatches(tenant string) string   { return s.tkey(tenant, "batches", "open") }
+
+// batchKeyOf locates batch id and returns its key.
+func (s *Store) batchKeyOf(ctx context.Context, id string) (string, error) {
+	t, err := s.locate(ctx, locBatch, id)
+	if err != nil {
+		return "", err
+	}
+	return s.batchKey(t, id), nil
+}
 
 // PutBatch writes a batch record; its member errors live beside it and are kept.
 func (s *Store) PutBatch(ctx context.Context, b *Batch) error {
@@ -46,32 +58,59 @@ func (s *Store) PutBatchWork(ctx context.Context, b *Batch, work []byte, owner s
 	if err != nil {
 		return err
 	}
+	if err := s.markActive(ctx, b.Tenant); err != nil {
+		return err
+	}
+	if _, err := s.claimLocator(ctx, locBatch, b.ID, b.Tenant); err != nil {
+		return err
+	}
+	key := s.batchKey(b.Tenant, b.ID)
 	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, s.batchKey(b.ID), "json", body, "tenant", b.Tenant)
+	pipe.HSet(ctx, key, "json", body, "tenant", b.Tenant)
 	if len(queued) > 0 {
 		fields := []any{"work", work}
 		for _, m := range queued {
 			fields = append(fields, "queued:"+m, owner)
 		}
-		pipe.HSet(ctx, s.batchKey(b.ID), fields...)
-		pipe.SAdd(ctx, s.openBatches(), b.ID)
+		pipe.HSet(ctx, key, fields...)
+		pipe.SAdd(ctx, s.openBatches(b.Tenant), b.ID)
 	}
-	pipe.ZAdd(ctx, s.Key("tenant", b.Tenant, "batches"), redis.Z{Score: float64(b.CreatedAt.UnixMilli()), Member: b.ID})
+	pipe.ZAdd(ctx, s.tenantBatches(b.Tenant), redis.Z{Score: float64(b.CreatedAt.UnixMilli()), Member: b.ID})
 	_, err = pipe.Exec(ctx)
 	return wrap(err)
 }
 
-func (s *Store) openBatches() string { return s.Key("batches", "open") }
-
-// OpenBatches lists the batches with members still queued.
+// OpenBatches lists the batches with members still queued, of every tenant.
 func (s *Store) OpenBatches(ctx context.Context) ([]string, error) {
-	ids, err := s.rdb.SMembers(ctx, s.openBatches()).Result()
-	return ids, wrap(err)
+	tenants, err := s.activeTenants(ctx)
+	if err != nil || len(tenants) == 0 {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(tenants))
+	for i, t := range tenants {
+		cmds[i] = pipe.SMembers(ctx, s.openBatches(t))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	var ids []string
+	for i, t := range tenants {
+		for _, id := range cmds[i].Val() {
+			s.locs.put(locBatch, id, t)
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // BatchWork returns the work description stored with a batch.
 func (s *Store) BatchWork(ctx context.Context, id string) ([]byte, error) {
-	w, err := s.rdb.HGet(ctx, s.batchKey(id), "work").Bytes()
+	key, err := s.batchKeyOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.rdb.HGet(ctx, key, "work").Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("batch %s work: %w", id, ErrNotFound)
 	}
@@ -88,7 +127,11 @@ return 1
 // FinishMember records that gateway owner made a queued member. It reports false when
 // the member is no longer owner's (another gateway took it over).
 func (s *Store) FinishMember(ctx context.Context, batchID, member, owner string) (bool, error) {
-	n, err := settleMemberScript.Run(ctx, s.rdb, []string{s.batchKey(batchID)}, member, owner, "").Int()
+	key, err := s.batchKeyOf(ctx, batchID)
+	if err != nil {
+		return false, err
+	}
+	n, err := settleMemberScript.Run(ctx, s.rdb, []string{key}, member, owner, "").Int()
 	return n == 1, wrap(err)
 }
 
@@ -96,7 +139,11 @@ func (s *Store) FinishMember(ctx context.Context, batchID, member, owner string)
 // is still owner's.
 func (s *Store) FailMember(ctx context.Context, batchID, member, owner string, e MemberError) (bool, error) {
 	body, _ := json.Marshal(e)
-	n, err := settleMemberScript.Run(ctx, s.rdb, []string{s.batchKey(batchID)}, member, owner, body).Int()
+	key, err := s.batchKeyOf(ctx, batchID)
+	if err != nil {
+		return false, err
+	}
+	n, err := settleMemberScript.Run(ctx, s.rdb, []string{key}, member, owner, body).Int()
 	return n == 1, wrap(err)
 }
 
@@ -110,28 +157,47 @@ return redis.call('HINCRBY', KEYS[1], 'takeovers:' .. ARGV[1], 1)
 // still holds it; it returns how many times the member has been taken over so far,
 // 0 when someone else got there first.
 func (s *Store) TakeMember(ctx context.Context, batchID, member, from, to string) (int, error) {
-	n, err := takeMemberScript.Run(ctx, s.rdb, []string{s.batchKey(batchID)}, member, from, to).Int()
+	key, err := s.batchKeyOf(ctx, batchID)
+	if err != nil {
+		return 0, err
+	}
+	n, err := takeMemberScript.Run(ctx, s.rdb, []string{key}, member, from, to).Int()
 	return n, wrap(err)
 }
 
 // CloseBatch takes a batch off the open list once none of its members is queued.
 func (s *Store) CloseBatch(ctx context.Context, id string) error {
-	return wrap(s.rdb.SRem(ctx, s.openBatches(), id).Err())
+	t, err := s.locate(ctx, locBatch, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return wrap(s.rdb.SRem(ctx, s.openBatches(t), id).Err())
 }
 
 // SetMemberError records a failed member; it is no longer queued.
 func (s *Store) SetMemberError(ctx context.Context, batchID, member string, e MemberError) error {
 	body, _ := json.Marshal(e)
+	key, err := s.batchKeyOf(ctx, batchID)
+	if err != nil {
+		return err
+	}
 	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, s.batchKey(batchID), "error:"+member, body)
-	pipe.HDel(ctx, s.batchKey(batchID), "queued:"+member)
-	_, err := pipe.Exec(ctx)
+	pipe.HSet(ctx, key, "error:"+member, body)
+	pipe.HDel(ctx, key, "queued:"+member)
+	_, err = pipe.Exec(ctx)
 	return wrap(err)
 }
 
 // GetBatch returns a batch and the errors of its failed members.
 func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, map[string]MemberError, error) {
-	all, err := s.rdb.HGetAll(ctx, s.batchKey(id)).Result()
+	key, err := s.batchKeyOf(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	all, err := s.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
 		return nil, nil, wrap(err)
 	}
@@ -162,17 +228,62 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, map[string]Mem
 // DeleteBatch removes the batch record (not its members).
 func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
 	pipe := s.rdb.TxPipeline()
-	pipe.Del(ctx, s.batchKey(b.ID))
-	pipe.SRem(ctx, s.openBatches(), b.ID)
-	pipe.ZRem(ctx, s.Key("tenant", b.Tenant, "batches"), b.ID)
+	pipe.Del(ctx, s.batchKey(b.Tenant, b.ID))
+	pipe.SRem(ctx, s.openBatches(b.Tenant), b.ID)
+	pipe.ZRem(ctx, s.tenantBatches(b.Tenant), b.ID)
 	_, err := pipe.Exec(ctx)
-	if errors.Is(err, redis.Nil) {
-		return nil
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return wrap(err)
 	}
-	return wrap(err)
+	return s.dropLocator(ctx, locBatch, b.ID, b.Tenant)
 }
 
-// GetSandboxes reads several records in one round trip; missing ones are skipped.
+// GetSandboxes reads several records (one round trip for the records, one more for the
+// locators this process has not cached); missing ones are skipped.
 func (s *Store) GetSandboxes(ctx context.Context, ids []string) ([]*Sandbox, error) {
-	return s.getMany(ctx, ids)
+	refs := make([]recordRef, 0, len(ids))
+	var unknown []string
+	for _, id := range ids {
+		if t, ok := s.locs.get(locSandbox, id); ok {
+			refs = append(refs, recordRef{t, id})
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	if len(unknown) > 0 {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(unknown))
+		for i, id := range unknown {
+			cmds[i] = pipe.Get(ctx, s.locKey(locSandbox, id))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, wrap(err)
+		}
+		for i, id := range unknown {
+			if t := cmds[i].Val(); t != "" {
+				s.locs.put(locSandbox, id, t)
+				refs = append(refs, recordRef{t, id})
+			}
+		}
+	}
+	out, err := s.getMany(ctx, refs)
+	if err != nil || len(out) == len(ids) || len(unknown) == len(ids) {
+		return out, err
+	}
+	// A cached locator may be stale: read the missing ones afresh, one by one.
+	got := make(map[string]bool, len(out))
+	for _, sb := range out {
+		got[sb.ID] = true
+	}
+	for _, r := range refs {
+		if got[r.id] {
+			continue
+		}
+		if sb, err := s.GetSandbox(ctx, r.id); err == nil {
+			out = append(out, sb)
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	return out, nil
 }

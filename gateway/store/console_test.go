@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +14,29 @@ import (
 )
 
 // openTestStore runs a real redis-server (test/testenv's) on a free loopback port and
-// opens a Store on it.
+// opens a Store on it; inside TestStoreOnRedisCluster it opens one on that test's Redis
+// Cluster instead, under a prefix of its own. Either way every script and transaction
+// is checked to keep to one hash slot (slotCheck).
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	r, err := testenv.StartRedis(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
 	ctx := context.Background()
-	s, err := Open(ctx, Options{URL: r.URL, Prefix: "t:"})
+	opts := Options{Prefix: "t:"}
+	if testCluster != nil {
+		opts.URL, opts.Cluster, opts.Prefix = testCluster.URL, true, "t"+testenv.RandomHex(4)+":"
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	} else {
+		r, err := testenv.StartRedis(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Stop)
+		opts.URL = r.URL
+	}
+	s, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.rdb.AddHook(slotCheck{t})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -192,7 +204,7 @@ func TestEventReads(t *testing.T) {
 		got <- evs
 	}()
 	// Redis itself says when the reader is blocked: no guess of how long that takes.
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.rdb.Info(ctx, "clients").Val(), "blocked_clients:1"); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(infoOf(ctx, s, s.eventStream("t1"), "clients"), "blocked_clients:1"); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the reader never blocked")
 		}

@@ -101,10 +101,26 @@ func (s *Store) LastActivity(ctx context.Context, id string) (time.Time, error) 
 	return time.UnixMilli(int64(ms)), wrap(err)
 }
 
-// TryCooldown reports true at most once per window for name, across all gateways.
-func (s *Store) TryCooldown(ctx context.Context, name string, window time.Duration) (bool, error) {
-	ok, err := s.rdb.SetNX(ctx, s.Key("cooldown", name), 1, window).Result()
-	return ok, wrap(err)
+// cooldownScript starts a cooldown unless one started less than a window ago. The key
+// holds when the last one started, on the clock of the gateway that started it; the
+// decision compares that with the caller's now, so that it is taken on the gateway's
+// clock, not on Redis's. The key's own expiry (two windows) only bounds what a clock
+// far behind can hold off, and clears the key.
+var cooldownScript = redis.NewScript(`
+local last = tonumber(redis.call('GET', KEYS[1]))
+local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+if last and now < last + window then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', 2 * window)
+return 1
+`)
+
+// TryCooldown reports true at most once per window for name, across all gateways, at
+// the caller's time now. Between gateways whose clocks differ by d, the window is kept
+// to within d: a gateway ahead may start the next one d early, one behind waits d
+// longer (at most a second window, when the key expires).
+func (s *Store) TryCooldown(ctx context.Context, name string, now time.Time, window time.Duration) (bool, error) {
+	n, err := cooldownScript.Run(ctx, s.rdb, []string{s.Key("cooldown", name)}, now.UnixMilli(), max(window.Milliseconds(), 1)).Int()
+	return n == 1, wrap(err)
 }
 
 // LinkKeys returns the link signing keys (kid → hex secret) and the current kid.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,14 +33,17 @@ type Capacity struct {
 // PoolKey identifies a pool across tenants.
 func PoolKey(tenant, name string) string { return tenant + "/" + name }
 
-func (s *Store) poolsKey() string { return s.Key("pools") }
+// A tenant's pools live in its slot: the definitions in one hash (name → JSON), each
+// pool's ready list and allocated set, and the tenant's warm members (keys.go).
+func (s *Store) poolsKey(tenant string) string { return s.tkey(tenant, "pools") }
 func (s *Store) readyKey(tenant, name string) string {
-	return s.Key("pool", PoolKey(tenant, name), "ready")
+	return s.tkey(tenant, "pool", name, "ready")
 }
 func (s *Store) allocKey(tenant, name string) string {
-	return s.Key("pool", PoolKey(tenant, name), "allocated")
+	return s.tkey(tenant, "pool", name, "allocated")
 }
-func (s *Store) warmSetKey() string { return s.Key("warm") }
+func (s *Store) warmSetKey(tenant string) string  { return s.tkey(tenant, "warm") }
+func (s *Store) claimingKey(tenant string) string { return s.tkey(tenant, "claiming") }
 
 // PutPool creates (create=true, ErrConflict when it exists) or replaces a pool.
 func (s *Store) PutPool(ctx context.Context, p *Pool, create bool) error {
@@ -49,8 +51,11 @@ func (s *Store) PutPool(ctx context.Context, p *Pool, create bool) error {
 	if err != nil {
 		return fmt.Errorf("encode pool: %w", err)
 	}
+	if err := s.markActive(ctx, p.Tenant); err != nil {
+		return err
+	}
 	if create {
-		ok, err := s.rdb.HSetNX(ctx, s.poolsKey(), PoolKey(p.Tenant, p.Name), body).Result()
+		ok, err := s.rdb.HSetNX(ctx, s.poolsKey(p.Tenant), p.Name, body).Result()
 		if err != nil {
 			return wrap(err)
 		}
@@ -59,12 +64,12 @@ func (s *Store) PutPool(ctx context.Context, p *Pool, create bool) error {
 		}
 		return nil
 	}
-	return wrap(s.rdb.HSet(ctx, s.poolsKey(), PoolKey(p.Tenant, p.Name), body).Err())
+	return wrap(s.rdb.HSet(ctx, s.poolsKey(p.Tenant), p.Name, body).Err())
 }
 
 // GetPool reads one pool.
 func (s *Store) GetPool(ctx context.Context, tenant, name string) (*Pool, error) {
-	body, err := s.rdb.HGet(ctx, s.poolsKey(), PoolKey(tenant, name)).Result()
+	body, err := s.rdb.HGet(ctx, s.poolsKey(tenant), name).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("pool %s: %w", name, ErrNotFound)
 	}
@@ -80,18 +85,26 @@ func (s *Store) GetPool(ctx context.Context, tenant, name string) (*Pool, error)
 
 // ListPools returns the pools of tenant ("" = every tenant).
 func (s *Store) ListPools(ctx context.Context, tenant string) ([]*Pool, error) {
-	all, err := s.rdb.HGetAll(ctx, s.poolsKey()).Result()
-	if err != nil {
-		return nil, wrap(err)
+	tenants := []string{tenant}
+	if tenant == "" {
+		var err error
+		if tenants, err = s.activeTenants(ctx); err != nil {
+			return nil, err
+		}
 	}
 	out := []*Pool{}
-	for key, body := range all {
-		if tenant != "" && !strings.HasPrefix(key, tenant+"/") {
-			continue
-		}
-		var p Pool
-		if json.Unmarshal([]byte(body), &p) == nil {
-			out = append(out, &p)
+	cmds, err := perTenant(ctx, s, tenants, func(p redis.Pipeliner, t string) *redis.MapStringStringCmd {
+		return p.HGetAll(ctx, s.poolsKey(t))
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		for _, body := range c.Val() {
+			var p Pool
+			if json.Unmarshal([]byte(body), &p) == nil {
+				out = append(out, &p)
+			}
 		}
 	}
 	return out, nil
@@ -102,7 +115,7 @@ func (s *Store) ListPools(ctx context.Context, tenant string) ([]*Pool, error) {
 func (s *Store) DeletePool(ctx context.Context, tenant, name string) ([]string, error) {
 	pipe := s.rdb.TxPipeline()
 	ids := pipe.LRange(ctx, s.readyKey(tenant, name), 0, -1)
-	pipe.HDel(ctx, s.poolsKey(), PoolKey(tenant, name))
+	pipe.HDel(ctx, s.poolsKey(tenant), name)
 	pipe.Del(ctx, s.readyKey(tenant, name))
 	pipe.Del(ctx, s.allocKey(tenant, name))
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -134,22 +147,30 @@ func (s *Store) ReadyMembers(ctx context.Context, tenant, name string) ([]string
 	return ids, wrap(err)
 }
 
-// IsWarm reports which of ids are warm (unclaimed) pool members.
+// WarmIDs returns the warm (unclaimed) pool members of every tenant.
 func (s *Store) WarmIDs(ctx context.Context) (map[string]bool, error) {
-	ids, err := s.rdb.SMembers(ctx, s.warmSetKey()).Result()
+	tenants, err := s.activeTenants(ctx)
 	if err != nil {
-		return nil, wrap(err)
+		return nil, err
 	}
-	out := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		out[id] = true
+	out := map[string]bool{}
+	cmds, err := perTenant(ctx, s, tenants, func(p redis.Pipeliner, t string) *redis.StringSliceCmd {
+		return p.SMembers(ctx, s.warmSetKey(t))
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		for _, id := range c.Val() {
+			out[id] = true
+		}
 	}
 	return out, nil
 }
 
 var addWarmScript = redis.NewScript(`
--- KEYS: record, ready, warmSet, pools; ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes
-if redis.call('HEXISTS', KEYS[4], ARGV[4]) == 0 then return 0 end
+-- KEYS: record, ready, warmSet, pools; ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes, poolName
+if redis.call('HEXISTS', KEYS[4], ARGV[7]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', 1, 'tenant', ARGV[3], 'pool', ARGV[4], 'ucpu', ARGV[5], 'umem', ARGV[6])
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('RPUSH', KEYS[2], ARGV[2])
@@ -163,9 +184,19 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if err := s.markActive(ctx, sb.Tenant); err != nil {
+		return false, err
+	}
+	wrote, err := s.claimLocator(ctx, locSandbox, sb.ID, sb.Tenant)
+	if err != nil {
+		return false, err
+	}
 	cpu, mem := s.measure(sb)
-	n, err := addWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(), s.poolsKey()},
-		body, sb.ID, sb.Tenant, PoolKey(sb.Tenant, sb.Pool), cpu, mem).Int()
+	n, err := addWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(sb.Tenant, sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(sb.Tenant), s.poolsKey(sb.Tenant)},
+		body, sb.ID, sb.Tenant, PoolKey(sb.Tenant, sb.Pool), cpu, mem, sb.Pool).Int()
+	if wrote && (err != nil || n != 1) {
+		_ = s.dropLocator(ctx, locSandbox, sb.ID, sb.Tenant)
+	}
 	return n == 1, wrap(err)
 }
 
@@ -179,15 +210,26 @@ return removed
 
 // RemoveWarm takes an unclaimed member out of its pool; false when it was claimed meanwhile.
 func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, error) {
-	n, err := removeWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(id), s.readyKey(tenant, pool), s.warmSetKey()}, id).Int()
-	return n > 0, wrap(err)
+	n, err := removeWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(tenant, id), s.readyKey(tenant, pool), s.warmSetKey(tenant)}, id).Int()
+	if err != nil {
+		return false, wrap(err)
+	}
+	if n > 0 {
+		if err := s.dropLocator(ctx, locSandbox, id, tenant); err != nil {
+			return true, err
+		}
+	}
+	return n > 0, nil
 }
 
-// claimScript pops up to N warm sandboxes of one pool and binds them to the caller in a
-// single step: the record gets the claim's fields (tenant, metadata, expiry, batch…),
-// joins the tenant's index and the expiry schedule, and counts as allocated.
+// claimScript pops up to N warm sandboxes of one pool and binds them to the pool's own
+// tenant in a single step, in that tenant's slot: the record gets the claim's fields
+// (metadata, expiry, batch…), joins the tenant's index and the expiry schedule, and
+// counts as allocated. The records' keys are derived from the tenant's tag (ARGV[5]),
+// so that they are in the slot of the declared keys. A claim from another tenant's pool
+// is claimAcross.
 var claimScript = redis.NewScript(`
--- KEYS: ready, warmSet, alloc, tenantIndex, allIndex, expiry, tenantUsage
+-- KEYS: ready, warmSet, alloc, tenantIndex, expiry, tenantUsage
 -- ARGV: n, patchJSON, createdMs, expiresMs ('' = none), recordPrefix, tenant, poolKey
 local n = tonumber(ARGV[1])
 local patch = cjson.decode(ARGV[2])
@@ -207,14 +249,13 @@ for i = 1, n do
     redis.call('HSET', key, 'json', js, 'rev', rev, 'tenant', ARGV[6], 'pool', ARGV[7])
     redis.call('SADD', KEYS[3], id)
     if redis.call('ZADD', KEYS[4], ARGV[3], id) == 1 then
-      redis.call('HINCRBY', KEYS[7], 'sandboxes', 1)
+      redis.call('HINCRBY', KEYS[6], 'sandboxes', 1)
       local cpu = tonumber(redis.call('HGET', key, 'ucpu') or '0')
       local mem = tonumber(redis.call('HGET', key, 'umem') or '0')
-      if cpu ~= 0 then redis.call('HINCRBY', KEYS[7], 'cpu', cpu) end
-      if mem ~= 0 then redis.call('HINCRBY', KEYS[7], 'mem', mem) end
+      if cpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', cpu) end
+      if mem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', mem) end
     end
-    redis.call('ZADD', KEYS[5], ARGV[3], id)
-    if ARGV[4] ~= '' then redis.call('ZADD', KEYS[6], ARGV[4], id) end
+    if ARGV[4] ~= '' then redis.call('ZADD', KEYS[5], ARGV[4], id) end
     out[#out + 1] = js
   end
 end
@@ -224,14 +265,20 @@ return out
 // ClaimPatch holds the fields a claim writes into each warm record.
 type ClaimPatch map[string]any
 
-// Claim binds up to n warm sandboxes of a pool to a tenant in one script and returns them.
+// Claim binds up to n warm sandboxes of a pool to a tenant and returns them: one script
+// when the pool is the tenant's own, claimAcross otherwise.
 func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n int, patch ClaimPatch, createdMs int64, expiresMs string) ([]*Sandbox, error) {
 	body, err := json.Marshal(patch)
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{s.readyKey(poolTenant, pool), s.warmSetKey(), s.allocKey(poolTenant, pool), s.tenantIndex(tenant), s.allIndex(), s.expiryKey(), s.usageKey(tenant)}
-	res, err := claimScript.Run(ctx, s.rdb, keys, n, body, createdMs, expiresMs, s.Key("sandbox")+":", tenant, PoolKey(poolTenant, pool)).StringSlice()
+	var res []string
+	if poolTenant != tenant {
+		res, err = s.claimAcross(ctx, poolTenant, pool, tenant, n, body, createdMs, expiresMs)
+	} else {
+		keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
+		res, err = claimScript.Run(ctx, s.rdb, keys, n, body, createdMs, expiresMs, s.recordPrefix(tenant), tenant, PoolKey(poolTenant, pool)).StringSlice()
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
 	}
@@ -250,4 +297,21 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 func (s *Store) AllocatedMembers(ctx context.Context, tenant, name string) ([]string, error) {
 	ids, err := s.rdb.SMembers(ctx, s.allocKey(tenant, name)).Result()
 	return ids, wrap(err)
+}
+
+// perTenant runs one command per tenant in a pipeline (each on its tenant's own slot) and
+// returns the commands in the order of tenants; a missing key is no error.
+func perTenant[C redis.Cmder](ctx context.Context, s *Store, tenants []string, cmd func(redis.Pipeliner, string) C) ([]C, error) {
+	if len(tenants) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]C, len(tenants))
+	for i, t := range tenants {
+		cmds[i] = cmd(pipe, t)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	return cmds, nil
 }

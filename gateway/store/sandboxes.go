@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,11 +60,12 @@ type LateBind struct {
 	NetworkPolicy string `json:"networkPolicy,omitempty"`
 }
 
-// Each sandbox is a hash {json, rev, tenant}; the tenant index and the global index are
-// sorted sets by creation time (newest first on read); the expiry schedule is a sorted set
-// by expiresAt. The scripts keep the four in step.
+// Each sandbox is a hash {json, rev, tenant, pool, ucpu, umem} in its tenant's slot;
+// the tenant's index is a sorted set by creation time (newest first on read) and its
+// expiry schedule a sorted set by expiresAt. The scripts keep them and the usage
+// counters in step, all in the tenant's slot (keys.go).
 var putScript = redis.NewScript(`
--- KEYS: record, tenantIndex, allIndex, expiry, tenantUsage
+-- KEYS: record, tenantIndex, expiry, tenantUsage
 -- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none),
 --       cpuMillis, memoryBytes
 local cur = redis.call('HGET', KEYS[1], 'rev')
@@ -81,45 +84,48 @@ local oldMem = tonumber(redis.call('HGET', KEYS[1], 'umem') or '0')
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', rev, 'tenant', ARGV[6], 'ucpu', ARGV[8], 'umem', ARGV[9])
 -- The tenant's usage counters move with its index (admission reads them, never a list).
 if redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2]) == 1 then
-  redis.call('HINCRBY', KEYS[5], 'sandboxes', 1)
+  redis.call('HINCRBY', KEYS[4], 'sandboxes', 1)
   oldCPU, oldMem = 0, 0
 end
-if tonumber(ARGV[8]) ~= oldCPU then redis.call('HINCRBY', KEYS[5], 'cpu', tonumber(ARGV[8]) - oldCPU) end
-if tonumber(ARGV[9]) ~= oldMem then redis.call('HINCRBY', KEYS[5], 'mem', tonumber(ARGV[9]) - oldMem) end
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+if tonumber(ARGV[8]) ~= oldCPU then redis.call('HINCRBY', KEYS[4], 'cpu', tonumber(ARGV[8]) - oldCPU) end
+if tonumber(ARGV[9]) ~= oldMem then redis.call('HINCRBY', KEYS[4], 'mem', tonumber(ARGV[9]) - oldMem) end
 if ARGV[4] == '' then
-  redis.call('ZREM', KEYS[4], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[2])
 else
-  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
 end
 return rev
 `)
 
+// deleteScript removes a record from its tenant's slot. A claimed pool member leaves
+// its pool's allocated set here when the pool is the tenant's own (same slot; the key
+// is derived from the tenant's tag); the pool of another tenant is returned, and the
+// caller takes the member out of that set with a command of its own.
 var deleteScript = redis.NewScript(`
--- KEYS: record, allIndex, expiry; ARGV: id, tenantKeyPrefix, poolPrefix
+-- KEYS: record, tenantIndex, expiry, tenantUsage; ARGV: id, tenant, poolPrefix (the tenant's)
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
-if not tenant then return 0 end
+if not tenant then return {0, ''} end
+local other = ''
 local pool = redis.call('HGET', KEYS[1], 'pool')
-if pool then redis.call('SREM', ARGV[3] .. pool .. ':allocated', ARGV[1]) end
+if pool then
+  local pt, pn = string.match(pool, '^([^/]*)/(.*)$')
+  if pt == ARGV[2] then
+    redis.call('SREM', ARGV[3] .. pn .. ':allocated', ARGV[1])
+  elseif pt then
+    other = pool
+  end
+end
 local cpu = tonumber(redis.call('HGET', KEYS[1], 'ucpu') or '0')
 local mem = tonumber(redis.call('HGET', KEYS[1], 'umem') or '0')
 redis.call('DEL', KEYS[1])
-if redis.call('ZREM', ARGV[2] .. tenant .. ':sandboxes', ARGV[1]) == 1 then
-  local usage = ARGV[2] .. tenant .. ':usage'
-  redis.call('HINCRBY', usage, 'sandboxes', -1)
-  if cpu ~= 0 then redis.call('HINCRBY', usage, 'cpu', -cpu) end
-  if mem ~= 0 then redis.call('HINCRBY', usage, 'mem', -mem) end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('HINCRBY', KEYS[4], 'sandboxes', -1)
+  if cpu ~= 0 then redis.call('HINCRBY', KEYS[4], 'cpu', -cpu) end
+  if mem ~= 0 then redis.call('HINCRBY', KEYS[4], 'mem', -mem) end
 end
-redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-return 1
+return {1, other}
 `)
-
-func (s *Store) sandboxKey(id string) string      { return s.Key("sandbox", id) }
-func (s *Store) tenantIndex(tenant string) string { return s.Key("tenant", tenant, "sandboxes") }
-func (s *Store) allIndex() string                 { return s.Key("sandboxes") }
-func (s *Store) usageKey(tenant string) string    { return s.Key("tenant", tenant, "usage") }
-func (s *Store) expiryKey() string                { return s.Key("expiry") }
 
 // ErrQuota reports a tenant at its concurrent-sandbox limit.
 var ErrQuota = errors.New("concurrent sandbox quota reached")
@@ -148,9 +154,29 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev, maxC
 	if sb.ExpiresAt != nil {
 		expires = strconv.FormatInt(sb.ExpiresAt.UnixMilli(), 10)
 	}
-	keys := []string{s.sandboxKey(sb.ID), s.tenantIndex(sb.Tenant), s.allIndex(), s.expiryKey(), s.usageKey(sb.Tenant)}
+	if sb.Tenant == "" {
+		return fmt.Errorf("sandbox %s: no tenant", sb.ID)
+	}
+	wroteLoc := false
+	if expectedRev == "" {
+		// A new record: its id must name its tenant's slot before anyone looks it up.
+		if err := s.markActive(ctx, sb.Tenant); err != nil {
+			return err
+		}
+		if wroteLoc, err = s.claimLocator(ctx, locSandbox, sb.ID, sb.Tenant); err != nil {
+			return err
+		}
+	} else if t, err := s.locate(ctx, locSandbox, sb.ID); err != nil {
+		return err
+	} else if t != sb.Tenant {
+		return fmt.Errorf("sandbox %s: its record is tenant %s's, not %s's: %w", sb.ID, t, sb.Tenant, ErrConflict)
+	}
+	keys := []string{s.sandboxKey(sb.Tenant, sb.ID), s.tenantIndex(sb.Tenant), s.expiryKey(sb.Tenant), s.usageKey(sb.Tenant)}
 	cpu, mem := s.measure(sb)
 	rev, err := putScript.Run(ctx, s.rdb, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant, maxConcurrent, cpu, mem).Int64()
+	if wroteLoc && (err != nil || rev < 0) {
+		_ = s.dropLocator(ctx, locSandbox, sb.ID, sb.Tenant)
+	}
 	if err != nil {
 		return wrap(err)
 	}
@@ -194,14 +220,27 @@ func (s *Store) ModifySandbox(ctx context.Context, id string, fn func(*Sandbox) 
 
 // GetSandbox reads one record.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
-	vals, err := s.rdb.HMGet(ctx, s.sandboxKey(id), "json", "rev").Result()
-	if err != nil {
-		return nil, wrap(err)
+	_, cached := s.locs.get(locSandbox, id)
+	for attempt := 0; attempt < 2; attempt++ {
+		tenant, err := s.locate(ctx, locSandbox, id)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := s.rdb.HMGet(ctx, s.sandboxKey(tenant, id), "json", "rev").Result()
+		if err != nil {
+			return nil, wrap(err)
+		}
+		if vals[0] != nil {
+			return decodeSandbox(vals[0], vals[1])
+		}
+		if !cached {
+			break
+		}
+		// A cached locator may be stale (a cross-tenant claim moved the record).
+		s.locs.drop(locSandbox, id)
+		cached = false
 	}
-	if vals[0] == nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
-	}
-	return decodeSandbox(vals[0], vals[1])
+	return nil, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
 }
 
 func decodeSandbox(body, rev any) (*Sandbox, error) {
@@ -218,39 +257,92 @@ func decodeSandbox(body, rev any) (*Sandbox, error) {
 
 // DeleteSandbox removes a record and its index entries; a missing record is not an error.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	err := deleteScript.Run(ctx, s.rdb, []string{s.sandboxKey(id), s.allIndex(), s.expiryKey()}, id, s.Key("tenant")+":", s.Key("pool")+":").Err()
-	if err == nil {
-		_ = s.PublishChange(ctx, id)
+	tenant, err := s.locate(ctx, locSandbox, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	keys := []string{s.sandboxKey(tenant, id), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
+	res, err := deleteScript.Run(ctx, s.rdb, keys, id, tenant, s.tkey(tenant, "pool")+":").Slice()
+	if err != nil {
+		return wrap(err)
+	}
+	if len(res) == 2 {
+		if other, _ := res[1].(string); other != "" {
+			// A member claimed from another tenant's pool leaves that pool's set too.
+			if pt, pn, ok := strings.Cut(other, "/"); ok {
+				if err := s.rdb.SRem(ctx, s.allocKey(pt, pn), id).Err(); err != nil {
+					return wrap(err)
+				}
+			}
+		}
+	}
+	// The locator goes with the record (one whose record the script did not find stays:
+	// it may be a create's between its locator and its script), and
+	// the change is announced, in one round trip.
+	s.locs.drop(locSandbox, id)
+	pipe := s.rdb.Pipeline()
+	if n, _ := res[0].(int64); n == 1 {
+		pipe.Del(ctx, s.locKey(locSandbox, id))
+	}
+	pipe.Publish(ctx, s.changesChannel(), id)
+	_, err = pipe.Exec(ctx)
 	return wrap(err)
 }
 
 // ListSandboxes returns the records of one tenant (all tenants when tenant is ""), newest first.
 func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]*Sandbox, error) {
-	index := s.allIndex()
-	if tenant != "" {
-		index = s.tenantIndex(tenant)
+	tenants := []string{tenant}
+	if tenant == "" {
+		var err error
+		if tenants, err = s.activeTenants(ctx); err != nil {
+			return nil, err
+		}
 	}
-	ids, err := s.rdb.ZRevRange(ctx, index, 0, -1).Result()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(tenants))
+	for i, t := range tenants {
+		cmds[i] = pipe.ZRevRange(ctx, s.tenantIndex(t), 0, -1)
+	}
+	if len(tenants) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, wrap(err)
+		}
+	}
+	var refs []recordRef
+	for i, t := range tenants {
+		for _, id := range cmds[i].Val() {
+			refs = append(refs, recordRef{t, id})
+		}
+	}
+	out, err := s.getMany(ctx, refs)
 	if err != nil {
-		return nil, wrap(err)
+		return nil, err
 	}
-	return s.getMany(ctx, ids)
+	if len(tenants) > 1 {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	}
+	return out, nil
 }
 
-func (s *Store) getMany(ctx context.Context, ids []string) ([]*Sandbox, error) {
-	if len(ids) == 0 {
+// recordRef names a record: its tenant (slot) and id.
+type recordRef struct{ tenant, id string }
+
+func (s *Store) getMany(ctx context.Context, refs []recordRef) ([]*Sandbox, error) {
+	if len(refs) == 0 {
 		return nil, nil
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, s.sandboxKey(id), "json", "rev")
+	cmds := make([]*redis.SliceCmd, len(refs))
+	for i, r := range refs {
+		cmds[i] = pipe.HMGet(ctx, s.sandboxKey(r.tenant, r.id), "json", "rev")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
 	}
-	out := make([]*Sandbox, 0, len(ids))
+	out := make([]*Sandbox, 0, len(refs))
 	for _, c := range cmds {
 		vals := c.Val()
 		if len(vals) < 2 || vals[0] == nil {
@@ -265,10 +357,29 @@ func (s *Store) getMany(ctx context.Context, ids []string) ([]*Sandbox, error) {
 	return out, nil
 }
 
-// ExpiredSandboxes returns the ids whose expiry is at or before now.
+// ExpiredSandboxes returns the ids whose expiry is at or before now, from every
+// tenant's schedule (up to limit of each).
 func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time, limit int64) ([]string, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, s.expiryKey(), &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: limit,
-	}).Result()
-	return ids, wrap(err)
+	tenants, err := s.activeTenants(ctx)
+	if err != nil || len(tenants) == 0 {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(tenants))
+	for i, t := range tenants {
+		cmds[i] = pipe.ZRangeByScore(ctx, s.expiryKey(t), &redis.ZRangeBy{
+			Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: limit,
+		})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	var ids []string
+	for i, t := range tenants {
+		for _, id := range cmds[i].Val() {
+			s.locs.put(locSandbox, id, t)
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -20,6 +21,8 @@ import (
 //
 //	go test -run '^$' -bench Scale -benchtime 1x ./gateway/store/
 //
+// (-bench Scale/redis for the one-server figures alone.)
+//
 // Figures: claims/s (one warm member per claim script, 32 clients), creates/s and
 // deletes/s (the record scripts), events/s (appends to tenants' streams, batched as the
 // gateway does), and the Redis memory a claimed sandbox takes (record, indexes,
@@ -27,15 +30,25 @@ import (
 
 const scaleClients = 32
 
-func openScaleStore(b *testing.B) *Store {
+func openScaleStore(b *testing.B, cluster bool) *Store {
 	b.Helper()
-	r, err := testenv.StartRedis(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
+	opts := Options{Prefix: "scale:", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if cluster {
+		c, err := testenv.StartRedisCluster(b.TempDir(), 3)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Stop)
+		opts.URL, opts.Cluster = c.URL, true
+	} else {
+		r, err := testenv.StartRedis(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(r.Stop)
+		opts.URL = r.URL
 	}
-	b.Cleanup(r.Stop)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := Open(context.Background(), Options{URL: r.URL, Prefix: "scale:", Logger: quiet})
+	s, err := Open(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,26 +97,48 @@ func parallel(b *testing.B, n int, fn func(i int) error) float64 {
 	return float64(n) / time.Since(t0).Seconds()
 }
 
+// usedMemory sums used_memory over the server (every primary of a cluster).
 func usedMemory(b *testing.B, s *Store) int64 {
-	info, err := s.Client().Info(context.Background(), "memory").Result()
+	var total atomic.Int64
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total.Add(n)
+				return nil
+			}
+		}
+		return fmt.Errorf("no used_memory in INFO")
+	}
+	var err error
+	if cc, ok := s.Client().(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(context.Background(), read)
+	} else {
+		err = read(context.Background(), s.Client().(*redis.Client))
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	b.Fatal("no used_memory in INFO")
-	return 0
+	return total.Load()
 }
 
+// BenchmarkScale/redis is one redis-server; BenchmarkScale/cluster3 a Redis Cluster of
+// three primaries on the same machine (on 2 cores it shows the scripts run there and
+// what the cluster's routing costs, not how K machines scale).
 func BenchmarkScale(b *testing.B) {
+	b.Run("redis", func(b *testing.B) { benchScale(b, false) })
+	b.Run("cluster3", func(b *testing.B) { benchScale(b, true) })
+}
+
+func benchScale(b *testing.B, cluster bool) {
 	const n = 20000
 	const tenants = 100
 	for i := 0; i < b.N; i++ {
-		s := openScaleStore(b)
+		s := openScaleStore(b, cluster)
 		ctx := context.Background()
 		tmpl := []byte(`{}`)
 		for t := 0; t < tenants; t++ {

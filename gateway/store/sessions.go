@@ -25,7 +25,7 @@ type Session struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
-func (s *Store) sessionKey(token string) string { return s.Key("session", HashKey(token)) }
+func (s *Store) sessionKey(token string) string { return s.authKey("session", HashKey(token)) }
 
 // PutSession stores a session under its cookie value until its ExpiresAt.
 func (s *Store) PutSession(ctx context.Context, token string, sess *Session) error {

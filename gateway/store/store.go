@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -25,15 +26,25 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 )
 
-// Store is the Redis-backed state of the gateway.
+// Store is the Redis-backed state of the gateway. Its keys are laid out for Redis
+// Cluster (keys.go): every script and transaction touches one hash slot.
 type Store struct {
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	embedded *miniredis.Miniredis
 	prefix   string
 	// health tracks Redis's answers (health.go); probe is a client without the
 	// fail-fast hook, for readiness checks.
 	health health
-	probe  *redis.Client
+	probe  redis.UniversalClient
+	// newClient makes another client of the same server(s) with poolSize connections.
+	newClient func(poolSize int) redis.UniversalClient
+	cluster   bool
+	// locs caches which tenant's slot holds a sandbox or batch id (keys.go).
+	locs locCache
+	// active caches the tenants already added to the active-tenants set.
+	active sync.Map
+	// scannedClean is set once this process scanned for old-layout keys and found none.
+	scannedClean atomic.Bool
 	// meter measures records for the tenants' usage counters (usage.go).
 	meter Meter
 	// clusterFile keeps the embedded store's cluster id across restarts.
@@ -42,7 +53,7 @@ type Store struct {
 
 	// blocking serves blocking reads (live event streams) on connections of its own.
 	blockingOnce sync.Once
-	blocking     *redis.Client
+	blocking     redis.UniversalClient
 }
 
 // Options configure Open.
@@ -54,7 +65,10 @@ type Options struct {
 	// ClusterFile is where the embedded store keeps its cluster id (ClusterID) across
 	// restarts; empty uses DefaultClusterFile(Prefix). Unused with Redis.
 	ClusterFile string
-	Logger      *slog.Logger
+	// Cluster treats URL as a seed of a Redis Cluster (redis://host:port, more seeds as
+	// ?addr=host:port); every script and transaction of the store stays on one slot.
+	Cluster bool
+	Logger  *slog.Logger
 }
 
 // Open connects to Redis, or starts the embedded store when no URL is given.
@@ -66,6 +80,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{prefix: opts.Prefix, log: log}
 	if s.prefix == "" {
 		s.prefix = "sg:"
+	}
+	if strings.ContainsAny(s.prefix, "{}") {
+		// A brace in the prefix would become every key's hash tag.
+		return nil, fmt.Errorf("redis prefix %q: must not contain { or }", s.prefix)
+	}
+	if opts.Cluster && opts.URL == "" {
+		return nil, fmt.Errorf("redis cluster: needs a redis URL (the embedded store is one server)")
+	}
+	if opts.Cluster {
+		return s.openCluster(ctx, opts.URL)
 	}
 	url := opts.URL
 	if url == "" {
@@ -105,8 +129,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	probeOpts := *ro
 	probeOpts.PoolSize, probeOpts.MinIdleConns, probeOpts.MaxRetries = 2, 0, 0
 	s.probe = redis.NewClient(&probeOpts)
-	s.rdb = redis.NewClient(ro)
-	s.rdb.AddHook(healthHook{&s.health})
+	rdb := redis.NewClient(ro)
+	rdb.AddHook(healthHook{&s.health})
+	s.rdb = rdb
+	s.newClient = func(n int) redis.UniversalClient {
+		o := *ro
+		o.PoolSize, o.MinIdleConns = n, 0
+		return redis.NewClient(&o)
+	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		// Not fatal: the gateway starts and answers 503 until Redis comes back.
 		log.Warn("redis does not answer yet; requests get 503 until it does", "addr", ro.Addr, "err", err)
@@ -115,6 +145,43 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// openCluster connects to a Redis Cluster through the seed(s) in url.
+func (s *Store) openCluster(ctx context.Context, url string) (*Store, error) {
+	co, err := redis.ParseClusterURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis cluster url: %w", err)
+	}
+	co.DialTimeout = dialTimeout
+	co.ReadTimeout = CommandTimeout
+	co.WriteTimeout = CommandTimeout
+	co.PoolTimeout = poolTimeout
+	co.MaxRetries = 1
+	co.MinRetryBackoff, co.MaxRetryBackoff = 8*time.Millisecond, 64*time.Millisecond
+	co.PoolSize = 64
+	co.MinIdleConns = 4
+	probeOpts := *co
+	probeOpts.PoolSize, probeOpts.MinIdleConns, probeOpts.MaxRetries = 2, 0, 0
+	s.cluster = true
+	s.probe = redis.NewClusterClient(&probeOpts)
+	rdb := redis.NewClusterClient(co)
+	rdb.AddHook(healthHook{&s.health})
+	s.rdb = rdb
+	s.newClient = func(n int) redis.UniversalClient {
+		o := *co
+		o.PoolSize, o.MinIdleConns = n, 0
+		return redis.NewClusterClient(&o)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		s.log.Warn("redis cluster does not answer yet; requests get 503 until it does", "addrs", co.Addrs, "err", err)
+	} else {
+		s.log.Info("connected to redis cluster", "addrs", co.Addrs)
+	}
+	return s, nil
+}
+
+// Cluster reports whether the store runs on a Redis Cluster.
+func (s *Store) Cluster() bool { return s.cluster }
 
 // randomPassword returns 32 random bytes in hex.
 func randomPassword() (string, error) {
@@ -126,7 +193,9 @@ func randomPassword() (string, error) {
 }
 
 // Client exposes the Redis client for packages that keep their own keys (pools, plugins).
-func (s *Store) Client() *redis.Client { return s.rdb }
+// On a cluster it is a cluster client: a script or transaction of theirs must keep to one
+// slot too.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Key returns a namespaced key.
 func (s *Store) Key(parts ...string) string { return s.prefix + strings.Join(parts, ":") }
@@ -138,11 +207,9 @@ func (s *Store) Embedded() bool { return s.embedded != nil }
 func (s *Store) Ping(ctx context.Context) error { return wrap(s.rdb.Ping(ctx).Err()) }
 
 // blockingClient returns the client for blocking reads: the same server, its own pool.
-func (s *Store) blockingClient() *redis.Client {
+func (s *Store) blockingClient() redis.UniversalClient {
 	s.blockingOnce.Do(func() {
-		o := *s.rdb.Options()
-		o.PoolSize, o.MinIdleConns = 256, 0
-		s.blocking = redis.NewClient(&o)
+		s.blocking = s.newClient(256)
 	})
 	return s.blocking
 }
@@ -177,7 +244,8 @@ func wrap(err error) error {
 
 // isConnectionMessage recognizes connection failures that reach us only as text.
 func isConnectionMessage(msg string) bool {
-	for _, s := range []string{"connection refused", "connection reset", "EOF", "LOADING", "broken pipe", "i/o timeout"} {
+	// CLUSTERDOWN and TRYAGAIN: a Redis Cluster without a primary for a slot, or moving one.
+	for _, s := range []string{"connection refused", "connection reset", "EOF", "LOADING", "broken pipe", "i/o timeout", "CLUSTERDOWN", "TRYAGAIN"} {
 		if strings.Contains(msg, s) {
 			return true
 		}

@@ -63,8 +63,12 @@ type APIKey struct {
 }
 
 func (s *Store) tenantsKey() string { return s.Key("tenants") }
-func (s *Store) keysKey() string    { return s.Key("keys") }   // hash of key → APIKey
-func (s *Store) keyIDsKey() string  { return s.Key("keyids") } // key id → hash of key
+
+// The API keys share the slot of the sessions ({auth}, keys.go): the revocation and
+// the session check read them together.
+func (s *Store) keysKey() string                 { return s.authKey("keys") }   // hash of key → APIKey
+func (s *Store) keyIDsKey() string               { return s.authKey("keyids") } // key id → hash of key
+func (s *Store) tenantKeys(tenant string) string { return s.authKey("tenant", tenant, "keys") }
 
 // HashKey is how keys are stored and looked up.
 func HashKey(key string) string {
@@ -133,7 +137,7 @@ func (s *Store) PutKey(ctx context.Context, secret string, k *APIKey) error {
 	pipe := s.rdb.TxPipeline()
 	pipe.HSet(ctx, s.keysKey(), h, body)
 	pipe.HSet(ctx, s.keyIDsKey(), k.ID, h)
-	pipe.SAdd(ctx, s.Key("tenant", k.Tenant, "keys"), k.ID)
+	pipe.SAdd(ctx, s.tenantKeys(k.Tenant), k.ID)
 	_, err = pipe.Exec(ctx)
 	return wrap(err)
 }
@@ -156,7 +160,7 @@ func (s *Store) LookupKey(ctx context.Context, secret string) (*APIKey, error) {
 
 // ListKeys returns a tenant's keys (never their secrets).
 func (s *Store) ListKeys(ctx context.Context, tenant string) ([]*APIKey, error) {
-	ids, err := s.rdb.SMembers(ctx, s.Key("tenant", tenant, "keys")).Result()
+	ids, err := s.rdb.SMembers(ctx, s.tenantKeys(tenant)).Result()
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -191,7 +195,7 @@ return 1
 
 // RevokeKey deletes a tenant's key at once; ErrNotFound when it is not that tenant's.
 func (s *Store) RevokeKey(ctx context.Context, tenant, id string) error {
-	n, err := revokeKeyScript.Run(ctx, s.rdb, []string{s.keyIDsKey(), s.keysKey(), s.Key("tenant", tenant, "keys")}, id).Int()
+	n, err := revokeKeyScript.Run(ctx, s.rdb, []string{s.keyIDsKey(), s.keysKey(), s.tenantKeys(tenant)}, id).Int()
 	if err != nil {
 		return wrap(err)
 	}

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Usage is what a tenant holds now: its sandboxes and the CPU and memory they were
 // given. The scripts that create, claim, update and delete records keep it in a hash
-// per tenant (tenant:<id>:usage), so that admission reads three numbers instead of
+// per tenant ({t:<id>}:usage), so that admission reads three numbers instead of
 // listing the tenant's sandboxes; RepairUsage recounts it from the records.
 type Usage struct {
 	Sandboxes   int64
@@ -53,7 +52,7 @@ func (s *Store) TenantUsage(ctx context.Context, tenant string) (Usage, error) {
 // recountScript sets a tenant's counters from its index and records in one step, so
 // that no create or delete runs between the count and the write.
 var recountScript = redis.NewScript(`
--- KEYS: tenantIndex, tenantUsage; ARGV: recordPrefix
+-- KEYS: tenantIndex, tenantUsage; ARGV: recordPrefix (the tenant's: its records are in its slot)
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local cpu, mem = 0, 0
 for _, id in ipairs(ids) do
@@ -77,26 +76,16 @@ return 0
 // the tenants whose counters were wrong. It reads every record: the reconciler runs it,
 // off every request's path.
 func (s *Store) RepairUsage(ctx context.Context) ([]string, error) {
-	tenants := map[string]bool{}
-	prefix := s.Key("tenant") + ":"
-	iter := s.rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := strings.TrimPrefix(iter.Val(), prefix)
-		if t, ok := strings.CutSuffix(k, ":usage"); ok {
-			tenants[t] = true
-		} else if t, ok := strings.CutSuffix(k, ":sandboxes"); ok {
-			tenants[t] = true
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return nil, wrap(err)
+	tenants, err := s.activeTenants(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var repaired []string
-	for t := range tenants {
+	for _, t := range tenants {
 		if err := s.backfillMeasures(ctx, t); err != nil {
 			return repaired, err
 		}
-		n, err := recountScript.Run(ctx, s.rdb, []string{s.tenantIndex(t), s.usageKey(t)}, s.Key("sandbox")+":").Int()
+		n, err := recountScript.Run(ctx, s.rdb, []string{s.tenantIndex(t), s.usageKey(t)}, s.recordPrefix(t)).Int()
 		if err != nil {
 			return repaired, wrap(err)
 		}
@@ -117,7 +106,7 @@ func (s *Store) backfillMeasures(ctx context.Context, tenant string) error {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, s.sandboxKey(id), "ucpu", "json", "rev")
+		cmds[i] = pipe.HMGet(ctx, s.sandboxKey(tenant, id), "ucpu", "json", "rev")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return wrap(err)
@@ -136,7 +125,7 @@ func (s *Store) backfillMeasures(ctx context.Context, tenant string) error {
 		cpu, mem := s.measure(sb)
 		// Only where the record still exists (HSET would recreate a deleted one).
 		fix.Eval(ctx, `if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSETNX', KEYS[1], 'ucpu', ARGV[1]); redis.call('HSETNX', KEYS[1], 'umem', ARGV[2]) end return 1`,
-			[]string{s.sandboxKey(ids[i])}, cpu, mem)
+			[]string{s.sandboxKey(tenant, ids[i])}, cpu, mem)
 		n++
 	}
 	if n == 0 {

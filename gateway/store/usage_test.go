@@ -99,10 +99,17 @@ func TestUsageCounters(t *testing.T) {
 
 	// Drift: a stand-in for a write lost halfway (counters edited behind the scripts'
 	// back) and a record from before the counters (no measure of its own).
+	// Tenant "gone" held a sandbox once (so it is among the active tenants).
+	if err := s.CreateSandbox(ctx, &Sandbox{ID: "g", Tenant: "gone", State: "Running", CreatedAt: time.Now()}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
 	rdb := s.Client()
 	rdb.HSet(ctx, s.usageKey("t1"), "sandboxes", 7, "cpu", -3)
 	rdb.HSet(ctx, s.usageKey("gone"), "sandboxes", 2)
-	rdb.HDel(ctx, s.sandboxKey("c"), "ucpu", "umem")
+	rdb.HDel(ctx, s.sandboxKey("t2", "c"), "ucpu", "umem")
 	rdb.HSet(ctx, s.usageKey("t2"), "sandboxes", 1, "cpu", 0, "mem", 0)
 	fixed, err := s.RepairUsage(ctx)
 	slices.Sort(fixed)

@@ -101,6 +101,10 @@ type Runtime struct {
 
 	pulls     pulls
 	pullCount atomic.Int64
+
+	// shells remembers, per image id, whether the image has /bin/sh (the enforcer's
+	// restart loop): one engine call per image instead of one per create.
+	shells sync.Map
 }
 
 // capabilities the sandbox's processes keep: enough for a package manager and a
@@ -187,7 +191,8 @@ func containerName(id string) string { return "sandgate-" + id }
 // Create implements runtimes.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Instance, error) {
 	steps := newCreateSteps()
-	if err := r.ensureImage(ctx, spec.Image, spec.ImageAuth); err != nil {
+	imageID, err := r.ensureImage(ctx, spec.Image, spec.ImageAuth)
+	if err != nil {
 		return runtimes.Instance{}, err
 	}
 	agentVol, err := r.agentVolume(ctx, spec.Image)
@@ -326,7 +331,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	sidecar := make(chan prepared, 1)
 	if withEgress {
 		go func() {
-			id, err := r.prepareEgress(ctx, spec, created.ID, agentVol, ca)
+			id, err := r.prepareEgress(ctx, spec, created.ID, imageID, agentVol, ca)
 			sidecar <- prepared{id, err}
 		}()
 	}

@@ -37,6 +37,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -84,8 +85,9 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
 // container, with the agent volume mounted, so that this work overlaps the workload's
-// own start. It returns the sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, agentVol string, ca *vaultCA) (string, error) {
+// own start. imageID is the id of spec.Image when known (""; not known). It returns the
+// sidecar's container id.
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, imageID, agentVol string, ca *vaultCA) (string, error) {
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	env := []string{envEgressToken + "=" + spec.EgressToken}
 	if ca != nil {
@@ -98,7 +100,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 	entrypoint := append([]string{agentPath}, args...)
 	// A restart loop keeps the policy API and the DNS proxy up if the enforcer dies;
 	// without a shell the enforcer runs alone, and its death leaves the sandbox closed.
-	if _, err := r.cli.ContainerStatPath(ctx, workloadID, client.ContainerStatPathOptions{Path: "/bin/sh"}); err == nil {
+	if r.imageHasShell(ctx, imageID, workloadID) {
 		loop := `while :; do "$0" "$@"; echo "sandgate: egress enforcer exited with status $?; restarting" >&2; sleep 1; done`
 		entrypoint = append([]string{"/bin/sh", "-c", loop, agentPath}, args...)
 	}
@@ -137,6 +139,22 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 	return created.ID, nil
 }
 
+// imageHasShell reports whether the image of container (whose id is imageID, when
+// known) has /bin/sh, asking the engine once per image id.
+func (r *Runtime) imageHasShell(ctx context.Context, imageID, container string) bool {
+	if has, ok := r.shells.Load(imageID); ok && imageID != "" {
+		return has.(bool)
+	}
+	_, err := r.cli.ContainerStatPath(ctx, container, client.ContainerStatPathOptions{Path: "/bin/sh"})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return false // not known: asked again next time
+	}
+	if imageID != "" {
+		r.shells.Store(imageID, err == nil)
+	}
+	return err == nil
+}
+
 // startEgress starts the prepared enforcer sidecar of a started workload container,
 // waits until its rules are installed and then starts the sandbox's entrypoint through
 // the agent. It returns the workload as it was once started, complete: Create needs no
@@ -172,19 +190,23 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		return runtimes.Instance{}, err
 	}
 	steps.done("enforcer healthy")
-	marked, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
+	marked, settled, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
 	if err != nil {
 		return runtimes.Instance{}, err
 	}
+	inst.Settled = settled
 	steps.done("entrypoint and start marker")
-	if !marked {
+	if len(spec.Entrypoint) == 0 {
 		if err := r.markStarted(ctx, workloadID); err != nil {
 			return runtimes.Instance{}, err
 		}
+		marked = true
 		steps.done("start marker")
 	}
 	inst.EgressToken = spec.EgressToken
-	inst.Complete = true
+	// Not marked: the entrypoint exited while the agent watched it, and the workload
+	// ends with it; the caller's wait for the sandbox reports why.
+	inst.Complete = marked
 	return inst, nil
 }
 
@@ -265,7 +287,7 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		}
 	}
 	r.removeEgress(ctx, spec.ID)
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, agentVol, ca)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, res.Container.Image, agentVol, ca)
 	if err != nil {
 		return err
 	}
@@ -308,36 +330,53 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string)
 	}
 }
 
+// entrypointSettle is how long the agent may watch a started entrypoint before it
+// answers, for one that computes without ever waiting; one that waits (a server, `tail
+// -f`) is answered for within milliseconds, one that exits at once with its exit.
+const entrypointSettle = 100 * time.Millisecond
+
 // startEntrypoint hands the sandbox's entrypoint to the agent (PID 1 of the workload),
 // which starts and supervises it exactly as if it had been given at container start,
 // and writes the start marker once it has. It reports whether the marker was written
-// (not when there is no entrypoint: the agent alone is the main process).
-func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) (marked bool, err error) {
+// (not when there is no entrypoint: the agent alone is the main process) and whether
+// the agent saw the entrypoint settle (past its start: see initproc.Supervisor.Settle).
+// An entrypoint that exited while the agent watched is neither: the agent ends with it,
+// and the caller's wait for the sandbox reports the exit.
+func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entrypoint []string) (marked, settled bool, err error) {
 	if len(entrypoint) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
 	for r.agents.Ping(ctx, addr, token, egressCallTimeout) != nil {
 		select {
 		case <-ctx.Done():
-			return false, errors.New("the agent did not answer before the entrypoint could start")
+			return false, false, errors.New("the agent did not answer before the entrypoint could start")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
-		map[string]any{"entrypoint": entrypoint, "startedMarker": startedMarker}, egressCallTimeout)
+	settle := int(entrypointSettle.Milliseconds())
+	body, err := r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+		map[string]any{"entrypoint": entrypoint, "startedMarker": startedMarker, "settleMillis": settle}, egressCallTimeout)
 	if se := (*agentclient.StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusBadRequest {
 		// The agent could not start it (no such file, not executable). Let a second agent
 		// try, so that the failure ends the sandbox the way a bad entrypoint given at
 		// container start does: its reason in the logs and exit code 127 or 126.
-		_, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
-			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...), "startedMarker": startedMarker}, egressCallTimeout)
+		body, err = r.agents.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint,
+			map[string]any{"entrypoint": append([]string{agentPath, "init", "--"}, entrypoint...), "startedMarker": startedMarker, "settleMillis": settle}, egressCallTimeout)
 	}
 	if err != nil {
-		return false, fmt.Errorf("start entrypoint: %w", err)
+		return false, false, fmt.Errorf("start entrypoint: %w", err)
 	}
-	return true, nil
+	var answer struct {
+		Settled bool `json:"settled"`
+		Exited  bool `json:"exited"`
+	}
+	_ = json.Unmarshal(body, &answer)
+	if answer.Exited {
+		return false, false, nil
+	}
+	return true, answer.Settled, nil
 }
 
 // SweepHelpers removes enforcer sidecars whose sandbox container no longer exists: the

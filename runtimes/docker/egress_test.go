@@ -108,6 +108,15 @@ func TestEgressSidecarLifecycle(t *testing.T) {
 	if rp := sc.Container.HostConfig.RestartPolicy.Name; rp != container.RestartPolicyUnlessStopped {
 		t.Fatalf("sidecar restart policy %q", rp)
 	}
+	if ep := sc.Container.Config.Entrypoint; len(ep) == 0 || ep[0] != "/bin/sh" {
+		t.Fatalf("sidecar entrypoint %q: the image has /bin/sh, the enforcer runs under its restart loop", ep)
+	}
+	if has, ok := r.shells.Load(sc.Container.Image); !ok || !has.(bool) {
+		t.Fatalf("the image's shell is not remembered (%v, %v): every create would ask again", has, ok)
+	}
+	if !inst.Settled || !inst.Complete {
+		t.Fatalf("tail -f /dev/null: Settled %t, Complete %t; want both (the agent saw it settle)", inst.Settled, inst.Complete)
+	}
 	if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, "created.test") {
 		t.Fatalf("initial policy: %s", got)
 	}
@@ -158,5 +167,44 @@ http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()
 	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+runtimes.LabelID+"="+id).Output()
 	if ids := strings.Fields(string(out)); len(ids) != 0 {
 		t.Fatalf("containers left after Delete: %v", ids)
+	}
+}
+
+// TestEgressEntrypointExitsAtOnce: an entrypoint that exits while the agent watches it
+// settle leaves an instance neither settled nor complete (no start marker), and the
+// workload ends with the entrypoint's exit code, for the caller's wait to report.
+func TestEgressEntrypointExitsAtOnce(t *testing.T) {
+	r, image := testRuntime(t)
+	ctx := context.Background()
+	id := "rt" + randomHex(3) + "-0000-4000-8000-" + randomHex(6)
+	spec := runtimes.Spec{
+		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"sh", "-c", "echo bye; exit 7"}, CreatedAt: time.Now(),
+		AgentToken: randomHex(16), EgressToken: randomHex(16),
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)},
+	}
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	inst, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if inst.Settled || inst.Complete {
+		t.Fatalf("an entrypoint that exits at once: Settled %t, Complete %t; want neither", inst.Settled, inst.Complete)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cur, err := r.Inspect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.State == runtimes.StateExited {
+			if cur.ExitCode != 7 || cur.Complete {
+				t.Fatalf("exited with code %d (complete %t), want 7 and not complete", cur.ExitCode, cur.Complete)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workload still %s 30 s after its entrypoint exited", cur.State)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -69,28 +69,30 @@ func pullKey(image string, auth *runtimes.ImageAuth) string {
 }
 
 // ensureImage makes image present on the engine as the pull policy says, pulling it with
-// auth when it must.
-func (r *Runtime) ensureImage(ctx context.Context, image string, auth *runtimes.ImageAuth) error {
+// auth when it must. It returns the image's id when it was present (and not pulled
+// again), "" after a pull.
+func (r *Runtime) ensureImage(ctx context.Context, image string, auth *runtimes.ImageAuth) (string, error) {
 	present := true
-	if _, err := r.cli.ImageInspect(ctx, image); err != nil {
+	inspect, err := r.cli.ImageInspect(ctx, image)
+	if err != nil {
 		if !cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("inspect image %q: %w", image, err)
+			return "", fmt.Errorf("inspect image %q: %w", image, err)
 		}
 		present = false
 	}
 	switch r.opts.Pull {
 	case PullNever:
 		if !present {
-			return fmt.Errorf("image %q is not present on the engine and pulling is off: %w", image, runtimes.ErrImageNotFound)
+			return "", fmt.Errorf("image %q is not present on the engine and pulling is off: %w", image, runtimes.ErrImageNotFound)
 		}
-		return nil
+		return inspect.ID, nil
 	case PullAlways:
 	default:
 		if present {
-			return nil
+			return inspect.ID, nil
 		}
 	}
-	return r.Pull(ctx, image, auth, nil)
+	return "", r.Pull(ctx, image, auth, nil)
 }
 
 // Pull pulls image with auth (nil for anonymous), sharing the pull with any concurrent

@@ -184,22 +184,13 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 		}
 	}
 
-	nonRoot := int64(65534)
 	initContainers := []corev1.Container{{
 		Name:         InstallContainer,
 		Image:        r.opts.AgentImage,
 		Command:      []string{imageAgentPath, "install", agentPath},
 		Resources:    helperResources("100m", "64Mi"),
 		VolumeMounts: []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir}},
-		SecurityContext: &corev1.SecurityContext{
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			AllowPrivilegeEscalation: &no,
-			Privileged:               &no,
-			RunAsUser:                &nonRoot,
-			RunAsGroup:               &nonRoot,
-			RunAsNonRoot:             &yes,
-			ReadOnlyRootFilesystem:   &yes,
-		},
+		SecurityContext: oneShotHelperSecurity(),
 		ImagePullPolicy:          r.opts.AgentImagePullPolicy,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}
@@ -305,6 +296,23 @@ func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
 
 // egressStateDir is where the enforcer's state volume is mounted in its sidecar.
 const egressStateDir = "/var/lib/sandgate-egress"
+
+// oneShotHelperSecurity is the security context of the pod's one-shot init containers
+// (the agent's install, the vault's trust): nobody, no capability, no way up, a
+// read-only root.
+func oneShotHelperSecurity() *corev1.SecurityContext {
+	no, yes := false, true
+	nobody := int64(65534)
+	return &corev1.SecurityContext{
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		AllowPrivilegeEscalation: &no,
+		Privileged:               &no,
+		RunAsUser:                &nobody,
+		RunAsGroup:               &nobody,
+		RunAsNonRoot:             &yes,
+		ReadOnlyRootFilesystem:   &yes,
+	}
+}
 
 // helperResources bounds a helper container (installer, enforcer). They idle nearly
 // always, so they request a tenth of their limit: a node's capacity goes to workloads.

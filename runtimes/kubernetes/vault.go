@@ -51,8 +51,6 @@ func (r *Runtime) withCredentialProxy(pod *corev1.Pod, spec runtimes.Spec) error
 		return fmt.Errorf("make the credential vault CA: %w", err)
 	}
 	pod.Annotations[annotationCredentialProxy] = "enabled"
-	no, yes := false, true
-	nonRoot := int64(65534)
 	trust := corev1.Container{
 		Name:         VaultTrustContainer,
 		Image:        spec.Image,
@@ -60,15 +58,7 @@ func (r *Runtime) withCredentialProxy(pod *corev1.Pod, spec runtimes.Spec) error
 		Env:          []corev1.EnvVar{{Name: EnvVaultCACert, Value: escapeExpansion(string(certPEM))}},
 		Resources:    helperResources("100m", "64Mi"),
 		VolumeMounts: []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir}},
-		SecurityContext: &corev1.SecurityContext{
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			AllowPrivilegeEscalation: &no,
-			Privileged:               &no,
-			RunAsUser:                &nonRoot,
-			RunAsGroup:               &nonRoot,
-			RunAsNonRoot:             &yes,
-			ReadOnlyRootFilesystem:   &yes,
-		},
+		SecurityContext: oneShotHelperSecurity(),
 		ImagePullPolicy:          r.opts.ImagePullPolicy,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}

@@ -221,9 +221,8 @@ func (s *Server) handleListContexts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteContextsByLanguage(w http.ResponseWriter, r *http.Request) {
-	lang := r.URL.Query().Get("language")
-	if lang == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter language")
+	lang, ok := requiredQuery(w, r, "language")
+	if !ok {
 		return
 	}
 	for _, c := range s.code.list(normalizeLanguage(lang)) {
@@ -383,9 +382,8 @@ func renameTextPlain(data map[string]any) map[string]any {
 }
 
 func (s *Server) handleInterruptCode(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("id")
-	if id == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter id")
+	id, ok := requiredQuery(w, r, "id")
+	if !ok {
 		return
 	}
 	c := s.code.get(id)

@@ -410,9 +410,8 @@ func (c *command) snapshot() commandStatus {
 }
 
 func (s *Server) handleInterruptCommand(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("id")
-	if id == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter id")
+	id, ok := requiredQuery(w, r, "id")
+	if !ok {
 		return
 	}
 	c := s.commands.get(id)

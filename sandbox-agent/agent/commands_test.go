@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate/sandbox-agent/agent"
+	"github.com/sandgate/sandgate/sandbox-agent/initproc"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
 
@@ -482,6 +484,36 @@ func TestEntrypointExtension(t *testing.T) {
 		a.mustJSON(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"sleep", "1"}, "startedMarker": marker}, 200, nil)
 		if fi, err := os.Stat(marker); err != nil || fi.Size() != 0 {
 			t.Fatalf("marker after the start: %v", err)
+		}
+	})
+	t.Run("settle: an exit is reported, without a start marker", func(t *testing.T) {
+		// The real supervisor: these are real processes.
+		sup := initproc.NewSupervisor(procs.NewEnvironment())
+		a := newTestAgent(t, agent.Config{StartEntrypoint: sup.Start, SettleEntrypoint: sup.Settle})
+		marker := filepath.Join(t.TempDir(), "started")
+		a.wantError(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"true"}, "settleMillis": -1}, 400, agent.CodeInvalidRequest)
+		a.wantError(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"true"}, "settleMillis": 3_600_000}, 400, agent.CodeInvalidRequest)
+		var got struct {
+			Exited   bool `json:"exited"`
+			ExitCode int  `json:"exitCode"`
+			Settled  bool `json:"settled"`
+		}
+		a.mustJSON(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"sh", "-c", "exit 7"}, "startedMarker": marker, "settleMillis": 10_000}, 200, &got)
+		<-sup.Exited()
+		if !got.Exited || got.ExitCode != 7 || got.Settled {
+			t.Fatalf("answer for an entrypoint that exits at once: %+v", got)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Fatalf("start marker for an entrypoint that exited: %v", err)
+		}
+		got.Exited, got.ExitCode = false, 0
+		a.mustJSON(http.MethodPost, "/sandgate/entrypoint", map[string]any{"entrypoint": []string{"sleep", "30"}, "startedMarker": marker, "settleMillis": 10_000}, 200, &got)
+		t.Cleanup(func() { sup.Signal(syscall.SIGKILL); <-sup.Exited() })
+		if got.Exited || !got.Settled {
+			t.Fatalf("answer for an entrypoint that runs: %+v", got)
+		}
+		if _, err := os.Stat(marker); err != nil {
+			t.Fatalf("no start marker for an entrypoint that runs: %v", err)
 		}
 	})
 }

@@ -12,9 +12,8 @@ import (
 // handleListDirectory lists entries under path down to depth levels (1 = direct
 // children). Symlinks are reported, never followed.
 func (s *Server) handleListDirectory(w http.ResponseWriter, r *http.Request) {
-	root := r.URL.Query().Get("path")
-	if root == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter path")
+	root, ok := requiredQuery(w, r, "path")
+	if !ok {
 		return
 	}
 	depth := 1

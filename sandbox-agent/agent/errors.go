@@ -35,6 +35,16 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	writeJSON(w, status, errorBody{Code: code, Message: message})
 }
 
+// requiredQuery answers the query parameter name, or refuses the request (400) when it
+// is missing or empty.
+func requiredQuery(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter "+name)
+	}
+	return v, v != ""
+}
+
 // writeFSError maps a filesystem error to its status and stable code.
 func writeFSError(w http.ResponseWriter, err error) {
 	status, code := fsErrorStatus(err)

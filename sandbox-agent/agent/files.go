@@ -47,30 +47,38 @@ var idNames = struct {
 }{users: map[uint32]string{}, groups: map[uint32]string{}}
 
 func userName(uid uint32) string {
-	idNames.Lock()
-	defer idNames.Unlock()
-	if n, ok := idNames.users[uid]; ok {
-		return n
-	}
-	n := strconv.FormatUint(uint64(uid), 10)
-	if u, err := user.LookupId(n); err == nil {
-		n = u.Username
-	}
-	idNames.users[uid] = n
-	return n
+	return cachedName(idNames.users, uid, func(id string) (string, error) {
+		u, err := user.LookupId(id)
+		if err != nil {
+			return "", err
+		}
+		return u.Username, nil
+	})
 }
 
 func groupName(gid uint32) string {
+	return cachedName(idNames.groups, gid, func(id string) (string, error) {
+		g, err := user.LookupGroupId(id)
+		if err != nil {
+			return "", err
+		}
+		return g.Name, nil
+	})
+}
+
+// cachedName answers the name of a uid or gid from names (one of idNames' maps),
+// asking lookup once per id; an id lookup cannot name stays its number.
+func cachedName(names map[uint32]string, id uint32, lookup func(id string) (string, error)) string {
 	idNames.Lock()
 	defer idNames.Unlock()
-	if n, ok := idNames.groups[gid]; ok {
+	if n, ok := names[id]; ok {
 		return n
 	}
-	n := strconv.FormatUint(uint64(gid), 10)
-	if g, err := user.LookupGroupId(n); err == nil {
-		n = g.Name
+	n := strconv.FormatUint(uint64(id), 10)
+	if name, err := lookup(n); err == nil {
+		n = name
 	}
-	idNames.groups[gid] = n
+	names[id] = n
 	return n
 }
 
@@ -378,9 +386,8 @@ func matchSegments(pat, name []string) bool {
 }
 
 func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
-	root := r.URL.Query().Get("path")
-	if root == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter path")
+	root, ok := requiredQuery(w, r, "path")
+	if !ok {
 		return
 	}
 	pattern := r.URL.Query().Get("pattern")
@@ -719,9 +726,8 @@ func (e *uploadBodyError) Unwrap() error { return e.err }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	p := r.URL.Query().Get("path")
-	if p == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter path")
+	p, ok := requiredQuery(w, r, "path")
+	if !ok {
 		return
 	}
 	f, err := os.Open(p)

@@ -44,6 +44,9 @@ type Config struct {
 	// StartEntrypoint starts or replaces the sandbox's main process for
 	// POST /sandgate/entrypoint; nil answers NOT_SUPPORTED.
 	StartEntrypoint func(argv []string) error
+	// SettleEntrypoint waits, at most window, until the started entrypoint is past its
+	// start, or reports its exit (initproc.Supervisor.Settle); nil does not wait.
+	SettleEntrypoint func(ctx context.Context, window time.Duration) (exited bool, code int)
 	// Logger receives operational messages; nil means the standard logger.
 	Logger *log.Logger
 }
@@ -207,7 +210,14 @@ type entrypointRequest struct {
 	// create went all the way (the Docker runtime's start marker), written here rather
 	// than by one more engine call.
 	StartedMarker string `json:"startedMarker,omitempty"`
+	// SettleMillis, when set, makes the answer wait until the entrypoint is past its
+	// start (asleep waiting for something, or alive for this long) or has exited, so that
+	// the caller learns of an entrypoint that exits at once without a settle of its own.
+	SettleMillis int `json:"settleMillis,omitempty"`
 }
+
+// maxSettle bounds entrypointRequest.SettleMillis.
+const maxSettle = 10 * time.Second
 
 func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
 	var req entrypointRequest
@@ -222,9 +232,24 @@ func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, CodeNotSupported, "this agent does not manage an entrypoint")
 		return
 	}
+	settle := time.Duration(req.SettleMillis) * time.Millisecond
+	if req.SettleMillis < 0 || settle > maxSettle {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("settleMillis must be from 0 to %d", maxSettle.Milliseconds()))
+		return
+	}
 	if err := s.cfg.StartEntrypoint(req.Entrypoint); err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
 		return
+	}
+	settled := false
+	if settle > 0 && s.cfg.SettleEntrypoint != nil {
+		if exited, code := s.cfg.SettleEntrypoint(r.Context(), settle); exited {
+			// The agent ends with it (it is the container's main process); no start
+			// marker: the sandbox did not start.
+			writeJSON(w, http.StatusOK, map[string]any{"entrypoint": req.Entrypoint, "exited": true, "exitCode": code})
+			return
+		}
+		settled = r.Context().Err() == nil
 	}
 	if req.StartedMarker != "" {
 		if err := os.WriteFile(req.StartedMarker, nil, 0o444); err != nil {
@@ -232,7 +257,7 @@ func (s *Server) handleEntrypoint(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"entrypoint": req.Entrypoint})
+	writeJSON(w, http.StatusOK, map[string]any{"entrypoint": req.Entrypoint, "settled": settled})
 }
 
 // ListenAndServe serves s on addr until ctx ends, then shuts down gracefully.

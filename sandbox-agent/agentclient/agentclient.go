@@ -97,6 +97,24 @@ func (c *Client) Ping(ctx context.Context, addr, token string, timeout time.Dura
 	return err
 }
 
+// SetEnv hands a warm sandbox's agent the environment its claim binds late (PUT
+// /sandgate/env): the entrypoint and later commands get it.
+func (c *Client) SetEnv(ctx context.Context, addr, token string, env map[string]string, timeout time.Duration) error {
+	_, err := c.Agent(ctx, addr, token, http.MethodPut, agentproto.PathEnv, map[string]any{"envs": env}, timeout)
+	return err
+}
+
+// StartEntrypoint starts a warm sandbox's deferred entrypoint (POST /sandgate/entrypoint).
+func (c *Client) StartEntrypoint(ctx context.Context, addr, token string, entrypoint []string, timeout time.Duration) error {
+	_, err := c.Agent(ctx, addr, token, http.MethodPost, agentproto.PathEntrypoint, map[string]any{"entrypoint": entrypoint}, timeout)
+	return err
+}
+
+// Metrics reads the agent's own resource reading (GET /metrics) and returns its JSON.
+func (c *Client) Metrics(ctx context.Context, addr, token string, timeout time.Duration) ([]byte, error) {
+	return c.Agent(ctx, addr, token, http.MethodGet, agentproto.PathMetrics, nil, timeout)
+}
+
 // Agent sends one request to the agent at addr with token, body (when not nil) as
 // JSON, and returns the answer's body when it is a 2xx.
 func (c *Client) Agent(ctx context.Context, addr, token, method, path string, body any, timeout time.Duration) ([]byte, error) {
@@ -129,20 +147,28 @@ func (c *Client) Agent(ctx context.Context, addr, token, method, path string, bo
 // EnforcerHealthy checks that the enforcer at addr answers GET /healthz (unauthenticated:
 // for an enforcer without a token).
 func (c *Client) EnforcerHealthy(ctx context.Context, addr string, timeout time.Duration) error {
+	_, err := c.EnforcerHealth(ctx, addr, timeout)
+	return err
+}
+
+// EnforcerHealth returns the JSON of the enforcer's GET /healthz at addr (its counters),
+// an error unless it answers 200. Nothing vouches for it: while the enforcer restarts,
+// the workload could answer on its port.
+func (c *Client) EnforcerHealth(ctx context.Context, addr string, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := newRequest(ctx, http.MethodGet, EnforcerURL(addr)+agentproto.PathHealthz, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	status, data, err := c.do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if status != http.StatusOK {
-		return &StatusError{Method: http.MethodGet, Path: agentproto.PathHealthz, Status: status, Body: string(truncate(data, maxErrorBody))}
+		return nil, &StatusError{Method: http.MethodGet, Path: agentproto.PathHealthz, Status: status, Body: string(truncate(data, maxErrorBody))}
 	}
-	return nil
+	return data, nil
 }
 
 // Policy sends one request to the enforcer's /policy at addr, signed with token
@@ -151,26 +177,82 @@ func (c *Client) EnforcerHealthy(ctx context.Context, addr string, timeout time.
 // (else ErrUnsigned). Any status is returned as is: the policy API's answers are
 // relayed.
 func (c *Client) Policy(ctx context.Context, addr, token, method string, body []byte, timeout time.Duration) (int, []byte, error) {
+	a, err := c.signed(ctx, addr, token, method, agentproto.PathPolicy, body, timeout)
+	return a.Status, a.Body, err
+}
+
+// Answer is an answer of the enforcer's signed API, relayed to the gateway's caller as
+// it is: its status and body.
+type Answer struct {
+	Status int
+	Body   []byte
+}
+
+// OK reports whether the enforcer answered 200.
+func (a Answer) OK() bool { return a.Status == http.StatusOK }
+
+// GetPolicy reads the policy in force in the enforcer at addr (GET /policy, signed).
+func (c *Client) GetPolicy(ctx context.Context, addr, token string, timeout time.Duration) (Answer, error) {
+	return c.signed(ctx, addr, token, http.MethodGet, agentproto.PathPolicy, nil, timeout)
+}
+
+// PutPolicy replaces the policy of the enforcer at addr with policy, a JSON
+// NetworkPolicy (PUT /policy, signed).
+func (c *Client) PutPolicy(ctx context.Context, addr, token string, policy []byte, timeout time.Duration) (Answer, error) {
+	return c.signed(ctx, addr, token, http.MethodPut, agentproto.PathPolicy, policy, timeout)
+}
+
+// ErrInvalidRequest wraps a request that could not be built from the caller's method and
+// path (a vault path that is no URL path); nothing was sent.
+var ErrInvalidRequest = errors.New("invalid enforcer request")
+
+// Vault relays one request of the caller to the credential vault API of the enforcer at
+// addr (method and path, under /credential-vault, are the caller's), signed as Policy's.
+// The body, never logged, holds credentials.
+func (c *Client) Vault(ctx context.Context, addr, token, method, path string, body []byte, timeout time.Duration) (Answer, error) {
+	if len(body) == 0 {
+		body = nil
+	}
+	return c.signed(ctx, addr, token, method, path, body, timeout)
+}
+
+// DrainVaultAudit takes the injection records the enforcer at addr holds (POST
+// /sandgate/vault-audit, signed) and returns its answer's body when it is a 200.
+func (c *Client) DrainVaultAudit(ctx context.Context, addr, token string, timeout time.Duration) ([]byte, error) {
+	a, err := c.signed(ctx, addr, token, http.MethodPost, agentproto.PathVaultAudit, nil, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if !a.OK() {
+		return nil, &StatusError{Method: http.MethodPost, Path: agentproto.PathVaultAudit, Status: a.Status, Body: string(truncate(a.Body, maxErrorBody))}
+	}
+	return a.Body, nil
+}
+
+// signed sends one signed request to the enforcer at addr and returns its answer only if
+// the enforcer signed it. An unsigned answer's status comes back with ErrUnsigned, for
+// the caller's log; its body does not.
+func (c *Client) signed(ctx context.Context, addr, token, method, path string, body []byte, timeout time.Duration) (Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := newRequest(ctx, method, EnforcerURL(addr)+agentproto.PathPolicy, body)
+	req, err := newRequest(ctx, method, EnforcerURL(addr)+path, body)
 	if err != nil {
-		return 0, nil, err
+		return Answer{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	nonce := egressauth.Sign(req, token, body, time.Now())
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return Answer{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return Answer{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	if !egressauth.VerifyResponse(token, nonce, resp.StatusCode, data, resp.Header.Get(egressauth.HeaderResponseSignature)) {
-		return resp.StatusCode, nil, ErrUnsigned
+		return Answer{Status: resp.StatusCode}, ErrUnsigned
 	}
-	return resp.StatusCode, data, nil
+	return Answer{Status: resp.StatusCode, Body: data}, nil
 }
 
 func newRequest(ctx context.Context, method, url string, js []byte) (*http.Request, error) {

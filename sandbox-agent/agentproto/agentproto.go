@@ -35,10 +35,15 @@ const (
 	PathPing       = "/ping"
 	PathEnv        = "/sandgate/env"
 	PathEntrypoint = "/sandgate/entrypoint"
+	// PathMetrics is the agent's own resource reading, which the gateway samples.
+	PathMetrics = "/metrics"
 )
 
 // Enforcer routes: the (signed) policy API and the unauthenticated health check.
 const (
 	PathPolicy  = "/policy"
 	PathHealthz = "/healthz"
+	// PathVaultAudit is sandgate's own route (not OpenSandbox's) from which the gateway
+	// drains the vault's injection records (signed, as /policy).
+	PathVaultAudit = "/sandgate/vault-audit"
 )

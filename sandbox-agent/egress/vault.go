@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultproto"
 )
 
 // Stable error codes of the credential vault API.
@@ -60,54 +62,22 @@ func badVault(code, format string, args ...any) *VaultError {
 	return vaultErrorf(http.StatusBadRequest, code, format, args...)
 }
 
-// Credential is a named secret as the API receives it.
-type Credential struct {
-	Name   string           `json:"name"`
-	Source CredentialSource `json:"source"`
-}
-
-// CredentialSource is where a credential's value comes from; only "inline" exists.
-type CredentialSource struct {
-	Type  string `json:"type,omitempty"`
-	Value string `json:"value"`
-}
-
-// Binding says which requests get which credential, and how.
-type Binding struct {
-	Name  string       `json:"name"`
-	Match BindingMatch `json:"match"`
-	Auth  BindingAuth  `json:"auth"`
-}
-
-// BindingMatch selects requests; omitted lists take the spec's defaults.
-type BindingMatch struct {
-	Schemes []string `json:"schemes,omitempty"`
-	Ports   []int    `json:"ports,omitempty"`
-	Hosts   []string `json:"hosts"`
-	Methods []string `json:"methods,omitempty"`
-	Paths   []string `json:"paths,omitempty"`
-}
-
-// BindingAuth renders credentials into headers.
-type BindingAuth struct {
-	Type       string         `json:"type"`
-	Credential string         `json:"credential,omitempty"`
-	Name       string         `json:"name,omitempty"`
-	Headers    []HeaderSource `json:"headers,omitempty"`
-}
-
-// HeaderSource is one header of a customHeaders auth.
-type HeaderSource struct {
-	Name       string `json:"name"`
-	Credential string `json:"credential"`
-}
+// The vault's wire shapes, declared once in vaultproto for the enforcer and the SDK.
+type (
+	Credential       = vaultproto.Credential
+	CredentialSource = vaultproto.CredentialSource
+	Binding          = vaultproto.Binding
+	BindingMatch     = vaultproto.BindingMatch
+	BindingAuth      = vaultproto.BindingAuth
+	HeaderSource     = vaultproto.HeaderSource
+)
 
 // Auth types.
 const (
-	AuthBearer        = "bearer"
-	AuthBasic         = "basic"
-	AuthAPIKey        = "apiKey"
-	AuthCustomHeaders = "customHeaders"
+	AuthBearer        = vaultproto.AuthBearer
+	AuthBasic         = vaultproto.AuthBasic
+	AuthAPIKey        = vaultproto.AuthAPIKey
+	AuthCustomHeaders = vaultproto.AuthCustomHeaders
 )
 
 // storedCredential is a credential as the vault keeps it (and the state file).
@@ -129,60 +99,17 @@ type vaultState struct {
 	Bindings    []storedBinding    `json:"bindings"`
 }
 
-// VaultView is the sanitized state (CredentialVaultState): no value ever.
-type VaultView struct {
-	Revision    int64            `json:"revision"`
-	Credentials []CredentialView `json:"credentials"`
-	Bindings    []BindingView    `json:"bindings"`
-}
-
-// CredentialView is CredentialMetadata.
-type CredentialView struct {
-	Name       string `json:"name"`
-	SourceType string `json:"sourceType"`
-	Revision   int64  `json:"revision"`
-}
-
-// BindingView is CredentialBindingMetadata.
-type BindingView struct {
-	Name     string       `json:"name"`
-	Revision int64        `json:"revision"`
-	Match    BindingMatch `json:"match"`
-	Auth     AuthView     `json:"auth"`
-}
-
-// AuthView is CredentialAuthMetadata.
-type AuthView struct {
-	Type string `json:"type"`
-	Name string `json:"name,omitempty"`
-}
-
-// VaultCreate is the body of POST /credential-vault.
-type VaultCreate struct {
-	Credentials []Credential `json:"credentials"`
-	Bindings    []Binding    `json:"bindings"`
-}
-
-// VaultMutation is the body of PATCH /credential-vault.
-type VaultMutation struct {
-	ExpectedRevision *int64             `json:"expectedRevision,omitempty"`
-	Credentials      *CredentialChanges `json:"credentials,omitempty"`
-	Bindings         *BindingChanges    `json:"bindings,omitempty"`
-}
-
-// CredentialChanges is CredentialMutationSet.
-type CredentialChanges struct {
-	Add     []Credential `json:"add,omitempty"`
-	Replace []Credential `json:"replace,omitempty"`
-	Delete  []string     `json:"delete,omitempty"`
-}
-
-// BindingChanges is CredentialBindingMutationSet.
-type BindingChanges struct {
-	Add     []Binding `json:"add,omitempty"`
-	Replace []Binding `json:"replace,omitempty"`
-	Delete  []string  `json:"delete,omitempty"`
-}
+// The sanitized state (no value ever) and the request bodies, as vaultproto declares them.
+type (
+	VaultView         = vaultproto.State
+	CredentialView    = vaultproto.CredentialMetadata
+	BindingView       = vaultproto.BindingMetadata
+	AuthView          = vaultproto.AuthMetadata
+	VaultCreate       = vaultproto.Create
+	VaultMutation     = vaultproto.Patch
+	CredentialChanges = vaultproto.CredentialChanges
+	BindingChanges    = vaultproto.BindingChanges
+)
 
 // decodeVaultJSON decodes strictly; the error never quotes the body (it may hold a
 // secret), only the decoder's position-free reason.
@@ -388,7 +315,7 @@ func normalizeBinding(b Binding) (Binding, *VaultError) {
 }
 
 // credentialNames lists the credentials a binding uses.
-func (b Binding) credentialNames() []string {
+func credentialNames(b Binding) []string {
 	if b.Auth.Type == AuthCustomHeaders {
 		var out []string
 		for _, h := range b.Auth.Headers {
@@ -421,7 +348,7 @@ func (v *vaultState) checkWhole() *VaultError {
 			return badVault(CodeVaultDuplicate, "binding %q is given twice", b.Name)
 		}
 		names[b.Name] = true
-		for _, c := range b.credentialNames() {
+		for _, c := range credentialNames(b.Binding) {
 			if !creds[c] {
 				return badVault(CodeVaultUnknownCred, "binding %q names credential %q, which the vault does not hold", b.Name, c)
 			}
@@ -581,71 +508,70 @@ func (v *vaultState) mutate(m VaultMutation) (*vaultState, *VaultError) {
 	rev := v.Revision + 1
 	next := &vaultState{Revision: rev, Credentials: slices.Clone(v.Credentials), Bindings: slices.Clone(v.Bindings)}
 	if cc := m.Credentials; cc != nil {
-		for _, name := range cc.Delete {
-			i := slices.IndexFunc(next.Credentials, func(c storedCredential) bool { return c.Name == name })
-			if i < 0 {
-				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "credential %q is not in the vault", name)
-			}
-			next.Credentials = slices.Delete(next.Credentials, i, i+1)
+		creds, err := applyChanges(next.Credentials, cc.Delete, cc.Replace, cc.Add, "credential",
+			func(c storedCredential) string { return c.Name },
+			func(c Credential) (storedCredential, *VaultError) {
+				sc, err := normalizeCredential(c)
+				sc.Revision = rev
+				return sc, err
+			})
+		if err != nil {
+			return nil, err
 		}
-		for _, c := range cc.Replace {
-			sc, err := normalizeCredential(c)
-			if err != nil {
-				return nil, err
-			}
-			i := slices.IndexFunc(next.Credentials, func(o storedCredential) bool { return o.Name == sc.Name })
-			if i < 0 {
-				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "credential %q is not in the vault; add it instead", sc.Name)
-			}
-			sc.Revision = rev
-			next.Credentials[i] = sc
-		}
-		for _, c := range cc.Add {
-			sc, err := normalizeCredential(c)
-			if err != nil {
-				return nil, err
-			}
-			if slices.ContainsFunc(next.Credentials, func(o storedCredential) bool { return o.Name == sc.Name }) {
-				return nil, badVault(CodeVaultDuplicate, "credential %q is in the vault already; replace it instead", sc.Name)
-			}
-			sc.Revision = rev
-			next.Credentials = append(next.Credentials, sc)
-		}
+		next.Credentials = creds
 	}
 	if bc := m.Bindings; bc != nil {
-		for _, name := range bc.Delete {
-			i := slices.IndexFunc(next.Bindings, func(b storedBinding) bool { return b.Name == name })
-			if i < 0 {
-				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "binding %q is not in the vault", name)
-			}
-			next.Bindings = slices.Delete(next.Bindings, i, i+1)
+		bindings, err := applyChanges(next.Bindings, bc.Delete, bc.Replace, bc.Add, "binding",
+			func(b storedBinding) string { return b.Name },
+			func(b Binding) (storedBinding, *VaultError) {
+				nb, err := normalizeBinding(b)
+				return storedBinding{Binding: nb, Revision: rev}, err
+			})
+		if err != nil {
+			return nil, err
 		}
-		for _, b := range bc.Replace {
-			nb, err := normalizeBinding(b)
-			if err != nil {
-				return nil, err
-			}
-			i := slices.IndexFunc(next.Bindings, func(o storedBinding) bool { return o.Name == nb.Name })
-			if i < 0 {
-				return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "binding %q is not in the vault; add it instead", nb.Name)
-			}
-			next.Bindings[i] = storedBinding{Binding: nb, Revision: rev}
-		}
-		for _, b := range bc.Add {
-			nb, err := normalizeBinding(b)
-			if err != nil {
-				return nil, err
-			}
-			if slices.ContainsFunc(next.Bindings, func(o storedBinding) bool { return o.Name == nb.Name }) {
-				return nil, badVault(CodeVaultDuplicate, "binding %q is in the vault already; replace it instead", nb.Name)
-			}
-			next.Bindings = append(next.Bindings, storedBinding{Binding: nb, Revision: rev})
-		}
+		next.Bindings = bindings
 	}
 	if err := next.checkWhole(); err != nil {
 		return nil, err
 	}
 	return next, nil
+}
+
+// applyChanges applies one mutation set to a vault's credentials or bindings: deletes,
+// then replaces, then adds, by name. what names the kind in errors; store checks an item
+// of the request and turns it into a stored one.
+func applyChanges[In, Stored any](items []Stored, del []string, replace, add []In, what string, name func(Stored) string, store func(In) (Stored, *VaultError)) ([]Stored, *VaultError) {
+	index := func(n string) int { return slices.IndexFunc(items, func(s Stored) bool { return name(s) == n }) }
+	for _, n := range del {
+		i := index(n)
+		if i < 0 {
+			return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "%s %q is not in the vault", what, n)
+		}
+		items = slices.Delete(items, i, i+1)
+	}
+	for _, in := range replace {
+		s, err := store(in)
+		if err != nil {
+			return nil, err
+		}
+		i := index(name(s))
+		if i < 0 {
+			return nil, vaultErrorf(http.StatusNotFound, CodeVaultNotFound, "%s %q is not in the vault; add it instead", what, name(s))
+		}
+		items[i] = s
+	}
+	for _, in := range add {
+		s, err := store(in)
+		if err != nil {
+			return nil, err
+		}
+		if index(name(s)) >= 0 {
+			return nil, badVault(CodeVaultDuplicate, "%s %q is in the vault already; replace it instead", what, name(s))
+		}
+		items = append(items, s)
+	}
+	return items, nil
 }
 
 // restored checks a vault read back from the state file as strictly as a new one.
@@ -680,7 +606,8 @@ type vaultRequest struct {
 	port                       int
 }
 
-func (m BindingMatch) matches(r vaultRequest) bool {
+// matchedBy reports whether a binding's match selects the request.
+func (r vaultRequest) matchedBy(m BindingMatch) bool {
 	if !slices.Contains(m.Schemes, r.scheme) || !slices.Contains(m.Ports, r.port) || !slices.Contains(m.Methods, r.method) {
 		return false
 	}
@@ -697,7 +624,7 @@ func (v *vaultState) matching(r vaultRequest) []storedBinding {
 	}
 	var out []storedBinding
 	for _, b := range v.Bindings {
-		if b.Match.matches(r) {
+		if r.matchedBy(b.Match) {
 			out = append(out, b)
 		}
 	}

@@ -20,21 +20,21 @@ func TestVaultCreateRefusals(t *testing.T) {
 		req  VaultCreate
 		code string
 	}{
-		{"unknown auth type", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: "oauth", Credential: "tok"}}}}, CodeVaultUnknownAuth},
-		{"unknown credential", VaultCreate{nil, []Binding{bearer("b", "a.test")}}, CodeVaultUnknownCred},
-		{"same host and path", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b1", "a.test"), bearer("b2", "a.test")}}, CodeVaultOverlap},
-		{"wildcard covers host", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b1", "*.test", "/v1/*"), bearer("b2", "a.test", "/v1/x")}}, CodeVaultOverlap},
-		{"path globs share a prefix", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b1", "a.test", "/v1/*"), bearer("b2", "a.test", "/v1/models/*")}}, CodeVaultOverlap},
-		{"header name not a token", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthAPIKey, Name: "X Key", Credential: "tok"}}}}, CodeVaultHeaderName},
-		{"header that frames the request", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthCustomHeaders, Headers: []HeaderSource{{Name: "Content-Length", Credential: "tok"}}}}}}, CodeVaultHeaderName},
-		{"value with CR LF", VaultCreate{[]Credential{{Name: "tok", Source: CredentialSource{Value: "a\r\nX-Evil: 1"}}}, nil}, CodeVaultValue},
-		{"value with NUL", VaultCreate{[]Credential{{Name: "tok", Source: CredentialSource{Value: "a\x00b"}}}, nil}, CodeVaultValue},
-		{"empty value", VaultCreate{[]Credential{{Name: "tok"}}, nil}, CodeVaultValue},
-		{"duplicate credential", VaultCreate{[]Credential{tokCred, tokCred}, nil}, CodeVaultDuplicate},
-		{"IP host", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b", "10.0.0.1")}}, CodeVaultMatch},
-		{"bad scheme", VaultCreate{[]Credential{tokCred}, []Binding{{Name: "b", Match: BindingMatch{Schemes: []string{"ftp"}, Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthBearer, Credential: "tok"}}}}, CodeVaultMatch},
-		{"path without slash", VaultCreate{[]Credential{tokCred}, []Binding{bearer("b", "a.test", "v1/*")}}, CodeVaultMatch},
-		{"name with a slash", VaultCreate{[]Credential{{Name: "a/b", Source: CredentialSource{Value: "v"}}}, nil}, CodeVaultInvalid},
+		{"unknown auth type", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: "oauth", Credential: "tok"}}}}, CodeVaultUnknownAuth},
+		{"unknown credential", VaultCreate{Credentials: nil, Bindings: []Binding{bearer("b", "a.test")}}, CodeVaultUnknownCred},
+		{"same host and path", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b1", "a.test"), bearer("b2", "a.test")}}, CodeVaultOverlap},
+		{"wildcard covers host", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b1", "*.test", "/v1/*"), bearer("b2", "a.test", "/v1/x")}}, CodeVaultOverlap},
+		{"path globs share a prefix", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b1", "a.test", "/v1/*"), bearer("b2", "a.test", "/v1/models/*")}}, CodeVaultOverlap},
+		{"header name not a token", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthAPIKey, Name: "X Key", Credential: "tok"}}}}, CodeVaultHeaderName},
+		{"header that frames the request", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{{Name: "b", Match: BindingMatch{Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthCustomHeaders, Headers: []HeaderSource{{Name: "Content-Length", Credential: "tok"}}}}}}, CodeVaultHeaderName},
+		{"value with CR LF", VaultCreate{Credentials: []Credential{{Name: "tok", Source: CredentialSource{Value: "a\r\nX-Evil: 1"}}}, Bindings: nil}, CodeVaultValue},
+		{"value with NUL", VaultCreate{Credentials: []Credential{{Name: "tok", Source: CredentialSource{Value: "a\x00b"}}}, Bindings: nil}, CodeVaultValue},
+		{"empty value", VaultCreate{Credentials: []Credential{{Name: "tok"}}, Bindings: nil}, CodeVaultValue},
+		{"duplicate credential", VaultCreate{Credentials: []Credential{tokCred, tokCred}, Bindings: nil}, CodeVaultDuplicate},
+		{"IP host", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b", "10.0.0.1")}}, CodeVaultMatch},
+		{"bad scheme", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{{Name: "b", Match: BindingMatch{Schemes: []string{"ftp"}, Hosts: []string{"a.test"}}, Auth: BindingAuth{Type: AuthBearer, Credential: "tok"}}}}, CodeVaultMatch},
+		{"path without slash", VaultCreate{Credentials: []Credential{tokCred}, Bindings: []Binding{bearer("b", "a.test", "v1/*")}}, CodeVaultMatch},
+		{"name with a slash", VaultCreate{Credentials: []Credential{{Name: "a/b", Source: CredentialSource{Value: "v"}}}, Bindings: nil}, CodeVaultInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

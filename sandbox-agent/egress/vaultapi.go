@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // vaultAPI serves /credential-vault on the egress API (behind the same signature check
@@ -22,7 +24,7 @@ func (v *vaultAPI) routes(mux *http.ServeMux) {
 
 // VaultAuditPath is sandgate's own route (not OpenSandbox's) from which the gateway
 // drains the injection records: POST answers {records, dropped} and forgets them.
-const VaultAuditPath = "/sandgate/vault-audit"
+const VaultAuditPath = agentproto.PathVaultAudit
 
 func (v *vaultAPI) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if !v.enabled(w) {

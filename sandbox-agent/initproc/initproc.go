@@ -38,6 +38,14 @@ type Supervisor struct {
 	mu      sync.Mutex
 	current *exec.Cmd
 	gen     int
+	// ended is closed, with code set, when the entrypoint of generation gen exits.
+	ended *ended
+}
+
+// ended is the exit of one started entrypoint.
+type ended struct {
+	done chan struct{}
+	code int
 }
 
 // NewSupervisor makes a supervisor whose processes get env's default environment.
@@ -98,6 +106,8 @@ func (s *Supervisor) Start(argv []string) error {
 	s.gen++
 	gen := s.gen
 	s.current = cmd
+	end := &ended{done: make(chan struct{})}
+	s.ended = end
 	s.mu.Unlock()
 
 	if old != nil {
@@ -106,6 +116,8 @@ func (s *Supervisor) Start(argv []string) error {
 	go func() {
 		err := procs.Wait(cmd)
 		code := procs.ExitCode(cmd.ProcessState, err)
+		end.code = code
+		close(end.done)
 		s.mu.Lock()
 		isCurrent := s.gen == gen
 		if isCurrent {
@@ -120,6 +132,127 @@ func (s *Supervisor) Start(argv []string) error {
 		}
 	}()
 	return nil
+}
+
+// settleLook is how often Settle looks at the entrypoint's processes.
+const settleLook = 2 * time.Millisecond
+
+// Settle waits until the current entrypoint is past its start, so that one that exits
+// at once is told apart from one that runs: it returns as soon as every process of the
+// entrypoint's process group is asleep waiting for something (a connection, input, a
+// timer, a child) on two looks in a row, or once the entrypoint has run for window
+// (a process that computes without ever waiting), or when it exits first: then with
+// exited set and its exit code. An entrypoint that waits and only then exits (`sleep 1;
+// exit 3`) is past its start; its exit ends the sandbox like any later one.
+func (s *Supervisor) Settle(ctx context.Context, window time.Duration) (exited bool, code int) {
+	s.mu.Lock()
+	cmd, end := s.current, s.ended
+	s.mu.Unlock()
+	if end == nil {
+		return false, 0
+	}
+	if cmd == nil {
+		<-end.done // exited; its Wait goroutine is recording the code
+		return true, end.code
+	}
+	pgid := cmd.Process.Pid
+	deadline := time.NewTimer(window)
+	defer deadline.Stop()
+	tick := time.NewTicker(settleLook)
+	defer tick.Stop()
+	asleep := 0
+	for {
+		if groupAsleep(pgid) {
+			asleep++
+		} else {
+			asleep = 0
+		}
+		if asleep >= 2 {
+			// Asleep on both looks, unless it exited in between.
+			select {
+			case <-end.done:
+				return true, end.code
+			default:
+				return false, 0
+			}
+		}
+		select {
+		case <-end.done:
+			return true, end.code
+		case <-deadline.C:
+			return false, 0
+		case <-ctx.Done():
+			return false, 0
+		case <-tick.C:
+		}
+	}
+}
+
+// groupAsleep reports whether process group pgid has a member and every member is in
+// interruptible sleep (state S), each of its threads too: none runnable, in
+// uninterruptible I/O, stopped or a zombie.
+func groupAsleep(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	members := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		group, state, ok := processGroup("/proc/" + e.Name() + "/stat")
+		if !ok || group != pgid {
+			continue
+		}
+		if state != 'S' || !threadsAsleep(pid) {
+			return false
+		}
+		members++
+	}
+	return members > 0
+}
+
+// threadsAsleep reports whether every thread of pid is in interruptible sleep: a
+// runtime's main thread waits on a futex while its other threads still start up.
+func threadsAsleep(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		if _, state, ok := processGroup(dir + t.Name() + "/stat"); ok && state != 'S' {
+			return false
+		}
+	}
+	return true
+}
+
+// processGroup reads the process group and state from a /proc/<pid>/stat (or a
+// thread's /proc/<pid>/task/<tid>/stat) file.
+func processGroup(statFile string) (pgid int, state byte, ok bool) {
+	b, err := os.ReadFile(statFile)
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name is in parentheses and may itself contain spaces or parentheses:
+	// the fields after the last ')' are state, ppid, pgrp, ...
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 3 || fields[0] == "" {
+		return 0, 0, false
+	}
+	pgid, err = strconv.Atoi(fields[2])
+	if err != nil {
+		return 0, 0, false
+	}
+	return pgid, fields[0][0], true
 }
 
 // stopReplaced ends a replaced entrypoint and its process group. Its own Wait

@@ -121,3 +121,48 @@ func TestSupervisor(t *testing.T) {
 		}
 	})
 }
+
+// TestSettle checks that Settle tells an entrypoint that exits at once from one that
+// runs, without waiting out its window for one that waits.
+func TestSettle(t *testing.T) {
+	env := procs.NewEnvironment()
+	tests := []struct {
+		name       string
+		argv       []string
+		window     time.Duration
+		wantExited bool
+		wantCode   int
+	}{
+		{"exits at once", []string{"sh", "-c", "echo bye; exit 7"}, time.Minute, true, 7},
+		{"false", []string{"false"}, time.Minute, true, 1},
+		// With a minute's window, an answer for these two comes from seeing them asleep;
+		// the test's own timeout is what would catch a Settle that waits the window out.
+		{"waits for input", []string{"tail", "-f", "/dev/null"}, time.Minute, false, 0},
+		{"a shell waiting for its child", []string{"sh", "-c", "sleep 30; exit 3"}, time.Minute, false, 0},
+		{"computes without waiting: the window ends it", []string{"sh", "-c", "while :; do :; done"}, 300 * time.Millisecond, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSupervisor(env)
+			if err := s.Start(tt.argv); err != nil {
+				t.Fatal(err)
+			}
+			exited, code := s.Settle(t.Context(), tt.window)
+			defer func() {
+				s.Signal(syscall.SIGKILL) // false once it has exited
+				<-s.Exited()
+			}()
+			if exited != tt.wantExited || code != tt.wantCode {
+				t.Fatalf("Settle = exited %t code %d, want %t %d", exited, code, tt.wantExited, tt.wantCode)
+			}
+			if !exited && !s.Running() {
+				t.Fatal("Settle reported a running entrypoint that is gone")
+			}
+		})
+	}
+	t.Run("no entrypoint", func(t *testing.T) {
+		if exited, _ := NewSupervisor(env).Settle(t.Context(), time.Minute); exited {
+			t.Fatal("exited without an entrypoint")
+		}
+	})
+}

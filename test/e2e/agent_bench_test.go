@@ -66,18 +66,8 @@ func BenchmarkAgentTransfer(b *testing.B) {
 
 	// One multipart body, built once, is sent by every upload target; its file part is
 	// also what every download target fetches.
-	data, err := io.ReadAll(io.LimitReader(patternReader(3), transferSize))
-	if err != nil {
-		b.Fatal(err)
-	}
 	const path = "/tmp/bench/blob.bin"
-	var form bytes.Buffer
-	mw := multipart.NewWriter(&form)
-	writeMetadataPart(mw, map[string]any{"path": path, "mode": 644})
-	fw, _ := mw.CreateFormFile("file", "blob.bin")
-	fw.Write(data)
-	mw.Close()
-	contentType := mw.FormDataContentType()
+	data, form, contentType := uploadForm(b, 3, transferSize, path)
 
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "blob.bin"), data, 0o644); err != nil {
@@ -251,19 +241,8 @@ func BenchmarkTransfer100MiB(b *testing.B) {
 		name string
 		a    *agent
 	}{{"sandgate", g.agent(id)}, {"direct-agent", directAgent(b, id)}}
-	data, err := io.ReadAll(io.LimitReader(patternReader(5), size))
-	if err != nil {
-		b.Fatal(err)
-	}
 	const path = "/tmp/bench/blob100.bin"
-	var form bytes.Buffer
-	mw := multipart.NewWriter(&form)
-	writeMetadataPart(mw, map[string]any{"path": path, "mode": 644})
-	fw, _ := mw.CreateFormFile("file", "blob100.bin")
-	fw.Write(data)
-	mw.Close()
-	data = nil
-	contentType := mw.FormDataContentType()
+	_, form, contentType := uploadForm(b, 5, size, path)
 
 	// throughput turns per-transfer durations into MB/s at p50 and at the p99 duration.
 	throughput := func(l latencies) (p50, p99 float64) {
@@ -308,4 +287,22 @@ func BenchmarkTransfer100MiB(b *testing.B) {
 		base, _ := throughput(got[f.op+"/direct-agent"])
 		testenv.RecordFigure(b, testenv.Figure{Name: f.name, Unit: "MB/s", P50: p50, P99: p99, BaselineP50: base, Target: f.target})
 	}
+}
+
+// uploadForm builds, once, the multipart body of an upload to path of size bytes of
+// patternReader(seed), which a benchmark sends again and again; it answers the bytes
+// too (what a download should fetch back).
+func uploadForm(b *testing.B, seed byte, size int64, path string) (data []byte, form *bytes.Buffer, contentType string) {
+	b.Helper()
+	data, err := io.ReadAll(io.LimitReader(patternReader(seed), size))
+	if err != nil {
+		b.Fatal(err)
+	}
+	form = &bytes.Buffer{}
+	mw := multipart.NewWriter(form)
+	writeMetadataPart(mw, map[string]any{"path": path, "mode": 644})
+	fw, _ := mw.CreateFormFile("file", filepath.Base(path))
+	fw.Write(data)
+	mw.Close()
+	return data, form, mw.FormDataContentType()
 }

@@ -31,12 +31,15 @@ type consoleBrowser struct {
 	loads int    // page loads so far, to make each open a new document
 }
 
-func newConsoleBrowser(t *testing.T, chromium, base string) *consoleBrowser {
+// newConsoleBrowser starts a Chromium (the binary chromium) with one tab on base; extra
+// options add to the quiet defaults (no GPU, QUIC, background networking or sync).
+func newConsoleBrowser(t *testing.T, chromium, base string, extra ...chromedp.ExecAllocatorOption) *consoleBrowser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
 		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 800))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })

@@ -382,6 +382,12 @@ func TestCrashOnly(t *testing.T) {
 			paused := time.Now()
 			<-done
 			time.Sleep(time.Until(paused.Add(30 * time.Second))) // the pause's end
+			// Redis ends a pause on its own clock (up to a cron tick late), and the
+			// gateway's writes queued behind it drain first: wait until the store
+			// answers again, as the bound below does.
+			waitFor(t, 30*time.Second, func() bool {
+				return g.do("GET", "/v1/sandboxes?pageSize=1", nil).Status == 200
+			}, "the store to answer after the pause")
 			listed := g.listed()
 			if !containsState(listed, "Running") {
 				break

@@ -126,6 +126,8 @@ type env struct {
 	Prefix  string
 	Redis   *redisServer // nil: embedded store
 	extra   []string
+	// bin, when set, is the sandgate binary startGateway runs (another version's).
+	bin string
 }
 
 func newEnv(t testing.TB, redis *redisServer, extra ...string) *env {
@@ -220,7 +222,11 @@ func (e *env) startGateway(extra ...string) *gateway {
 	// For a look inside while debugging, e.g. SANDGATE_E2E_GATEWAY_ENV=SANDGATE_ADMIN=127.0.0.1:2019
 	// serves Caddy's admin API with /debug/pprof/ (space-separated KEY=VALUE pairs).
 	env = append(env, strings.Fields(os.Getenv("SANDGATE_E2E_GATEWAY_ENV"))...)
-	proc, err := testenv.StartSandgate(filepath.Join(binDir, "sandgate"), e.t.TempDir(), env)
+	bin := filepath.Join(binDir, "sandgate")
+	if e.bin != "" {
+		bin = e.bin
+	}
+	proc, err := testenv.StartSandgate(bin, e.t.TempDir(), env)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -32,13 +32,19 @@ func examplePlugin(t testing.TB, name string) []byte {
 // misbehavingPlugin builds testdata/plugins/misbehave, whose fault (loop, oom, trap,
 // badjson) its settings pick, so that the gateway's own events trigger it.
 func misbehavingPlugin(t testing.TB) []byte {
+	return buildPlugin(t, "./test/e2e/testdata/plugins/misbehave")
+}
+
+// buildPlugin compiles the plugin package pkg (a path from the repository's root) for
+// wasip1 and answers the module.
+func buildPlugin(t testing.TB, pkg string) []byte {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "misbehave.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./test/e2e/testdata/plugins/misbehave")
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg)+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the misbehaving plugin: %v\n%s", err, b)
+		t.Fatalf("build the plugin %s: %v\n%s", pkg, err, b)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -404,7 +410,7 @@ func TestPluginAuditStream(t *testing.T) {
 // looping one is cut off at its deadline, the built-in rule applies instead and requests
 // do not wait for it.
 func TestPluginTTLOnActivity(t *testing.T) {
-	e := newEnv(t, startRedis(t), "SANDGATE_RENEW_COOLDOWN=1s")
+	e := newEnv(t, startRedis(t), "SANDGATE_RENEW_COOLDOWN=1s", "SANDGATE_TEST_CLOCK=on")
 	g := e.startGateway()
 	g.mustPutPlugin("ttl", misbehavingPlugin(t), `{"hooks":["decide_ttl"],"limits":{"timeoutMs":50},"settings":{"mode":"loop"}}`)
 
@@ -415,7 +421,7 @@ func TestPluginTTLOnActivity(t *testing.T) {
 		var slowest time.Duration
 		for i := 0; i < 5; i++ {
 			slowest = max(slowest, g.previewGet(id, "/headers"))
-			time.Sleep(1100 * time.Millisecond) // past the renew cooldown: every access decides
+			g.advanceClock(1100 * time.Millisecond) // past the renew cooldown: every access decides
 		}
 		waitFor(t, 10*time.Second, func() bool { return time.Until(g.expiresAt(id)) > 500*time.Second }, "the built-in renewal")
 		if left := time.Until(g.expiresAt(id)); left > 700*time.Second {
@@ -436,7 +442,7 @@ func TestPluginTTLOnActivity(t *testing.T) {
 	t.Run("ttl-on-activity extends by its own rule", func(t *testing.T) {
 		g.mustPutPlugin("ttl", examplePlugin(t, "ttl-on-activity"), `{"hooks":["decide_ttl"],"settings":{"extendMinutes":30}}`)
 		before := g.plugin("ttl").Stats.Invocations
-		time.Sleep(1100 * time.Millisecond)
+		g.advanceClock(1100 * time.Millisecond) // past the renew cooldown
 		waitFor(t, 15*time.Second, func() bool {
 			g.previewGet(id, "/headers")
 			return time.Until(g.expiresAt(id)) > 25*time.Minute
@@ -583,8 +589,17 @@ func TestPluginTenantIsolation(t *testing.T) {
 		return hasEvent(b.audit("?limit=1000").Items, "sandbox.created", idB) && hasEvent(b.audit("?limit=1000").Items, "preview.accessed", idB) &&
 			hasEvent(a.audit("?limit=1000").Items, "sandbox.created", idA)
 	}, "both tenants' plugins to record their own sandboxes")
-	// Give B's later events (preview traffic) time to reach any plugin they might reach.
-	time.Sleep(500 * time.Millisecond)
+	// A barrier instead of a wait: one marker event in each tenant, B's first, then A's,
+	// through the same ordered queue as B's preview traffic (agent calls and accesses
+	// are written by one writer; each plugin has one worker taking its events in order).
+	// Once A's plugin recorded A's marker it has taken every event published before it,
+	// B's among them, had any reached it; B's marker does the same for A's events at B.
+	markB, markA := "marker-"+randomHex(6), "marker-"+randomHex(6)
+	runMarker(t, b, idB, markB)
+	runMarker(t, a, idA, markA)
+	waitFor(t, 15*time.Second, func() bool {
+		return hasMarker(b.audit("?limit=1000").Items, markB) && hasMarker(a.audit("?limit=1000").Items, markA) && hasMarker(aLive.snapshot(), markA)
+	}, "each tenant's plugin (and A's live stream) to record its tenant's marker")
 
 	for _, c := range []struct {
 		name          string
@@ -626,6 +641,29 @@ func TestPluginTenantIsolation(t *testing.T) {
 			t.Fatalf("member reads the audit stream: %d %s", r.Status, r.Body)
 		}
 	})
+}
+
+// runMarker starts a command that names marker in the sandbox: a command.started event
+// of the sandbox's tenant, queued like the preview traffic before it.
+func runMarker(t testing.TB, g *gateway, id, marker string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"command": "true " + marker, "background": true})
+	resp := g.agent(id).request("POST", "/command", bytes.NewReader(body), "application/json")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("marker command: %d", resp.StatusCode)
+	}
+}
+
+// hasMarker reports whether a command.started record names marker.
+func hasMarker(recs []auditRecord, marker string) bool {
+	for _, r := range recs {
+		if r.Record.Ev == "command.started" && strings.Contains(string(r.Record.Data), marker) {
+			return true
+		}
+	}
+	return false
 }
 
 // newPluginTenant creates a tenant through /v1/tenants and returns its id.

@@ -113,18 +113,7 @@ func previewBrowser(t *testing.T, base, previewDomain string) *consoleBrowser {
 	if err != nil {
 		t.Fatalf("chromium is not installed (make deps installs it): %v", err)
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("host-resolver-rules", "MAP *."+previewDomain+" 127.0.0.1"),
-		chromedp.WindowSize(1280, 800))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return &consoleBrowser{ctx: ctx, base: base}
+	return newConsoleBrowser(t, chromium, base, chromedp.Flag("host-resolver-rules", "MAP *."+previewDomain+" 127.0.0.1"))
 }
 
 // navigate opens url in the tab as a user following a link would.

@@ -122,7 +122,8 @@ func wsEcho(t testing.TB, gatewayAddr, u string, header http.Header) {
 
 func TestPreview(t *testing.T) {
 	redis := startRedis(t)
-	e := newEnv(t, redis, "SANDGATE_PREVIEW_DOMAIN=preview.localhost", "SANDGATE_RENEW_COOLDOWN=3s")
+	// The renew subtest and the link expiry move the gateway's clock instead of sleeping.
+	e := newEnv(t, redis, "SANDGATE_PREVIEW_DOMAIN=preview.localhost", "SANDGATE_RENEW_COOLDOWN=30s", "SANDGATE_TEST_CLOCK=on")
 	g := e.startGateway()
 	id := g.createSandbox(map[string]any{})
 	other := g.createSandbox(map[string]any{})
@@ -275,9 +276,13 @@ func TestPreview(t *testing.T) {
 		if resp := g.raw("GET", u.Host, tampered, nil, nil); resp.StatusCode != 401 {
 			t.Fatalf("tampered link: %d", resp.StatusCode)
 		}
-		_, _, short := g.endpoint(id, previewPort, fmt.Sprintf("?expires=%d", time.Now().Add(2*time.Second).Unix()))
-		time.Sleep(3 * time.Second)
+		_, _, short := g.endpoint(id, previewPort, fmt.Sprintf("?expires=%d", time.Now().Add(30*time.Second).Unix()))
 		su, _ := url.Parse(short)
+		resp = g.raw("GET", su.Host, su.RequestURI(), nil, nil)
+		if body := readAll(t, resp); resp.StatusCode != http.StatusFound {
+			t.Fatalf("a link 30 s from its expiry: %d %s", resp.StatusCode, body)
+		}
+		g.advanceClock(31 * time.Second) // the gateway's clock passes the link's expiry
 		resp = g.raw("GET", su.Host, su.RequestURI(), nil, nil)
 		if body := readAll(t, resp); resp.StatusCode != 401 || !strings.Contains(body, "ACCESS::LINK_EXPIRED") {
 			t.Fatalf("expired link: %d %s", resp.StatusCode, body)
@@ -329,21 +334,30 @@ func TestPreview(t *testing.T) {
 			t, _ := time.Parse(time.RFC3339Nano, g.do("GET", "/v1/sandboxes/"+rid, nil).JSON(g.t)["expiresAt"].(string))
 			return t
 		}
-		// Starting the server was already an access: wait for that renewal and its cooldown.
+		refused := func() float64 {
+			_, text := scrape(t, "http://"+g.Addr+"/metrics", g.APIKey)
+			n, _ := seriesValue(text, "sandgate_renew_on_access_total", "outcome=cooldown")
+			return n
+		}
+		// Starting the server was already an access: wait for that renewal, then move the
+		// gateway's clock past its cooldown (30 s).
 		waitFor(t, 5*time.Second, func() bool { return time.Until(expiry()) > 500*time.Second }, "renew-on-access to move the expiry")
-		time.Sleep(3500 * time.Millisecond)
+		g.advanceClock(31 * time.Second)
 		before := expiry()
 		_, hdr, _ := g.endpoint(rid, previewPort, "")
 		readAll(t, g.raw("GET", "", fmt.Sprintf("/sandboxes/%s/proxy/%d/headers", rid, previewPort), nil, hdr))
 		waitFor(t, 5*time.Second, func() bool { return expiry().After(before) }, "an access after the cooldown to renew")
 		first := expiry()
-		time.Sleep(1100 * time.Millisecond)
+		// Within the cooldown (past the 1 s activity throttle): the access's decision is
+		// taken, refused by the cooldown, and the expiry stays.
+		g.advanceClock(1100 * time.Millisecond)
+		n := refused()
 		readAll(t, g.raw("GET", "", fmt.Sprintf("/sandboxes/%s/proxy/%d/headers", rid, previewPort), nil, hdr))
-		time.Sleep(500 * time.Millisecond)
+		waitFor(t, 5*time.Second, func() bool { return refused() > n }, "the access within the cooldown to be refused its renewal")
 		if !expiry().Equal(first) {
 			t.Fatalf("expiry moved within the cooldown")
 		}
-		time.Sleep(3 * time.Second)
+		g.advanceClock(30 * time.Second)
 		readAll(t, g.raw("GET", "", fmt.Sprintf("/sandboxes/%s/proxy/%d/headers", rid, previewPort), nil, hdr))
 		waitFor(t, 5*time.Second, func() bool { return expiry().After(first) }, "a renewal after the cooldown")
 	})
@@ -361,7 +375,8 @@ func TestPreview(t *testing.T) {
 		if err != nil {
 			t.Fatalf("chromium is not installed (make deps installs it): %v", err)
 		}
-		_, _, link := g.endpoint(id, previewPort, fmt.Sprintf("?expires=%d", time.Now().Add(time.Minute).Unix()))
+		// Ten minutes: the gateway's clock is about a minute and a half ahead by now.
+		_, _, link := g.endpoint(id, previewPort, fmt.Sprintf("?expires=%d", time.Now().Add(10*time.Minute).Unix()))
 		text, shot := browse(t, chromium, link, "#out", "echo:")
 		os.MkdirAll("artifacts", 0o755)
 		os.WriteFile(filepath.Join("artifacts", "preview-signed-link.png"), shot, 0o644)

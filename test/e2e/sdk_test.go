@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -594,18 +592,4 @@ func TestGoSDKAdmin(t *testing.T) {
 }
 
 // buildNoopPlugin compiles plugins/examples/noop for wasip1.
-func buildNoopPlugin(t testing.TB) []byte {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "noop.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./plugins/examples/noop")
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the noop plugin: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func buildNoopPlugin(t testing.TB) []byte { return buildPlugin(t, "./plugins/examples/noop") }

@@ -15,18 +15,7 @@ import (
 // test runner. The suite's node_modules come from `npm ci` (scripts/test.sh runs it; this
 // test runs it too when they are missing).
 func TestSDKJS(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not installed; the SDK suite needs Node 20 or newer: %v", err)
-	}
-	dir := filepath.Join(repoRoot, "test", "sdk-js")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@alibaba-group", "opensandbox", "package.json")); err != nil {
-		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		npm.Dir = dir
-		if out, err := npm.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in test/sdk-js: %v\n%s", err, out)
-		}
-	}
+	node, dir := sdkJSSuite(t)
 
 	e := newEnv(t, startRedis(t))
 	g := e.startGateway()
@@ -52,4 +41,23 @@ func TestSDKJS(t *testing.T) {
 		t.Fatalf("the suite ran no tests or did not report `# fail 0`:\n%s", out)
 	}
 	t.Logf("%s", out)
+}
+
+// sdkJSSuite answers the node binary and the directory of the JavaScript SDK suite
+// (test/sdk-js), running `npm ci` there first when its node_modules are missing.
+func sdkJSSuite(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed; the SDK suite needs Node 20 or newer: %v", err)
+	}
+	dir = filepath.Join(repoRoot, "test", "sdk-js")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@alibaba-group", "opensandbox", "package.json")); err != nil {
+		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		npm.Dir = dir
+		if out, err := npm.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in test/sdk-js: %v\n%s", err, out)
+		}
+	}
+	return node, dir
 }

@@ -582,18 +582,7 @@ func TestCredentialVaultPoolsAndBatches(t *testing.T) {
 // TestSDKJSCredentialVault runs test/sdk-js/vault.test.mjs: the published OpenSandbox
 // JavaScript SDK's credentialVault helpers against the vault, unchanged.
 func TestSDKJSCredentialVault(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not installed; the SDK suite needs Node 20 or newer: %v", err)
-	}
-	dir := filepath.Join(repoRoot, "test", "sdk-js")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@alibaba-group", "opensandbox", "package.json")); err != nil {
-		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		npm.Dir = dir
-		if out, err := npm.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in test/sdk-js: %v\n%s", err, out)
-		}
-	}
+	node, dir := sdkJSSuite(t)
 	w := newVaultWorld(t)
 	secret := "sk-sdk-" + randomHex(16)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -10,19 +10,24 @@ import { ErrorBox, Loading } from "../components/Status";
 
 const MiB = 1 << 20;
 
-export default function UsageCharts({ id }: { id: string }) {
-  const [usage, setUsage] = useState<SandboxUsage>();
+/**
+ * usePolled loads fetch() at once and again after each answer's intervalSeconds (10 s
+ * after an error), until the component goes or deps change. It answers the last value
+ * and the last error (undefined once a load succeeds again).
+ */
+function usePolled<T extends { intervalSeconds: number }>(fetch: () => Promise<T>, deps: unknown[]): [T | undefined, unknown] {
+  const [value, setValue] = useState<T>();
   const [error, setError] = useState<unknown>();
   useEffect(() => {
     let stop = false;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const load = async () => {
       try {
-        const u = await sandboxes.usage(id);
+        const v = await fetch();
         if (stop) return;
-        setUsage(u);
+        setValue(v);
         setError(undefined);
-        timer = setTimeout(load, Math.max(1, u.intervalSeconds) * 1000);
+        timer = setTimeout(load, Math.max(1, v.intervalSeconds) * 1000);
       } catch (e) {
         if (stop) return;
         setError(e);
@@ -34,7 +39,12 @@ export default function UsageCharts({ id }: { id: string }) {
       stop = true;
       clearTimeout(timer);
     };
-  }, [id]);
+  }, deps);
+  return [value, error];
+}
+
+export default function UsageCharts({ id }: { id: string }) {
+  const [usage, error] = usePolled<SandboxUsage>(() => sandboxes.usage(id), [id]);
   if (error && !usage) return <ErrorBox error={error} />;
   if (!usage) return <Loading what="resource history" />;
   if (usage.history.length < 2) return <p class="hint" data-testid="usage-waiting">Collecting samples (one every {usage.intervalSeconds} s)…</p>;
@@ -43,20 +53,20 @@ export default function UsageCharts({ id }: { id: string }) {
   const limit = cur?.cpuLimitCores;
   return (
     <div class="usage-charts">
-      <SingleChart
+      <Chart
         testid="cpu-chart"
         title={`CPU (% of ${limit ? `${limit} ${limit === 1 ? "core" : "cores"}` : "one core"})`}
-        data={[t, usage.history.map((p) => p.cpuPercent)]}
         unit="%"
-        stroke="#2563eb"
+        t={t}
+        series={[{ label: "%", values: usage.history.map((p) => p.cpuPercent), stroke: "#2563eb", fill: true }]}
         max={100}
       />
-      <SingleChart
+      <Chart
         testid="memory-chart"
         title={`Memory (MiB of ${cur ? (cur.memoryLimitBytes / MiB).toFixed(0) : "?"}, peak ${cur ? (cur.memoryPeakBytes / MiB).toFixed(0) : "?"})`}
-        data={[t, usage.history.map((p) => p.memoryBytes / MiB)]}
         unit="MiB"
-        stroke="#16a34a"
+        t={t}
+        series={[{ label: "MiB", values: usage.history.map((p) => p.memoryBytes / MiB), stroke: "#16a34a", fill: true }]}
       />
     </div>
   );
@@ -66,30 +76,7 @@ const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#0891b2
 
 /** FleetCharts polls GET /v1/fleet/metrics and draws sandboxes by state, create latency and pool fill. */
 export function FleetCharts() {
-  const [hist, setHist] = useState<FleetHistory>();
-  const [error, setError] = useState<unknown>();
-  useEffect(() => {
-    let stop = false;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const load = async () => {
-      try {
-        const h = await fleet.history();
-        if (stop) return;
-        setHist(h);
-        setError(undefined);
-        timer = setTimeout(load, Math.max(1, h.intervalSeconds) * 1000);
-      } catch (e) {
-        if (stop) return;
-        setError(e);
-        timer = setTimeout(load, 10000);
-      }
-    };
-    load();
-    return () => {
-      stop = true;
-      clearTimeout(timer);
-    };
-  }, []);
+  const [hist, error] = usePolled<FleetHistory>(() => fleet.history(), []);
   if (error && !hist) return <ErrorBox error={error} />;
   if (!hist) return <Loading what="the fleet's history" />;
   if (hist.history.length < 2) return <p class="hint" data-testid="fleet-waiting">Collecting samples (one every {hist.intervalSeconds} s)…</p>;
@@ -97,7 +84,7 @@ export function FleetCharts() {
   const t = h.map((p) => Date.parse(p.time) / 1000);
   const states = [...new Set(h.flatMap((p) => Object.keys(p.sandboxes)))].sort();
   const pools = [...new Set(h.flatMap((p) => p.pools.map((x) => x.name)))].sort();
-  const poolSeries: { label: string; values: (number | null)[] }[] = [];
+  const poolSeries: Series[] = [];
   for (const name of pools) {
     poolSeries.push({ label: `${name} available`, values: h.map((p) => p.pools.find((x) => x.name === name)?.available ?? null) });
     poolSeries.push({ label: `${name} target`, values: h.map((p) => p.pools.find((x) => x.name === name)?.target ?? null) });
@@ -117,7 +104,11 @@ export function FleetCharts() {
   );
 }
 
-function Chart(props: { testid: string; title: string; unit: string; t: number[]; series: { label: string; values: (number | null)[] }[]; max?: number }) {
+/** One line of a chart: its colour is the palette's unless stroke names one; fill shades the area below it. */
+type Series = { label: string; values: (number | null)[]; stroke?: string; fill?: boolean };
+
+/** Chart draws series over times t (seconds), from 0 to at least max; a legend only for several series. */
+function Chart(props: { testid: string; title: string; unit: string; t: number[]; series: Series[]; max?: number }) {
   const { testid, title, unit, t, series, max } = props;
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot>();
@@ -132,7 +123,13 @@ function Chart(props: { testid: string; title: string; unit: string; t: number[]
         height: 160,
         scales: { x: { time: true }, y: { range: (_u, lo, hi) => [0, Math.max(hi, max ?? 0, lo + 1)] } },
         axes: [{}, { label: unit, size: 56 }],
-        series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: PALETTE[i % PALETTE.length], width: 1.5, points: { show: true, size: 3 } }))],
+        series: [
+          {},
+          ...series.map((s, i) => {
+            const stroke = s.stroke ?? PALETTE[i % PALETTE.length];
+            return { label: s.label, stroke, fill: s.fill ? stroke + "22" : undefined, width: 1.5, points: { show: true, size: 3 } };
+          }),
+        ],
         legend: { show: series.length > 1 },
       },
       data,
@@ -145,37 +142,6 @@ function Chart(props: { testid: string; title: string; unit: string; t: number[]
   });
   return (
     <figure class="chart" data-testid={testid} data-points={String(t.length)}>
-      <figcaption>{title}</figcaption>
-      <div ref={el} />
-    </figure>
-  );
-}
-
-function SingleChart({ testid, title, data, unit, stroke, max }: { testid: string; title: string; data: uPlot.AlignedData; unit: string; stroke: string; max?: number }) {
-  const el = useRef<HTMLDivElement>(null);
-  const plot = useRef<uPlot>();
-  useEffect(() => {
-    if (!el.current) return;
-    const width = Math.max(240, el.current.clientWidth || 480);
-    plot.current = new uPlot(
-      {
-        width,
-        height: 160,
-        scales: { x: { time: true }, y: { range: (_u, lo, hi) => [0, Math.max(hi, max ?? 0, lo + 1)] } },
-        axes: [{}, { label: unit, size: 56 }],
-        series: [{}, { label: unit, stroke, fill: stroke + "22", width: 1.5, points: { show: true, size: 3 } }],
-        legend: { show: false },
-      },
-      data,
-      el.current,
-    );
-    return () => plot.current?.destroy();
-  }, []);
-  useEffect(() => {
-    plot.current?.setData(data);
-  }, [data]);
-  return (
-    <figure class="chart" data-testid={testid} data-points={String(data[0].length)}>
       <figcaption>{title}</figcaption>
       <div ref={el} />
     </figure>

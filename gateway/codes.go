@@ -1,0 +1,160 @@
+package gateway
+
+import "github.com/sandgate/sandgate/policy"
+
+// Stable error codes: every {code, message} the gateway answers with carries one of these
+// (or one of the leaf packages' codes listed at the end). Clients match on the strings;
+// never change one. Each code goes with a Kind (errors.go), and gateway/api turns the
+// kind into the HTTP status.
+
+// Codes of the API itself: credentials, routing, and failures not the caller's.
+const (
+	CodeMissingAPIKey = "MISSING_API_KEY"
+	CodeInvalidAPIKey = "INVALID_API_KEY"
+	CodeForbidden     = "FORBIDDEN"
+	CodeRouteNotFound = "ROUTE_NOT_FOUND"
+	// CodeMethodNotAllowed: the route exists, not with this method.
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// CodeInternal: an unexpected failure; the message names the request id to look up.
+	CodeInternal = "INTERNAL_ERROR"
+	// CodeStoreUnavailable: Redis did not answer.
+	CodeStoreUnavailable = "STORE::UNAVAILABLE"
+)
+
+// Codes of sandboxes: their create, lifecycle and proxy.
+const (
+	CodeInvalidParameter  = "SANDBOX::INVALID_PARAMETER"
+	CodeInvalidMetadata   = "SANDBOX::INVALID_METADATA_LABEL"
+	CodeInvalidExpiration = "SANDBOX::INVALID_EXPIRATION"
+	CodeNotFound          = "SANDBOX::NOT_FOUND"
+	CodeNotRunning        = "SANDBOX::NOT_RUNNING"
+	CodeNotPaused         = "SANDBOX::NOT_PAUSED"
+	// CodeConflict: the sandbox's record changed under a read-modify-write; retry.
+	CodeConflict        = "SANDBOX::CONFLICT"
+	CodeImageNotFound   = "SANDBOX::IMAGE_NOT_FOUND"
+	CodeImagePullFailed = "SANDBOX::IMAGE_PULL_FAILED"
+	// CodeStartFailed: the sandbox's process exited, or did not become ready, at start.
+	CodeStartFailed  = "SANDBOX::START_FAILED"
+	CodeRuntimeError = "SANDBOX::RUNTIME_ERROR"
+	// CodeUnsupported: the runtime cannot do what the request asks (pause on a runtime
+	// without it, a create option it does not implement).
+	CodeUnsupported = "SANDBOX::UNSUPPORTED"
+	// CodeUpstreamError: the proxy could not reach the sandbox's port.
+	CodeUpstreamError = "SANDBOX::UPSTREAM_UNREACHABLE"
+	// CodeUnavailable answers a call to a claimed pool member that died after its claim:
+	// it is marked Failed, and the caller claims another.
+	CodeUnavailable = "SANDBOX::UNAVAILABLE"
+	// CodeGatewayLost is the cause of a batch member given up because its gateways died.
+	CodeGatewayLost = "SANDBOX::GATEWAY_LOST"
+)
+
+// Codes of a create's credentialProxy that cannot be honoured: silently ignoring it
+// would hand the workload a sandbox without the protection its owner asked for.
+const (
+	// CodeCredentialProxyUnsupported: the runtime has no credential vault (egress
+	// enforcement turned off, or a runtime without interception).
+	CodeCredentialProxyUnsupported = "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED"
+	// CodeCredentialProxyNeedsPolicy: the vault's interception lives in the egress
+	// enforcer, which a sandbox gets with a networkPolicy (as in OpenSandbox).
+	CodeCredentialProxyNeedsPolicy = "SANDBOX::CREDENTIAL_PROXY_REQUIRES_NETWORK_POLICY"
+	// CodeCredentialProxyNotInPool: a claim cannot turn the proxy on for warm sandboxes
+	// whose template started them without it.
+	CodeCredentialProxyNotInPool = "SANDBOX::CREDENTIAL_PROXY_NOT_IN_POOL"
+)
+
+// Codes of a sandbox's egress API and credential vault (relayed to its enforcer).
+const (
+	// CodeEgressUnavailable: the sandbox's egress enforcer did not answer, or gave an
+	// answer it did not sign.
+	CodeEgressUnavailable = "EGRESS::UNAVAILABLE"
+	// CodeEgressMethodNotAllowed: the egress API's /policy takes GET, POST, PUT, PATCH
+	// and DELETE only (the enforcer's own code for it).
+	CodeEgressMethodNotAllowed = "EGRESS::METHOD_NOT_ALLOWED"
+	// CodeVaultInvalidRequest: a vault request the gateway cannot read (the enforcer's
+	// own code for it).
+	CodeVaultInvalidRequest = "VAULT::INVALID_REQUEST"
+)
+
+// Codes of proxy access: credentials other than API keys.
+const (
+	CodeAccessDenied = "ACCESS::DENIED"
+	CodeLinkInvalid  = "ACCESS::LINK_INVALID"
+	CodeLinkExpired  = "ACCESS::LINK_EXPIRED"
+	// CodeAccessRevoked answers a key-bound access header whose key is gone.
+	CodeAccessRevoked = "ACCESS::TOKEN_REVOKED"
+	// CodeOriginRefused answers a session cookie sent from a page that is not the
+	// console's (another site, a preview, an opaque origin).
+	CodeOriginRefused = "ACCESS::ORIGIN_REFUSED"
+)
+
+// Codes of console sessions.
+const (
+	CodeSessionInvalid = "SESSION::INVALID"
+	// CodeCSRFTokenInvalid: a change made with a session cookie lacks its X-CSRF-Token.
+	CodeCSRFTokenInvalid = "CSRF_TOKEN_INVALID"
+)
+
+// Codes of tenants, keys and their quotas.
+const (
+	CodeTenantNotFound = "TENANT::NOT_FOUND"
+	CodeTenantInvalid  = "TENANT::INVALID_PARAMETER"
+	CodeKeyNotFound    = "KEY::NOT_FOUND"
+	// CodeQuotaRate: the tenant's token bucket of creates is empty.
+	CodeQuotaRate = "QUOTA::CREATE_RATE"
+	// CodeQuotaConcur: the tenant holds its limit of live sandboxes (the code the
+	// admission policy uses for it too).
+	CodeQuotaConcur = policy.CodeQuotaConcurrent
+	// CodeQuotaSnapshots: the tenant keeps its limit of snapshots.
+	CodeQuotaSnapshots = "QUOTA::SNAPSHOTS"
+)
+
+// Codes of pools and batches.
+const (
+	CodePoolNotFound = "POOL::NOT_FOUND"
+	CodePoolExists   = "POOL::ALREADY_EXISTS"
+	CodePoolInvalid  = "POOL::INVALID_PARAMETER"
+	// CodePoolEmpty: no warm sandbox was free, and none came within the pool wait.
+	CodePoolEmpty     = "POOL::EMPTY"
+	CodeBatchNotFound = "BATCH::NOT_FOUND"
+)
+
+// Codes of snapshots.
+const (
+	CodeSnapshotUnsupported = "SNAPSHOT::UNSUPPORTED"
+	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
+	// CodeSnapshotNotReady: a create from a snapshot still being taken (or failed).
+	CodeSnapshotNotReady = "SNAPSHOT::NOT_READY"
+	// CodeSnapshotInUse: a delete of a snapshot that live sandboxes were created from.
+	CodeSnapshotInUse   = "SNAPSHOT::IN_USE"
+	CodeSnapshotInvalid = "SNAPSHOT::INVALID_PARAMETER"
+)
+
+// Codes of volumes.
+const (
+	CodeVolumeInvalid      = "VOLUME::INVALID_PARAMETER"
+	CodeVolumeUnsupported  = "VOLUME::UNSUPPORTED"
+	CodeVolumeHostNotFound = "VOLUME::HOST_PATH_NOT_FOUND"
+	CodeVolumeNotFound     = "VOLUME::NOT_FOUND"
+)
+
+// Codes of the policy and plugin administration.
+const (
+	// CodePolicyInvalid reports Rego that does not parse or compile.
+	CodePolicyInvalid = "POLICY_INVALID"
+	// CodePluginsDisabled answers plugin routes of a gateway built without a plugin host.
+	CodePluginsDisabled = "PLUGIN::DISABLED"
+)
+
+// The leaf packages declare the codes they produce, and the core passes them on as they
+// are:
+//
+//   - policy/decision.go: policy decisions (POLICY::DENIED, POLICY::NOT_FOUND,
+//     POLICY::INVALID_ACTION, POLICY::TENANT_SUSPENDED, POLICY::ROLE_ESCALATION,
+//     POLICY::EVALUATION_FAILED), admission (ADMISSION::*, QUOTA::CONCURRENT_SANDBOXES,
+//     QUOTA::CPU, QUOTA::MEMORY, QUOTA::TIMEOUT, QUOTA::BATCH_SIZE) and egress input
+//     (EGRESS::INVALID_POLICY); a Rego policy may add codes of its own. The kind of each
+//     is policy.Decision.Outcome's (see decisionError).
+//   - policy/vault.go: VAULT::POLICY_DENIED.
+//   - plugins/errors.go: PLUGIN::* (see pluginError for their kinds).
+//   - sandbox-agent/egress (EGRESS::*, VAULT::*) and sandbox-agent/agent: the codes of
+//     the enforcer's and the agent's own answers, which the gateway relays unchanged.
