@@ -143,5 +143,12 @@ func (s *Store) Ready(ctx context.Context) error {
 	defer cancel()
 	err := s.probe.Ping(ctx).Err()
 	s.health.observe(err)
+	if err == nil {
+		// The probe has a pool of its own. After an outage in which every dial failed,
+		// go-redis keeps the commands' pool refusing until its own redial succeeds (up to
+		// a second later): ready means that pool answers too, or a request right after a
+		// 200 from /v1/ready would get a 503.
+		err = s.rdb.Ping(ctx).Err()
+	}
 	return wrap(err)
 }
