@@ -86,13 +86,11 @@ func (s *Store) OpenBatches(ctx context.Context) ([]string, error) {
 	if err != nil || len(tenants) == 0 {
 		return nil, err
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(tenants))
-	for i, t := range tenants {
-		cmds[i] = pipe.SMembers(ctx, s.openBatches(t))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, wrap(err)
+	cmds, err := perTenant(ctx, s, tenants, func(p redis.Pipeliner, t string) *redis.StringSliceCmd {
+		return p.SMembers(ctx, s.openBatches(t))
+	})
+	if err != nil {
+		return nil, err
 	}
 	var ids []string
 	for i, t := range tenants {

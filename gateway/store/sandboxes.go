@@ -364,15 +364,13 @@ func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time, limit int64
 	if err != nil || len(tenants) == 0 {
 		return nil, err
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(tenants))
-	for i, t := range tenants {
-		cmds[i] = pipe.ZRangeByScore(ctx, s.expiryKey(t), &redis.ZRangeBy{
+	cmds, err := perTenant(ctx, s, tenants, func(p redis.Pipeliner, t string) *redis.StringSliceCmd {
+		return p.ZRangeByScore(ctx, s.expiryKey(t), &redis.ZRangeBy{
 			Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: limit,
 		})
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, wrap(err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	var ids []string
 	for i, t := range tenants {
