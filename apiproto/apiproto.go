@@ -42,6 +42,20 @@ type SnapshotPage struct {
 	Pagination Pagination `json:"pagination"`
 }
 
+// BatchRequest is the body of POST /v1/batches: Count sandboxes of a template, or
+// claimed from a pool (PoolRef), with the claim's own timeout, env, metadata and
+// entrypoint. Template is the create request of whichever side holds it (the gateway's
+// and the SDK's differ, see the package comment).
+type BatchRequest[Template any] struct {
+	Count      int               `json:"count"`
+	PoolRef    string            `json:"poolRef,omitempty"`
+	Template   *Template         `json:"template,omitempty"`
+	Timeout    *int64            `json:"timeout,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+}
+
 // Batch is a group of sandboxes created together (POST /v1/batches, or a fork).
 type Batch struct {
 	ID        string        `json:"id"`

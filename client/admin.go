@@ -75,16 +75,9 @@ func (c *Client) DeletePool(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/pools/"+url.PathEscape(name), nil, nil, nil)
 }
 
-// BatchRequest asks for Count sandboxes at once, from a pool or from a template.
-type BatchRequest struct {
-	Count      int               `json:"count"`
-	PoolRef    string            `json:"poolRef,omitempty"`
-	Template   *CreateRequest    `json:"template,omitempty"`
-	Timeout    *int64            `json:"timeout,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Metadata   map[string]string `json:"metadata,omitempty"`
-	Entrypoint []string          `json:"entrypoint,omitempty"`
-}
+// BatchRequest asks for Count sandboxes at once, from a pool (PoolRef) or from a
+// Template (package apiproto documents each field).
+type BatchRequest = apiproto.BatchRequest[CreateRequest]
 
 // Batches as the gateway answers them (package apiproto documents each field).
 type (

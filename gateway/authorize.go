@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -55,7 +56,7 @@ func (s *Service) Authorize(ctx context.Context, caller Caller, action string, r
 func (s *Service) logDecision(tenant, action string, d policy.Decision) {
 	typ := "policy.decision"
 	if !d.Allow {
-		typ = "policy.denied"
+		typ = plugins.EventPolicyDenied
 	}
 	ev := store.Event{Type: typ, Tenant: tenant, Time: time.Now().UTC(), Data: map[string]any{
 		"action": action, "allow": d.Allow, "code": d.Code, "message": d.Message,

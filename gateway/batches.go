@@ -11,22 +11,14 @@ import (
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 )
 
 // BatchRequest is the body of POST /v1/batches: count sandboxes of a template, or claimed
-// from a pool (poolRef), with the claim's own timeout, env and metadata.
-type BatchRequest struct {
-	Count      int               `json:"count"`
-	PoolRef    string            `json:"poolRef,omitempty"`
-	Template   *CreateRequest    `json:"template,omitempty"`
-	Timeout    *int64            `json:"timeout,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Metadata   map[string]string `json:"metadata,omitempty"`
-	Entrypoint []string          `json:"entrypoint,omitempty"`
-}
+// from a pool (poolRef), with the claim's own timeout, env and metadata (declared in
+// apiproto, for the gateway and the Go SDK alike).
+type BatchRequest = apiproto.BatchRequest[CreateRequest]
 
-// CreateBatch hands out Count sandboxes: as many as the pool has are claimed in one
-// script (and returned Running); the rest start cold in the background (Pending), each
 // BatchView is the API form of a batch, BatchMember one of its sandboxes and
 // BatchSummary its members counted by outcome, declared once for the gateway and the
 // Go SDK in apiproto.
@@ -36,6 +28,8 @@ type (
 	BatchSummary = apiproto.BatchSummary
 )
 
+// CreateBatch hands out Count sandboxes: as many as the pool has are claimed in one
+// script (and returned Running); the rest start cold in the background (Pending), each
 // failure recorded against its member.
 func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchRequest) (*BatchView, error) {
 	defer s.metrics.Batch(time.Now())
@@ -252,7 +246,7 @@ func (s *Service) DeleteBatch(ctx context.Context, caller Caller, id string) err
 			// The container is gone: a record a store error leaves is marked Failed
 			// (CONTAINER_VANISHED) by the reconciler and cleaned up after FailedRetention.
 			_ = s.store.DeleteSandbox(ctx, rec.ID)
-			s.emit(ctx, rec, "sandbox.deleted", map[string]any{"key": caller.KeyID, "batch": b.ID})
+			s.emit(ctx, rec, plugins.EventSandboxDeleted, map[string]any{"key": caller.KeyID, "batch": b.ID})
 		}(rec)
 	}
 	wg.Wait()

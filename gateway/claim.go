@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -181,7 +182,7 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	s.bindLate(got)
 	created := make([]store.Event, 0, len(got))
 	for _, sb := range got {
-		created = append(created, store.Event{Type: "sandbox.created", Tenant: sb.Tenant, SandboxID: sb.ID, Time: now,
+		created = append(created, store.Event{Type: plugins.EventSandboxCreated, Tenant: sb.Tenant, SandboxID: sb.ID, Time: now,
 			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}})
 	}
 	s.emitAll(ctx, created)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -194,7 +195,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	stages.Finish(metrics.StageStore)
-	s.emit(ctx, saved, "sandbox.created", map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
+	s.emit(ctx, saved, plugins.EventSandboxCreated, map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
 	s.scheduleIdle(ctx, saved)
 	return saved, nil
 }

@@ -123,19 +123,14 @@ func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act T
 
 // ---- management -----------------------------------------------------------------------
 
-// PluginStats is how one plugin's calls went on the replica that answers.
+// PluginStats is how one plugin's calls went on the replica that answers: the host's
+// counters as they are, durations in milliseconds.
 type PluginStats struct {
-	Invocations   uint64     `json:"invocations"`
-	Errors        uint64     `json:"errors"`
-	Timeouts      uint64     `json:"timeouts"`
-	Drops         uint64     `json:"drops"`
-	AuditRejected uint64     `json:"auditRejected"`
-	Queued        int        `json:"queued"`
-	Instances     int        `json:"instances"`
-	P50Ms         float64    `json:"p50Ms"`
-	P99Ms         float64    `json:"p99Ms"`
-	LastError     string     `json:"lastError,omitempty"`
-	LastErrorAt   *time.Time `json:"lastErrorAt,omitempty"`
+	plugins.Calls
+	P50Ms       float64    `json:"p50Ms"`
+	P99Ms       float64    `json:"p99Ms"`
+	LastError   string     `json:"lastError,omitempty"`
+	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
 }
 
 // PluginStatus is a plugin as the API shows it: what was stored and how it runs here.
@@ -310,8 +305,7 @@ func (ps *pluginState) status(tenant string, sp plugins.StoredPlugin) PluginStat
 	}
 	if stats, err := ps.host.Stats(tenant, sp.Name); err == nil {
 		st.Loaded = stats.Version == sp.Version
-		calls := &PluginStats{Invocations: stats.Invocations, Errors: stats.Errors, Timeouts: stats.Timeouts, Drops: stats.Drops,
-			AuditRejected: stats.AuditRejected, Queued: stats.Queued, Instances: stats.Instances,
+		calls := &PluginStats{Calls: stats.Calls,
 			P50Ms: float64(stats.P50.Microseconds()) / 1000, P99Ms: float64(stats.P99.Microseconds()) / 1000, LastError: stats.LastError}
 		if !stats.LastErrorAt.IsZero() {
 			at := stats.LastErrorAt.UTC()

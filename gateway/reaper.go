@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 )
 
 // Expiry. Each reaper tick hands every sandbox whose expiresAt has passed to a removal of
@@ -120,6 +121,6 @@ func (s *Service) expire(ctx context.Context, id string) {
 	}
 	if sb != nil {
 		s.log.Info("sandbox expired", "id", id, "tenant", sb.Tenant)
-		s.emit(ctx, sb, "sandbox.expired", nil)
+		s.emit(ctx, sb, plugins.EventSandboxExpired, nil)
 	}
 }

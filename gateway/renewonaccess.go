@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 )
 
 // AccessRecord is what the proxy reports about one request it forwarded.
@@ -30,7 +31,7 @@ const activityThrottle = time.Second
 // may extend the sandbox's life.
 func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	s.noteProxied(rec)
-	ev := store.Event{Type: "preview.accessed", Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: map[string]any{
+	ev := store.Event{Type: plugins.EventPreviewAccessed, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: map[string]any{
 		"port": rec.Port, "method": rec.Method, "path": rec.Path, "status": rec.Status, "bytes": rec.Bytes,
 		"durationMs": float64(rec.Duration.Microseconds()) / 1000, "credential": rec.Credential,
 	}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
@@ -184,7 +185,7 @@ func (s *Service) Delete(ctx context.Context, caller Caller, id string) error {
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
-	s.emit(ctx, sb, "sandbox.deleted", map[string]any{"key": caller.KeyID})
+	s.emit(ctx, sb, plugins.EventSandboxDeleted, map[string]any{"key": caller.KeyID})
 	return nil
 }
 

@@ -5,7 +5,20 @@ import (
 	"time"
 )
 
-// Event types the gateway emits; ABI.md describes each one's data.
+// Event is the envelope of every event a plugin receives, as the gateway
+// marshals it. Data holds the type's own fields (PreviewAccess,
+// PolicyDenial, or a plain map for the others).
+type Event struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	Tenant    string    `json:"tenant"`
+	SandboxID string    `json:"sandboxId,omitempty"`
+	Time      time.Time `json:"time"`
+	Data      any       `json:"data"`
+}
+
+// Event types the gateway emits that plugins are told of by name (the gateway writes
+// them with these constants); ABI.md describes each one's data.
 const (
 	// EventSandboxCreated: a create or a claim answered (data: image, pool?, expiresAt?).
 	EventSandboxCreated = "sandbox.created"
@@ -24,16 +37,14 @@ const (
 	EventPolicyDenied = "policy.denied"
 )
 
-// Event is the envelope of every event a plugin receives, as the gateway
-// marshals it. Data holds the type's own fields (PreviewAccess,
-// PolicyDenial, or a plain map for the others).
-type Event struct {
-	ID        string    `json:"id"`
-	Type      string    `json:"type"`
-	Tenant    string    `json:"tenant"`
-	SandboxID string    `json:"sandboxId,omitempty"`
-	Time      time.Time `json:"time"`
-	Data      any       `json:"data"`
+// MarshalEvent encodes e the way plugins expect it (time in RFC 3339 with
+// nanoseconds, UTC; data never null).
+func MarshalEvent(e Event) ([]byte, error) {
+	e.Time = e.Time.UTC()
+	if e.Data == nil {
+		e.Data = struct{}{}
+	}
+	return json.Marshal(e)
 }
 
 // PreviewAccess is the data of a preview.accessed event.
@@ -54,16 +65,6 @@ type PolicyDenial struct {
 	Action  string `json:"action"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
-}
-
-// MarshalEvent encodes e the way plugins expect it (time in RFC 3339 with
-// nanoseconds, UTC; data never null).
-func MarshalEvent(e Event) ([]byte, error) {
-	e.Time = e.Time.UTC()
-	if e.Data == nil {
-		e.Data = struct{}{}
-	}
-	return json.Marshal(e)
 }
 
 // WantsEvents reports whether any plugin of tenant declares on_event, so that a caller

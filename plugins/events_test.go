@@ -1,7 +1,6 @@
 package plugins_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sandgate/sandgate/plugins"
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // auditSink collects what plugins emit, per tenant.
@@ -252,7 +252,7 @@ func TestQueueFullDrops(t *testing.T) {
 // TestPluginLogs checks that a plugin's log lines reach the host's logger
 // tagged with tenant and plugin.
 func TestPluginLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testenv.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	sink := newAuditSink()
 	h := newHost(t, plugins.HostOptions{Logger: logger, Audit: sink.audit})
@@ -288,21 +288,4 @@ func TestCloseDeliversQueued(t *testing.T) {
 	if err := h.Load(ctx, plugins.Plugin{Tenant: "acme", Name: "x", Module: wasm(t, "noop"), Config: plugins.Config{Hooks: []string{"on_event"}}}); plugins.ErrorCode(err) != plugins.CodeClosed {
 		t.Errorf("Load after Close: %v, want %s", err, plugins.CodeClosed)
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

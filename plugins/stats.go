@@ -11,6 +11,18 @@ import (
 // first loaded (counters survive version replacements).
 type Stats struct {
 	Info
+	Calls
+	// P50 and P99 are call durations over the last calls (up to 1024),
+	// including the wait for a free instance.
+	P50 time.Duration `json:"p50Ns"`
+	P99 time.Duration `json:"p99Ns"`
+	// LastError and LastErrorAt describe the most recent failure.
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+}
+
+// Calls counts one plugin's calls and events; the gateway's plugin API shows it as it is.
+type Calls struct {
 	// Invocations counts hook calls, failed ones included.
 	Invocations uint64 `json:"invocations"`
 	// Errors counts failed calls of any kind (timeouts included).
@@ -27,13 +39,6 @@ type Stats struct {
 	Queued int `json:"queued"`
 	// Instances is the number of live instances of the current version.
 	Instances int `json:"instances"`
-	// P50 and P99 are call durations over the last calls (up to 1024),
-	// including the wait for a free instance.
-	P50 time.Duration `json:"p50Ns"`
-	P99 time.Duration `json:"p99Ns"`
-	// LastError and LastErrorAt describe the most recent failure.
-	LastError   string    `json:"lastError,omitempty"`
-	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 }
 
 // Info identifies one loaded plugin.

@@ -24,9 +24,9 @@ import (
 //	{plugins}:plugins:<tenant>        set of the tenant's plugin names
 //	{plugins}:plugins:tenants         set of tenants with plugins
 //	{plugins}:plugins:revision        counter, bumped by every Put and Delete
+//	plugins:changes                   pub/sub channel of Change messages
 //
 // ({plugins} is a Redis Cluster hash tag: every plugin key is on one slot.)
-//	plugins:changes         pub/sub channel of Change messages
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
@@ -281,9 +282,9 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 		if len(text) > 1024 {
 			text = text[:1024] + "…"
 		}
-		h.svc.RecordAgentCall(sb, "command.started", map[string]any{"endpoint": p, "command": text, "background": body.Background})
+		h.svc.RecordAgentCall(sb, plugins.EventCommandStarted, map[string]any{"endpoint": p, "command": text, "background": body.Background})
 	case p == "/files/upload":
-		h.svc.RecordAgentCall(sb, "file.written", map[string]any{"endpoint": p, "bytes": r.ContentLength})
+		h.svc.RecordAgentCall(sb, plugins.EventFileWritten, map[string]any{"endpoint": p, "bytes": r.ContentLength})
 	}
 }
 

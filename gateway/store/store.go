@@ -10,10 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -112,31 +112,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		log.Info("no Redis configured: using the embedded in-process store (state is lost when the gateway stops)", "addr", m.Addr())
 	}
-	ro, err := redis.ParseURL(url)
+	ro, err := redis.ParseURL(withDeadlines(url))
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, fmt.Errorf("parse redis url: %w", withoutURL(err))
 	}
-	// Tight deadlines: a frozen Redis must cost a request about a second, not many
-	// (health.go). One retry covers a pooled connection that died with a Redis restart.
-	ro.DialTimeout = dialTimeout
-	ro.ReadTimeout = CommandTimeout
-	ro.WriteTimeout = CommandTimeout
-	ro.PoolTimeout = poolTimeout
-	ro.MaxRetries = 1
-	ro.MinRetryBackoff, ro.MaxRetryBackoff = 8*time.Millisecond, 64*time.Millisecond
-	ro.PoolSize = 64
-	ro.MinIdleConns = 4
-	probeOpts := *ro
-	probeOpts.PoolSize, probeOpts.MinIdleConns, probeOpts.MaxRetries = 2, 0, 0
-	s.probe = redis.NewClient(&probeOpts)
-	rdb := redis.NewClient(ro)
-	rdb.AddHook(healthHook{&s.health})
-	s.rdb = rdb
-	s.newClient = func(n int) redis.UniversalClient {
+	s.connect(func(poolSize, minIdle, retries int) redis.UniversalClient {
 		o := *ro
-		o.PoolSize, o.MinIdleConns = n, 0
+		o.PoolSize, o.MinIdleConns, o.MaxRetries = poolSize, minIdle, retries
 		return redis.NewClient(&o)
-	}
+	})
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		// Not fatal: the gateway starts and answers 503 until Redis comes back.
 		log.Warn("redis does not answer yet; requests get 503 until it does", "addr", ro.Addr, "err", err)
@@ -148,36 +132,64 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 // openCluster connects to a Redis Cluster through the seed(s) in url.
 func (s *Store) openCluster(ctx context.Context, url string) (*Store, error) {
-	co, err := redis.ParseClusterURL(url)
+	co, err := redis.ParseClusterURL(withDeadlines(url))
 	if err != nil {
-		return nil, fmt.Errorf("parse redis cluster url: %w", err)
+		return nil, fmt.Errorf("parse redis cluster url: %w", withoutURL(err))
 	}
-	co.DialTimeout = dialTimeout
-	co.ReadTimeout = CommandTimeout
-	co.WriteTimeout = CommandTimeout
-	co.PoolTimeout = poolTimeout
-	co.MaxRetries = 1
-	co.MinRetryBackoff, co.MaxRetryBackoff = 8*time.Millisecond, 64*time.Millisecond
-	co.PoolSize = 64
-	co.MinIdleConns = 4
-	probeOpts := *co
-	probeOpts.PoolSize, probeOpts.MinIdleConns, probeOpts.MaxRetries = 2, 0, 0
 	s.cluster = true
-	s.probe = redis.NewClusterClient(&probeOpts)
-	rdb := redis.NewClusterClient(co)
-	rdb.AddHook(healthHook{&s.health})
-	s.rdb = rdb
-	s.newClient = func(n int) redis.UniversalClient {
+	s.connect(func(poolSize, minIdle, retries int) redis.UniversalClient {
 		o := *co
-		o.PoolSize, o.MinIdleConns = n, 0
+		o.PoolSize, o.MinIdleConns, o.MaxRetries = poolSize, minIdle, retries
 		return redis.NewClusterClient(&o)
-	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	})
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		s.log.Warn("redis cluster does not answer yet; requests get 503 until it does", "addrs", co.Addrs, "err", err)
 	} else {
 		s.log.Info("connected to redis cluster", "addrs", co.Addrs)
 	}
 	return s, nil
+}
+
+// withDeadlines sets the store's deadlines on a redis:// URL as the query options that
+// ParseURL and ParseClusterURL both read, in place of any the URL had. They are tight: a
+// frozen Redis must cost a request about a second, not many (health.go). An unparsable
+// URL is returned as it is, for the parser to refuse.
+func withDeadlines(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set("dial_timeout", dialTimeout.String())
+	q.Set("read_timeout", CommandTimeout.String())
+	q.Set("write_timeout", CommandTimeout.String())
+	q.Set("pool_timeout", poolTimeout.String())
+	q.Set("min_retry_backoff", "8ms")
+	q.Set("max_retry_backoff", "64ms")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// withoutURL drops the URL from a url.Parse error, which quotes it whole: the store's
+// URL may carry the Redis password, and Open's error reaches the logs.
+func withoutURL(err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// connect makes the store's clients with newClient, which builds one of the configured
+// server(s) with a pool of poolSize connections (minIdle kept open) and retries retries:
+// the main client (64 connections, one retry: that covers a pooled connection that died
+// with a Redis restart), the readiness probe (two connections, no fail-fast hook) and
+// the factory of blocking readers' clients.
+func (s *Store) connect(newClient func(poolSize, minIdle, retries int) redis.UniversalClient) {
+	s.probe = newClient(2, 0, 0)
+	s.rdb = newClient(64, 4, 1)
+	s.rdb.AddHook(healthHook{&s.health})
+	s.newClient = func(n int) redis.UniversalClient { return newClient(n, 0, 1) }
 }
 
 // Cluster reports whether the store runs on a Redis Cluster.

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
@@ -20,13 +18,8 @@ import (
 
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+	"github.com/sandgate/sandgate/test/testenv"
 )
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // testRuntime connects to the real dockerd with the built agent (bin/sandbox-agent, or
 // $SANDGATE_E2E_BIN) on a network of the test's own, removed in cleanup.
@@ -51,7 +44,7 @@ func testRuntime(t *testing.T) (*Runtime, string) {
 	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
 		t.Skipf("image %s not built", image)
 	}
-	network := "sg-rt-" + randomHex(4)
+	network := "sg-rt-" + testenv.RandomHex(4)
 	r, err := New(context.Background(), Options{Network: network, AgentBinary: agent})
 	if err != nil {
 		t.Skipf("docker runtime: %v", err)
@@ -87,10 +80,10 @@ func signedPolicy(t *testing.T, addr, token string) string {
 func TestEgressSidecarLifecycle(t *testing.T) {
 	r, image := testRuntime(t)
 	ctx := context.Background()
-	id := "rt" + randomHex(3) + "-0000-4000-8000-" + randomHex(6)
+	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
 	spec := runtimes.Spec{
 		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
-		AgentToken: randomHex(16), EgressToken: randomHex(16),
+		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
 		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)},
 	}
 	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
@@ -176,10 +169,10 @@ http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()
 func TestEgressEntrypointExitsAtOnce(t *testing.T) {
 	r, image := testRuntime(t)
 	ctx := context.Background()
-	id := "rt" + randomHex(3) + "-0000-4000-8000-" + randomHex(6)
+	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
 	spec := runtimes.Spec{
 		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"sh", "-c", "echo bye; exit 7"}, CreatedAt: time.Now(),
-		AgentToken: randomHex(16), EgressToken: randomHex(16),
+		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
 		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)},
 	}
 	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
