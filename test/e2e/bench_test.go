@@ -189,9 +189,12 @@ func BenchmarkColdCreate(b *testing.B) {
 //     access header MAC with the key's hash from memory (no Redis read per call any more:
 //     accesstoken.go), the Rego decision from its cache (policy.accessCache), the
 //     command's audit event queued and written to Redis in batches (renewonaccess.go).
-//   - the figure, old and new agent binaries alternated (same gateway, 300 calls each, two
-//     rounds, load 14-16): through the gateway p50 6.2 / 7.1 → 3.6 / 4.1 ms, direct 4.8 /
-//     5.0 → 2.2 / 3.0 ms.
+//   - the figure, old and new agent binaries alternated (same gateway, 300 calls each, four
+//     rounds, load 10-16): through the gateway p50 6.2 / 7.1 / 7.0 / 7.1 → 3.6 / 4.1 / 4.7 /
+//     3.6 ms, direct 4.8 / 5.0 / 6.2 / 4.5 → 2.2 / 3.0 / 3.0 / 2.6 ms. The agent's own CPU
+//     per command (BenchmarkCommandTrue -cpuprofile, agent and client) went from 2.1 to
+//     0.9 ms: the GC work of the per-command buffers is gone, and what is left is
+//     mostly syscalls (the vfork and exec's parent side, the two pipes, the writes).
 //   - left: the fork+exec of the program itself, the extra hop's syscalls and the loaded
 //     machine's scheduling (p99 is dominated by other processes' CPU).
 func BenchmarkTrueRoundTrip(b *testing.B) {
