@@ -56,9 +56,12 @@ type command struct {
 	content    string
 	background bool
 	cmd        *exec.Cmd
-	startedAt  time.Time
-	logPath    string
-	done       chan struct{}
+	// shell is the same command through the shell when cmd execs the program itself
+	// (directexec.go): it runs instead when that exec fails.
+	shell     *exec.Cmd
+	startedAt time.Time
+	logPath   string
+	done      chan struct{}
 
 	mu          sync.Mutex
 	finishedAt  *time.Time
@@ -174,6 +177,9 @@ func (s *Server) handleRunCommand(w http.ResponseWriter, r *http.Request) {
 		cmd:        cmd,
 		done:       make(chan struct{}),
 	}
+	if direct := s.directCommand(req.Command, cmd); direct != nil {
+		c.cmd, c.shell = direct, cmd
+	}
 	if req.Background {
 		s.runBackground(w, c, req)
 		return
@@ -200,6 +206,7 @@ func (s *Server) runBackground(w http.ResponseWriter, c *command, req runCommand
 	}
 	addTiming(w, "spawn", spawn)
 	stream := startEventStream(w)
+	defer stream.release()
 	_ = stream.send(Event{Type: EventInit, Text: c.id}, false)
 	stream.end(Event{Type: EventComplete})
 }
@@ -230,6 +237,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, c *comman
 	}
 	addTiming(w, "spawn", spawn)
 	stream := openEventStream(w, Event{Type: EventInit, Text: c.id})
+	defer stream.release()
 	s.streamProcess(r, stream, c.done, c.stop, stdoutR, stderrR)
 	stdoutR.Close()
 	stderrR.Close()
@@ -312,10 +320,18 @@ func pendingBytes(f *os.File) int {
 	return n
 }
 
+// lineReaders keeps pumpLines' 64 KiB buffers between commands (see streamWriters).
+var lineReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 // pumpLines sends one event per line of rd, without the line ending. Lines longer than
 // the read buffer are sent in pieces, so memory stays bounded whatever the output.
 func pumpLines(rd io.Reader, typ string, stream *eventStream) {
-	br := bufio.NewReaderSize(rd, 64<<10)
+	br := lineReaders.Get().(*bufio.Reader)
+	br.Reset(rd)
+	defer func() {
+		br.Reset(nil)
+		lineReaders.Put(br)
+	}()
 	failed := false
 	for {
 		line, err := br.ReadSlice('\n')
@@ -341,7 +357,16 @@ func pumpLines(rd io.Reader, typ string, stream *eventStream) {
 
 // start launches c, records it and arranges its timeout and exit bookkeeping.
 func (r *commandRegistry) start(c *command, timeoutMs int64) error {
-	if err := procs.Start(c.cmd); err != nil {
+	err := procs.Start(c.cmd)
+	if err != nil && c.shell != nil {
+		// The program's exec failed in the child, before any of it ran: the shell does
+		// with the command what it always did (runs a script that has no #! line,
+		// reports a program it may not run).
+		c.cmd = viaShell(c.cmd, c.shell)
+		err = procs.Start(c.cmd)
+	}
+	c.shell = nil
+	if err != nil {
 		return err
 	}
 	c.startedAt = time.Now()

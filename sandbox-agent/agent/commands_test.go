@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -516,4 +517,91 @@ func TestEntrypointExtension(t *testing.T) {
 			t.Fatalf("no start marker for an entrypoint that runs: %v", err)
 		}
 	})
+}
+
+// TestCommandPlainProgram runs plain program invocations, which the agent execs without
+// the shell when it can (directexec.go), next to the same command with its first
+// character escaped, which bash reads the same but the agent leaves to bash: output,
+// stderr and exit code must match, the lookup's failures included.
+func TestCommandPlainProgram(t *testing.T) {
+	a := newTestAgent(t, agent.Config{})
+	// t.TempDir's parent is private to root; other users need a path they can enter.
+	bin, err := os.MkdirTemp("", "agent-bin-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(bin, name), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("no-shebang", "echo from a script without a shebang line; exit 4\n", 0o755)
+	write("not-executable", "#!/bin/sh\necho ran\n", 0o644)
+	write("owner-only", "#!/bin/sh\necho ran as $(id -u)\n", 0o744)
+	write("args", "#!/bin/sh\nprintf '%s|' \"$0\" \"$@\"; echo; echo err >&2; exit 5\n", 0o755)
+	if err := os.Mkdir(filepath.Join(bin, "a-directory"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	envs := map[string]string{"PATH": bin + ":/usr/bin:/bin"}
+	tests := []struct {
+		name    string
+		command string
+		uid     *int
+	}{
+		{"true", "true", nil},
+		{"false", "false", nil},
+		{"program with arguments", "args one --two=2 +%s", nil},
+		{"program by path", filepath.Join(bin, "args") + " x", nil},
+		{"program exit code and stderr", "ls /no/such/file", nil},
+		{"env", "env", nil},
+		{"script without a shebang line", "no-shebang", nil},
+		{"missing command", "no-such-command-anywhere", nil},
+		{"missing path", "/no/such/program", nil},
+		{"not executable", "not-executable", nil},
+		{"not executable by path", filepath.Join(bin, "not-executable"), nil},
+		{"directory", filepath.Join(bin, "a-directory"), nil},
+		{"as a user", "id -u", ptr(65534)},
+		{"as a user who may not run it", "owner-only", ptr(65534)},
+		{"as root who may", "owner-only", ptr(0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.uid != nil && os.Geteuid() != 0 {
+				t.Skip("needs root to switch users")
+			}
+			a := a.with(t)
+			type outcome struct {
+				Stdout, Stderr []string
+				End            string
+			}
+			runOne := func(command string) outcome {
+				req := map[string]any{"command": command, "envs": envs}
+				if tt.uid != nil {
+					req["uid"] = *tt.uid
+				}
+				events := a.runStream("/command", req)
+				o := outcome{Stdout: texts(events, agent.EventStdout), Stderr: texts(events, agent.EventStderr)}
+				end := last(t, events)
+				o.End = end.Type
+				if end.Error != nil {
+					o.End += " " + end.Error.EName + " " + end.Error.EValue
+				}
+				if tt.command == "env" {
+					sort.Strings(o.Stdout)
+				}
+				return o
+			}
+			direct, shell := runOne(tt.command), runOne(`\`+tt.command)
+			if diff := cmp.Diff(shell, direct); diff != "" {
+				t.Fatalf("%q (+) differs from the shell's (-):\n%s", tt.command, diff)
+			}
+		})
+	}
 }

@@ -36,6 +36,7 @@ func newTestAgent(t testing.TB, cfg agent.Config) *testAgent {
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}
+	agent.WaitShellProbe(api)
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.CloseClientConnections()

@@ -63,6 +63,11 @@ type Server struct {
 	code     *codeInterpreter
 	metrics  *metricsSampler
 
+	// shellTraits enables running plain commands without the shell (directexec.go)
+	// once probeDone is closed and the probe found what it needs.
+	shellTraits traitsSlot
+	probeDone   chan struct{}
+
 	closeOnce sync.Once
 }
 
@@ -84,17 +89,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("agent: create state dir: %w", err)
 	}
 	s := &Server{
-		cfg:     cfg,
-		env:     cfg.Env,
-		mux:     http.NewServeMux(),
-		logger:  cfg.Logger,
-		metrics: newMetricsSampler(),
+		cfg:       cfg,
+		env:       cfg.Env,
+		mux:       http.NewServeMux(),
+		logger:    cfg.Logger,
+		metrics:   newMetricsSampler(),
+		probeDone: make(chan struct{}),
 	}
 	s.commands = newCommandRegistry(s)
 	s.sessions = newRegistry[*shellsession.Session]()
 	s.ptys = newRegistry[*ptyhub.Session]()
 	s.code = newCodeInterpreter(s)
 	s.routes()
+	// Off the start's path: until the probe is done commands go through the shell.
+	go func() {
+		defer close(s.probeDone)
+		s.setDirectExec(true)
+	}()
 	return s, nil
 }
 
@@ -102,6 +113,7 @@ func New(cfg Config) (*Server, error) {
 // the Jupyter server) and removes its state directory.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		<-s.probeDone
 		s.code.close()
 		s.ptys.closeAll()
 		s.sessions.closeAll()

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -76,7 +77,34 @@ func startEventStream(w http.ResponseWriter) *eventStream {
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	return &eventStream{w: bufio.NewWriterSize(w, 64<<10), rc: http.NewResponseController(w), lastWrite: time.Now()}
+	bw := streamWriters.Get().(*bufio.Writer)
+	bw.Reset(w)
+	return &eventStream{w: bw, rc: http.NewResponseController(w), lastWrite: time.Now()}
+}
+
+// streamWriters keeps the buffers of released streams. A command's stream would
+// otherwise allocate (and zero) 64 KiB per command, which with the GC work it causes was
+// the largest part of the agent's own CPU per `true`.
+var streamWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
+
+// errStreamReleased fails the sends that come after release (a keepalive ping that
+// raced the end of the stream).
+var errStreamReleased = errors.New("event stream released")
+
+// release gives the stream's buffer back for reuse once its handler is done with it
+// (after end). Later sends fail without writing.
+func (s *eventStream) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return
+	}
+	if s.err == nil {
+		s.err = errStreamReleased
+	}
+	s.w.Reset(nil)
+	streamWriters.Put(s.w)
+	s.w = nil
 }
 
 // end sends the stream's last event without flushing it on its own: the handler returns

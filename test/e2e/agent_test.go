@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -353,6 +354,77 @@ func commandTests(t *testing.T, agentOf *agent) {
 		last := lastEvent(evs)
 		if last.Type != "error" || last.Error == nil || last.Error.Ename != "CommandExecError" || last.Error.Evalue != "3" {
 			t.Fatalf("last event %+v", last)
+		}
+	})
+
+	t.Run("plain programs run as under the shell", func(t *testing.T) {
+		// The agent execs a plain program invocation itself (sandbox-agent/agent/
+		// directexec.go); with its first character escaped the same command means the
+		// same to bash but goes through it. Both must give the program the same
+		// environment, directory and exit, and fail alike when there is no program.
+		a := agentOf.as(t)
+		a.mustCall(200, "POST", "/directories", map[string]any{"/tmp/plain-bin": map[string]any{"mode": 755}})
+		for _, c := range []string{
+			"printf 'echo from a script without a shebang line; exit 4\\n' > /tmp/plain-bin/no-shebang; chmod 755 /tmp/plain-bin/no-shebang",
+			"printf '#!/bin/sh\\necho ran\\n' > /tmp/plain-bin/not-executable; chmod 644 /tmp/plain-bin/not-executable",
+		} {
+			if last := lastEvent(a.run(c)); last.Type != "execution_complete" {
+				t.Fatalf("%s: %+v", c, last)
+			}
+		}
+		type outcome struct {
+			Stdout, Stderr []string
+			End            string
+		}
+		runOne := func(command, cwd string, envs map[string]string) outcome {
+			body := map[string]any{"command": command, "envs": envs}
+			if cwd != "" {
+				body["cwd"] = cwd
+			}
+			var o outcome
+			for _, ev := range a.stream("/command", body) {
+				switch ev.Type {
+				case "stdout":
+					o.Stdout = append(o.Stdout, ev.Text)
+				case "stderr":
+					o.Stderr = append(o.Stderr, ev.Text)
+				case "execution_complete":
+					o.End = ev.Type
+				case "error":
+					o.End = ev.Type + " " + ev.Error.Ename + " " + ev.Error.Evalue
+				}
+			}
+			sort.Strings(o.Stdout) // env lists bash's variable table in its own order
+			return o
+		}
+		withBin := map[string]string{"PATH": "/tmp/plain-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GREETING": "hello world"}
+		for _, tt := range []struct {
+			name, command, cwd string
+			envs               map[string]string
+		}{
+			{"env", "env", "", nil},
+			{"env with the request's variables", "env", "", withBin},
+			{"env in a directory", "env", "/tmp", nil},
+			{"working directory", "/bin/pwd", "/usr/bin", nil},
+			{"true", "true", "", nil},
+			{"false", "false", "", nil},
+			{"exit code and stderr of a program", "ls /no/such/file", "", nil},
+			{"arguments", "stat -c %n:%F /tmp", "", nil},
+			{"missing command", "no-such-command-anywhere", "", nil},
+			{"missing path", "/no/such/program", "", nil},
+			{"script without a shebang line", "no-shebang", "", withBin},
+			{"not executable", "not-executable", "", withBin},
+			{"directory", "/tmp", "", nil},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				direct, shell := runOne(tt.command, tt.cwd, tt.envs), runOne(`\`+tt.command, tt.cwd, tt.envs)
+				if !reflect.DeepEqual(direct, shell) {
+					t.Fatalf("%q gave\n%+v\nand through the shell\n%+v", tt.command, direct, shell)
+				}
+				if direct.End == "" {
+					t.Fatalf("%q: no end event", tt.command)
+				}
+			})
 		}
 	})
 

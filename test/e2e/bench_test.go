@@ -160,25 +160,43 @@ func BenchmarkColdCreate(b *testing.B) {
 //
 // Where the time goes (profiled on the 2-core machine: the gateway with SANDGATE_ADMIN's
 // /debug/pprof/profile during this benchmark, the agent with BenchmarkCommandTrue
-// -cpuprofile). Neither process is CPU-bound: the gateway spends about 0.25 ms of CPU
-// per call, the agent less; the rest is waiting.
+// -cpuprofile, its syscalls with strace -f -c). Neither process is CPU-bound: the
+// gateway spends about 0.25 ms of CPU per call, the agent less; the rest is waiting.
 //
-//   - direct (about 1.6-2.0 ms p50 quiet): most of it is the shell itself. `bash -c true`
-//     started with os/exec costs 1-2 ms here (BenchmarkCommandTrue/raw: fork, exec,
-//     bash's start-up, exit); the agent adds its HTTP exchange, two pipes, pidfd wait
-//     and the drain of both pipes. Spawn-path costs removed: three stats per command
-//     looking for bash (found once now), an open and close of /dev/null per command (one
-//     shared fd), and two of the four writes of each answer (headers now leave with the
-//     init event, the last event with the end of the response: one packet each).
-//   - through the gateway (+0.3-0.5 ms): one more keep-alive hop (Caddy's
-//     reverse_proxy, its transport keeps 64 idle connections per sandbox) and about
-//     half of the gateway's CPU in syscalls (reads and writes on both connections);
-//     sandgate's own work is small: route from memory (recordcache.go), access header
-//     MAC with the key's hash from memory (no Redis read per call any more:
+//   - direct, before: most of it was the shell itself. `bash -c true` started with os/exec
+//     costs 1-2 ms here (BenchmarkCommandTrue/raw: fork, exec, bash's dynamic linking and
+//     start-up, some 70 sigactions and 30 opens, exit); the agent adds its HTTP exchange,
+//     two pipes, pidfd wait and the drain of both pipes. Spawn-path costs removed earlier:
+//     three stats per command looking for bash (found once now), an open and close of
+//     /dev/null per command (one shared fd), and two of the four writes of each answer
+//     (headers now leave with the init event, the last event with the end of the
+//     response: one packet each).
+//   - direct, now: a plain program invocation (`true`, `python3 main.py`, `ls -la`: plain
+//     words, no builtin or keyword, found on PATH) is exec'd by the agent itself with the
+//     argv and environment bash would give it (sandbox-agent/agent/directexec.go; anything
+//     else still goes through bash, and `\true` is the same command through bash): bash's
+//     start-up is gone and what is left is one fork+exec of /usr/bin/true (the raw-exec
+//     baseline, ~1 ms CPU here), the PATH lookup (a stat per PATH element up to the
+//     program, a getcwd), the HTTP exchange and the two pipes. The stream's 64 KiB writer
+//     and the two pumps' 64 KiB readers, allocated and zeroed per command before (with
+//     the GC work they caused, most of the agent's own CPU per command), come from pools.
+//     BenchmarkCommandTrue, old and new agent alternated, load 14: `true` 3.8-4.5 → 1.8-2.4
+//     ms CPU per command (agent, client and child), 4.9-5.7 → 2.3-4.0 ms wall.
+//   - through the gateway (+0.3-0.5 ms quiet, +1.1-1.3 ms at load 15): one more
+//     keep-alive hop (Caddy's reverse_proxy, its transport keeps 64 idle connections per
+//     sandbox) and about half of the gateway's CPU in syscalls (reads and writes on both
+//     connections); sandgate's own work is small: route from memory (recordcache.go),
+//     access header MAC with the key's hash from memory (no Redis read per call any more:
 //     accesstoken.go), the Rego decision from its cache (policy.accessCache), the
 //     command's audit event queued and written to Redis in batches (renewonaccess.go).
-//   - left: bash's own start-up, the extra hop's syscalls and the loaded machine's
-//     scheduling (p99 is dominated by other processes' CPU).
+//   - the figure, old and new agent binaries alternated (same gateway, 300 calls each, four
+//     rounds, load 10-16): through the gateway p50 6.2 / 7.1 / 7.0 / 7.1 → 3.6 / 4.1 / 4.7 /
+//     3.6 ms, direct 4.8 / 5.0 / 6.2 / 4.5 → 2.2 / 3.0 / 3.0 / 2.6 ms. The agent's own CPU
+//     per command (BenchmarkCommandTrue -cpuprofile, agent and client) went from 2.1 to
+//     0.9 ms: the GC work of the per-command buffers is gone, and what is left is
+//     mostly syscalls (the vfork and exec's parent side, the two pipes, the writes).
+//   - left: the fork+exec of the program itself, the extra hop's syscalls and the loaded
+//     machine's scheduling (p99 is dominated by other processes' CPU).
 func BenchmarkTrueRoundTrip(b *testing.B) {
 	e := newEnv(b, startRedis(b))
 	g := e.startGateway()
