@@ -161,9 +161,7 @@ func (s *Service) RecordAgentCall(sb *store.Sandbox, typ string, data map[string
 // full the event is dropped and counted. The writer drains the queue into its backlog
 // while Redis is away (runAccessLog), so an outage alone does not fill it.
 func (s *Service) queueEvent(ev store.Event) {
-	select {
-	case s.preview.events <- ev:
-	default:
+	if !s.preview.events.push(ev) {
 		s.preview.dropped.Add(1)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,16 +22,19 @@ const (
 	MaxMetadataBytes = 16 << 10
 )
 
-// canonicalPortRe is a port as sandgate writes it: no sign, no leading zero, no space.
-var canonicalPortRe = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
-
 // ParsePort parses a port written canonically ("8080", never "08080", "+8080" or
 // " 8080"). Every route that takes a port uses it, so that a policy rule about a port
 // number sees the same number whatever spelling the client used.
 func ParsePort(s string) (int, error) {
-	if canonicalPortRe.MatchString(s) {
-		if n, err := strconv.Atoi(s); err == nil && n <= 65535 {
-			return n, nil
+	// Canonical: 1 to 5 digits, the first not 0 (no regexp: every proxied request
+	// parses its port).
+	if len(s) >= 1 && len(s) <= 5 && s[0] != '0' {
+		n := 0
+		for i := 0; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			n = n*10 + int(s[i]-'0')
+			if i == len(s)-1 && n <= 65535 {
+				return n, nil
+			}
 		}
 	}
 	return 0, Errorf(KindInvalid, CodeInvalidParameter, "port %q: want a number from 1 to 65535, written without sign, spaces or leading zeros", s)

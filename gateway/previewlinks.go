@@ -22,12 +22,62 @@ type previewState struct {
 	activityMu   sync.Mutex
 	lastActivity map[string]time.Time
 
-	events  chan store.Event
+	events  eventQueue
 	dropped atomic.Int64
 }
 
 func newPreviewState() previewState {
-	return previewState{keys: map[string][]byte{}, lastActivity: map[string]time.Time{}, events: make(chan store.Event, 8192)}
+	return previewState{keys: map[string][]byte{}, lastActivity: map[string]time.Time{}, events: eventQueue{wake: make(chan struct{}, 1)}}
+}
+
+// Bounds of the event queue (queueEvent): the writer takes a batch when eventBatch
+// events are waiting, or at its next tick; beyond eventQueueMax waiting events new
+// ones are dropped and counted.
+const (
+	eventBatch    = 256
+	eventQueueMax = 8192
+)
+
+// eventQueue holds events for the batched writer (runAccessLog). A request appends
+// under a lock and wakes the writer only once per eventBatch: a channel send per event
+// woke the writer's goroutine (and often an idle thread) on every proxied request.
+type eventQueue struct {
+	mu      sync.Mutex
+	pending []store.Event
+	wake    chan struct{} // capacity 1: a batch is ready
+}
+
+// push queues ev; false when the queue is full.
+func (q *eventQueue) push(ev store.Event) bool {
+	q.mu.Lock()
+	if len(q.pending) >= eventQueueMax {
+		q.mu.Unlock()
+		return false
+	}
+	q.pending = append(q.pending, ev)
+	full := len(q.pending) == eventBatch
+	q.mu.Unlock()
+	if full {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// take appends the waiting events to dst, oldest first, and empties the queue.
+func (q *eventQueue) take(dst []store.Event) []store.Event {
+	q.mu.Lock()
+	dst = append(dst, q.pending...)
+	if cap(q.pending) > 4*eventBatch {
+		q.pending = nil // release a queue grown while the writer waited for Redis
+	} else {
+		clear(q.pending)
+		q.pending = q.pending[:0]
+	}
+	q.mu.Unlock()
+	return dst
 }
 
 // linkKeys returns the signing keys, loading (and on first use creating) them in Redis so

@@ -108,17 +108,14 @@ func (s *Service) runAccessLog() {
 		defer t.Stop()
 		for {
 			select {
-			case ev := <-s.preview.events:
-				fresh = append(fresh, ev)
-				if len(fresh) == cap(fresh) {
-					flush()
-				}
+			case <-s.preview.events.wake:
+				fresh = s.preview.events.take(fresh)
+				flush()
 			case <-t.C:
+				fresh = s.preview.events.take(fresh)
 				flush()
 			case <-s.stop:
-				for len(s.preview.events) > 0 {
-					fresh = append(fresh, <-s.preview.events)
-				}
+				fresh = s.preview.events.take(fresh)
 				flush()
 				if len(backlog) > 0 {
 					s.log.Warn("access events lost at shutdown: redis unreachable", "count", len(backlog))

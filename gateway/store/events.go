@@ -28,7 +28,7 @@ func (s *Store) eventStream(tenant string) string { return s.Key("events", tenan
 
 // AppendEvent adds ev to its tenant's stream and returns the stream id.
 func (s *Store) AppendEvent(ctx context.Context, ev Event) (string, error) {
-	body, err := json.Marshal(ev)
+	body, err := encodeEvent(ev)
 	if err != nil {
 		return "", fmt.Errorf("encode event: %w", err)
 	}
@@ -77,7 +77,7 @@ func (s *Store) SubscribeChangesReady(ctx context.Context, ready func(), fn func
 func (s *Store) AppendEvents(ctx context.Context, evs []Event) error {
 	pipe := s.rdb.Pipeline()
 	for _, ev := range evs {
-		body, err := json.Marshal(ev)
+		body, err := encodeEvent(ev)
 		if err != nil {
 			continue
 		}

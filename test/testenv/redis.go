@@ -16,6 +16,14 @@ type Redis struct {
 	cmd  *exec.Cmd
 }
 
+// Pid is the redis-server's process id (0 when it is stopped).
+func (r *Redis) Pid() int {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // StartRedis starts a redis-server that keeps its files in dir.
 func StartRedis(dir string) (*Redis, error) {
 	port, err := FreePort()
