@@ -48,7 +48,7 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 			s.preview.lastActivity = map[string]time.Time{}
 		}
 		s.preview.lastActivity[sb.ID] = now
-		if !renews {
+		if !renews && len(s.preview.touches) < 100000 { // bounded as lastActivity is
 			s.preview.touches[sb.ID] = now
 		}
 	}
