@@ -362,7 +362,8 @@ func BenchmarkPoolClaim(b *testing.B) {
 // command, against one for direct-agent; last-endpoint-ms says when the last member had
 // its endpoint, gw-cpu-ms/batch the gateway's CPU from the claim to the last answer.
 // Counted per first command (gateway/api BenchmarkBatch100FirstCommands: the same flow
-// on in-process sandboxes, first round beside a second, with -cpuprofile):
+// on in-process sandboxes, first round beside a second, -cpuprofile over 3 rounds, old
+// and new test binaries alternated; figures are profile seconds over those 3 rounds):
 //   - two access decisions that miss the decision cache (its key holds the sandbox id):
 //     the endpoint's (sandbox.proxy, API key) and the command's (sandbox token), about
 //     0.2 ms of CPU each, 40 ms a batch: the largest per-first-command item left, in
@@ -373,15 +374,18 @@ func BenchmarkPoolClaim(b *testing.B) {
 //     again, 0.13 s of the profile's 3 rounds), the agent's keep-alive connection open;
 //   - each first access's activity was a goroutine and a ZADD round trip (100 of them,
 //     0.03 s in the profile); the access log writer now sends them in one ZADD per flush;
-//   - no refill: poolMax is the batch's 100, so while the batch lives the pool has no
-//     room and the manager starts nothing (refillSettle matters for pools with room,
-//     where 1 s after the claim still refills promptly; not deferred further). What
+//   - no refill: poolMax is the batch's 100 and claimed members count as allocated, so
+//     while the batch lives the pool has no room and the manager starts nothing (the
+//     refill above is gone from this window; refillSettle matters for pools with room,
+//     where a refill 1 s after the claim is still prompt; not deferred further). What
 //     the manager did do every 250 ms while the pool was full was read its 100 warm
 //     records one by one for outdated members (0.17-0.20 s in each profile, more than
 //     all access decisions); it now reads them in one pipelined call (0.05-0.06 s).
 //   - the reconciler's pass (every SyncInterval, 500 ms here: a full engine listing and
 //     every record) is not held after a claim as the pool manager is: with 500 ms it
-//     overlaps most answered windows. Not changed here (unmeasured on Docker).
+//     overlaps most answered windows (the 2 s default, fewer). A candidate to hold as
+//     the pool manager is; not changed: not measured on Docker this time (the images
+//     came too late in the session for an alternated run).
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
