@@ -336,3 +336,46 @@ func TestAdmissionCreateRate(t *testing.T) {
 		t.Fatalf("tenant holds %d sandboxes after a refused create, want 1", n)
 	}
 }
+
+// TestActivityRecorded: a proxied access records the sandbox's last activity in the
+// store, also when it has no renew-on-access (then the access log writer sends it with
+// others in one command); the next access within activityThrottle does not move it.
+func TestActivityRecorded(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour).UTC()
+	for _, tt := range []struct {
+		name       string
+		extensions map[string]string
+	}{
+		{"plain", nil},
+		{"renew on access", map[string]string{ExtensionRenewExtend: "60"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Now().UTC()
+			rec := &store.Sandbox{ID: uuid.NewString(), Tenant: DefaultTenant, State: StateRunning, Image: "img",
+				CreatedAt: now, LastTransitionAt: now, ExpiresAt: &exp, Extensions: tt.extensions}
+			if err := c.store.CreateSandbox(ctx, rec, 0); err != nil {
+				t.Fatal(err)
+			}
+			c.svc.RecordAccess(rec, AccessRecord{Port: 44772, Method: "POST", Path: "/command", Status: 200})
+			var first time.Time
+			deadline := time.Now().Add(5 * time.Second)
+			for first.IsZero() && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				var err error
+				if first, err = c.store.LastActivity(ctx, rec.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if first.IsZero() {
+				t.Fatal("no activity recorded within 5s")
+			}
+			c.svc.RecordAccess(rec, AccessRecord{Port: 44772, Method: "POST", Path: "/command", Status: 200})
+			time.Sleep(300 * time.Millisecond) // past the writer's flush
+			if again, _ := c.store.LastActivity(ctx, rec.ID); !again.Equal(first) {
+				t.Errorf("activity moved within the throttle: %v, then %v", first, again)
+			}
+		})
+	}
+}

@@ -21,13 +21,16 @@ type previewState struct {
 
 	activityMu   sync.Mutex
 	lastActivity map[string]time.Time
+	// touches holds activity due to be written (sandboxes without renew-on-access),
+	// which the access log writer sends in one command per flush (runAccessLog).
+	touches map[string]time.Time
 
 	events  eventQueue
 	dropped atomic.Int64
 }
 
 func newPreviewState() previewState {
-	return previewState{keys: map[string][]byte{}, lastActivity: map[string]time.Time{}, events: eventQueue{wake: make(chan struct{}, 1)}}
+	return previewState{keys: map[string][]byte{}, lastActivity: map[string]time.Time{}, touches: map[string]time.Time{}, events: eventQueue{wake: make(chan struct{}, 1)}}
 }
 
 // Bounds of the event queue (queueEvent): the writer takes a batch when eventBatch

@@ -37,6 +37,10 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	}}
 	s.queueEvent(ev)
 	now := s.now()
+	// Without renew-on-access the activity is only noted: the access log writer sends
+	// what is due in one command per flush. A batch's hundred first commands made a
+	// goroutine and a Redis round trip each, beside their commands, on the hot path's CPU.
+	renews := sb.Extensions[ExtensionRenewExtend] != "" && sb.ExpiresAt != nil
 	s.preview.activityMu.Lock()
 	last := s.preview.lastActivity[sb.ID]
 	due := now.Sub(last) >= activityThrottle
@@ -45,11 +49,38 @@ func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 			s.preview.lastActivity = map[string]time.Time{}
 		}
 		s.preview.lastActivity[sb.ID] = now
+		if !renews && len(s.preview.touches) < 100000 { // bounded as lastActivity is
+			s.preview.touches[sb.ID] = now
+		}
 	}
 	s.preview.activityMu.Unlock()
-	if due {
+	if due && renews {
 		s.spawn(func() { s.onActivity(sb, rec, now) })
 	}
+}
+
+// takeTouches hands over the activity due to be written.
+func (s *Service) takeTouches() map[string]time.Time {
+	s.preview.activityMu.Lock()
+	defer s.preview.activityMu.Unlock()
+	if len(s.preview.touches) == 0 {
+		return nil
+	}
+	t := s.preview.touches
+	s.preview.touches = map[string]time.Time{}
+	return t
+}
+
+// writeTouches writes the activity due, best effort (as onActivity's): activity only
+// informs the console and plugins, and the next access notes it again.
+func (s *Service) writeTouches() {
+	t := s.takeTouches()
+	if t == nil || s.store.Unreachable() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.store.TouchActivities(ctx, t)
 }
 
 // accessBacklogMax bounds the events kept in memory while Redis cannot take them (about
@@ -70,6 +101,7 @@ func (s *Service) runAccessLog() {
 		fresh := make([]store.Event, 0, 256)
 		lost := int64(0)
 		flush := func() {
+			s.writeTouches()
 			if len(fresh) > 0 {
 				s.publishEvents(fresh)
 				backlog = append(backlog, fresh...)

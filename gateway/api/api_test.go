@@ -27,7 +27,7 @@ func newTestAPI(t *testing.T) *httptest.Server {
 
 // startTestAPI is newTestAPI with the HTTP layer's logger (nil: warnings to stderr), and
 // the redis-server, for a test that takes it away.
-func startTestAPI(t *testing.T, apiLog *slog.Logger) (*httptest.Server, *testenv.Redis) {
+func startTestAPI(t testing.TB, apiLog *slog.Logger) (*httptest.Server, *testenv.Redis) {
 	t.Helper()
 	d := coredeps.Start(t)
 	svc := gateway.New(gateway.Config{}, d.Store, d.Runtime, d.Policy, d.Log)

@@ -457,6 +457,36 @@ func BenchmarkPoolClaim(b *testing.B) {
 // other load. Figures: before 362 ms quiet, 570-1175 ms at load 20-38; after 734 ms at
 // load 34, 302 and 243 ms at load 15-23, where the old gateway with the pooled client
 // gave 352 and 275 ms (runs alternated).
+//
+// The gap to direct-agent (374 against 277 ms in the last make bench): answered is the
+// claim (bound, ~11 ms), then per member two gateway round trips, the endpoint and the
+// command, against one for direct-agent; last-endpoint-ms says when the last member had
+// its endpoint, gw-cpu-ms/batch the gateway's CPU from the claim to the last answer.
+// Counted per first command (gateway/api BenchmarkBatch100FirstCommands: the same flow
+// on in-process sandboxes, first round beside a second, -cpuprofile over 3 rounds, old
+// and new test binaries alternated; figures are profile seconds over those 3 rounds):
+//   - two access decisions that miss the decision cache (its key holds the sandbox id):
+//     the endpoint's (sandbox.proxy, API key) and the command's (sandbox token), about
+//     0.2 ms of CPU each, 40 ms a batch: the largest per-first-command item left, in
+//     policy/ (a key that names the ids only by whether they match would have to prove
+//     the operator's Rego compares them and nothing else);
+//   - no late binding, no Redis read (the claim put the records in the route cache,
+//     fresh for routeTTL = 1 s: a round past that on a loaded machine reads each record
+//     again, 0.13 s of the profile's 3 rounds), the agent's keep-alive connection open;
+//   - each first access's activity was a goroutine and a ZADD round trip (100 of them,
+//     0.03 s in the profile); the access log writer now sends them in one ZADD per flush;
+//   - no refill: poolMax is the batch's 100 and claimed members count as allocated, so
+//     while the batch lives the pool has no room and the manager starts nothing (the
+//     refill above is gone from this window; refillSettle matters for pools with room,
+//     where a refill 1 s after the claim is still prompt; not deferred further). What
+//     the manager did do every 250 ms while the pool was full was read its 100 warm
+//     records one by one for outdated members (0.17-0.20 s in each profile, more than
+//     all access decisions); it now reads them in one pipelined call (0.05-0.06 s).
+//   - the reconciler's pass (every SyncInterval, 500 ms here: a full engine listing and
+//     every record) is not held after a claim as the pool manager is: with 500 ms it
+//     overlaps most answered windows (the 2 s default, fewer). A candidate to hold as
+//     the pool manager is; not changed: not measured on Docker this time (the images
+//     came too late in the session for an alternated run).
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
@@ -487,12 +517,14 @@ func BenchmarkBatch100(b *testing.B) {
 		}
 		wg.Wait()
 	}
-	var bound, answered, coldBound, direct latencies
+	var bound, answered, endpoints, coldBound, direct latencies
+	var gwCPU time.Duration // the gateway's CPU from the claim to the last answer
 	b.Run("sandgate-warm", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			g.waitAvailable("hundred", 100, 10*time.Minute)
 			b.StartTimer()
+			cpu0 := processCPU(b, g.proc.Pid())
 			t0 := time.Now()
 			r := g.do("POST", "/v1/batches", map[string]any{"count": 100, "poolRef": "hundred"})
 			tBound := time.Since(t0)
@@ -511,13 +543,20 @@ func BenchmarkBatch100(b *testing.B) {
 				}
 				ids = append(ids, m.ID)
 			}
+			var epMu sync.Mutex
+			var lastEndpoint time.Duration
 			fanOut(b, ids, func(id string) []event {
 				a := g.agent(id)
+				epMu.Lock()
+				lastEndpoint = max(lastEndpoint, time.Since(t0))
+				epMu.Unlock()
 				a.client.Transport = pooled
 				return a.run("true")
 			})
 			answered = append(answered, time.Since(t0))
 			bound = append(bound, tBound)
+			endpoints = append(endpoints, lastEndpoint)
+			gwCPU += processCPU(b, g.proc.Pid()) - cpu0
 			b.StopTimer()
 			agents := map[string]*agent{}
 			for _, id := range ids {
@@ -533,6 +572,10 @@ func BenchmarkBatch100(b *testing.B) {
 		answered.report(b)
 		p50, _ := testenv.Quantiles(bound, time.Millisecond)
 		b.ReportMetric(p50, "bound-ms")
+		// When the last member had its endpoint: what of answered is not the commands.
+		p50, _ = testenv.Quantiles(endpoints, time.Millisecond)
+		b.ReportMetric(p50, "last-endpoint-ms")
+		b.ReportMetric(float64(gwCPU.Milliseconds())/float64(b.N), "gw-cpu-ms/batch")
 	})
 	b.Run("raw-cold", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
