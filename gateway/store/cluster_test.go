@@ -55,6 +55,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		{"ClaimOwnPool", TestClaimOwnPool},
 		{"ClaimAcrossRepaired", TestClaimAcrossRepaired},
 		{"RemoveWarmLosesToClaim", TestRemoveWarmLosesToClaim},
+		{"ClaimPreparedRecords", TestClaimPreparedRecords},
 		{"LeaseScripts", TestLeaseScripts},
 		{"TokenBucket", TestTokenBucket},
 		{"BatchMemberScripts", TestBatchMemberScripts},

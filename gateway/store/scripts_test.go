@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // The Lua scripts against a real redis-server: what each promises its callers.
@@ -267,5 +270,97 @@ func TestBatchMemberScripts(t *testing.T) {
 	}
 	if _, _, err := s.GetBatch(ctx, "b1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleted batch: %v", err)
+	}
+}
+
+// TestClaimPreparedRecords: a claim of members this process added writes the records it
+// prepared (warmCache) instead of patching them in the script; what it writes and
+// returns is the record the script's own patch makes, and a member written since it
+// was added (its rev moved on) is patched by the script from what it holds now.
+func TestClaimPreparedRecords(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	s.SetMeter(func(*Sandbox) (int64, int64) { return 50, 64 << 20 })
+	if err := s.PutPool(ctx, &Pool{Tenant: "o", Name: "p", Template: []byte(`{}`)}, true); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	ids := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
+	for _, id := range ids {
+		sb := &Sandbox{ID: id, Tenant: "o", Image: "sandgate/base:0.1.0", Entrypoint: []string{"sleep", "infinity"},
+			Metadata: map[string]string{"sandgate.io/pool": "p"}, ResourceLimits: map[string]string{"cpu": "50m"},
+			State: "Running", CreatedAt: now, LastTransitionAt: now, Address: "10.0.0.1", AgentToken: "tok", Pool: "p",
+			EgressPolicy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}`), PoolVersion: 3}
+		if ok, err := s.AddWarm(ctx, sb); err != nil || !ok {
+			t.Fatalf("AddWarm %s: %v, %v", id, ok, err)
+		}
+	}
+	// m1 changes after it was added: the prepared body would be stale.
+	m1, err := s.GetSandbox(ctx, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Address = "10.0.0.99"
+	if err := s.UpdateSandbox(ctx, m1); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC()
+	exp := at.Add(time.Hour)
+	patch := ClaimPatch{"tenant": "o", "metadata": map[string]string{"sandgate.io/pool": "p", "team": "a"}, "createdAt": at,
+		"lastTransitionAt": at, "state": "Running", "extensions": map[string]string(nil), "batch": "b1", "expiresAt": exp,
+		"lateBind": &LateBind{Env: map[string]string{"K": "v"}}}
+	claim := func() []*Sandbox {
+		got, err := s.Claim(ctx, "o", "p", "o", 3, patch, at.UnixMilli(), fmt.Sprint(exp.UnixMilli()))
+		if err != nil || len(got) != 3 {
+			t.Fatalf("Claim 3 = %d, %v", len(got), err)
+		}
+		return got
+	}
+	prepared := claim() // m0 and m2 prepared here, m1 patched by the script
+	s.warm.take(ids)    // as on a gateway that did not add them
+	patched := claim()  // m3, m4, m5 patched by the script
+
+	// Records compared as JSON values: the script's cjson re-encodes what it patches.
+	canon := func(sb *Sandbox) map[string]any {
+		body, err := json.Marshal(sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "id")
+		return m
+	}
+	want := canon(patched[0])
+	for _, sb := range append(prepared, patched...) {
+		rec, err := s.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(canon(rec), canon(sb)); diff != "" {
+			t.Errorf("%s: returned record differs from the stored one (-stored +returned):\n%s", sb.ID, diff)
+		}
+		w := want
+		if sb.ID == "m1" {
+			if sb.Address != "10.0.0.99" || sb.Rev != 3 {
+				t.Errorf("m1 claimed from a stale body: address %s, rev %d", sb.Address, sb.Rev)
+			}
+			w = canon(patched[0])
+			w["address"], w["rev"] = "10.0.0.99", float64(3)
+		}
+		if diff := cmp.Diff(w, canon(rec)); diff != "" {
+			t.Errorf("%s: claimed record differs from the script's patch (-script +got):\n%s", sb.ID, diff)
+		}
+	}
+	if u, err := s.TenantUsage(ctx, "o"); err != nil || u != (Usage{Sandboxes: 6, CPUMillis: 300, MemoryBytes: 6 * 64 << 20}) {
+		t.Errorf("usage after claiming 6 = %+v, %v", u, err)
+	}
+	if expired, _ := s.ExpiredSandboxes(ctx, exp.Add(time.Second), 10); len(expired) != 6 {
+		t.Errorf("expiry schedule holds %v, want the 6 claimed", expired)
+	}
+	if alloc, _ := s.AllocatedMembers(ctx, "o", "p"); len(alloc) != 6 {
+		t.Errorf("allocated %v, want 6", alloc)
 	}
 }
