@@ -56,6 +56,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		{"ClaimAcrossRepaired", TestClaimAcrossRepaired},
 		{"RemoveWarmLosesToClaim", TestRemoveWarmLosesToClaim},
 		{"ClaimPreparedRecords", TestClaimPreparedRecords},
+		{"AppendPerSandbox", TestAppendPerSandbox},
 		{"LeaseScripts", TestLeaseScripts},
 		{"TokenBucket", TestTokenBucket},
 		{"BatchMemberScripts", TestBatchMemberScripts},

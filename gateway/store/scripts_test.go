@@ -364,3 +364,39 @@ func TestClaimPreparedRecords(t *testing.T) {
 		t.Errorf("allocated %v, want 6", alloc)
 	}
 }
+
+// TestAppendPerSandbox: the events AppendPerSandbox splices read back as the same events
+// one by one would (AppendEvents), each with its own sandbox.
+func TestAppendPerSandbox(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	at := time.Now().UTC()
+	ev := Event{Type: "sandbox.created", Tenant: "e", Time: at, Data: map[string]any{"image": "img", "source": "pool", "note": `a "quoted" <b>`}}
+	ids := []string{"s1", "s2", `odd"id`}
+	if err := s.AppendPerSandbox(ctx, ev, ids); err != nil {
+		t.Fatal(err)
+	}
+	var one []Event
+	for _, id := range ids {
+		e := ev
+		e.SandboxID = id
+		one = append(one, e)
+	}
+	if err := s.AppendEvents(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadEvents(ctx, "e", "", 10)
+	if err != nil || len(got) != 2*len(ids) {
+		t.Fatalf("read %d events, %v; want %d", len(got), err, 2*len(ids))
+	}
+	for i := range ids {
+		spliced, single := got[i], got[len(ids)+i]
+		spliced.ID, single.ID = "", ""
+		if diff := cmp.Diff(single, spliced); diff != "" {
+			t.Errorf("event of %s (-one by one +spliced):\n%s", ids[i], diff)
+		}
+		if spliced.SandboxID != ids[i] {
+			t.Errorf("event %d names sandbox %q, want %q", i, spliced.SandboxID, ids[i])
+		}
+	}
+}
