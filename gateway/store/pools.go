@@ -438,12 +438,16 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	return out, nil
 }
 
+// prepareMin is the smallest claim prepareClaim prepares: its LRANGE costs a round
+// trip, which a member's patch in the script (tens of µs) pays back only past a few.
+const prepareMin = 8
+
 // prepareClaim builds the claimed records of the members a claim of n is about to pop
 // (the head of the ready list) that this process added, and appends them to the
-// script's args. It costs one LRANGE, and nothing when the cache is empty (the pool
-// manager runs on another gateway).
+// script's args. It costs one LRANGE, and nothing for a small claim or when the cache
+// is empty (the pool manager runs on another gateway).
 func (s *Store) prepareClaim(ctx context.Context, tenant, pool string, n int, patch ClaimPatch, args []any) (map[string]*Sandbox, []any, error) {
-	if s.warm.empty() {
+	if n < prepareMin || s.warm.empty() {
 		return nil, args, nil
 	}
 	ids, err := s.rdb.LRange(ctx, s.readyKey(tenant, pool), 0, int64(n)-1).Result()

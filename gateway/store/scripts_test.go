@@ -285,7 +285,10 @@ func TestClaimPreparedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	ids := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
+	var ids []string
+	for i := range 2 * prepareMin {
+		ids = append(ids, fmt.Sprintf("m%d", i))
+	}
 	for _, id := range ids {
 		sb := &Sandbox{ID: id, Tenant: "o", Image: "sandgate/base:0.1.0", Entrypoint: []string{"sleep", "infinity"},
 			Metadata: map[string]string{"sandgate.io/pool": "p"}, ResourceLimits: map[string]string{"cpu": "50m"},
@@ -310,15 +313,25 @@ func TestClaimPreparedRecords(t *testing.T) {
 		"lastTransitionAt": at, "state": "Running", "extensions": map[string]string(nil), "batch": "b1", "expiresAt": exp,
 		"lateBind": &LateBind{Env: map[string]string{"K": "v"}}}
 	claim := func() []*Sandbox {
-		got, err := s.Claim(ctx, "o", "p", "o", 3, patch, at.UnixMilli(), fmt.Sprint(exp.UnixMilli()))
-		if err != nil || len(got) != 3 {
-			t.Fatalf("Claim 3 = %d, %v", len(got), err)
+		got, err := s.Claim(ctx, "o", "p", "o", prepareMin, patch, at.UnixMilli(), fmt.Sprint(exp.UnixMilli()))
+		if err != nil || len(got) != prepareMin {
+			t.Fatalf("Claim %d = %d, %v", prepareMin, len(got), err)
 		}
 		return got
 	}
-	prepared := claim() // m0 and m2 prepared here, m1 patched by the script
+	prepared := claim() // prepared here but for m1, patched by the script
+	for _, sb := range prepared {
+		// What was written is Go's encoding (fields in struct order), not cjson's.
+		body, err := s.rdb.HGet(ctx, s.sandboxKey("o", sb.ID), "json").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := json.Marshal(sb); sb.ID != "m1" && body != string(want) {
+			t.Errorf("%s: stored %s, want the prepared %s", sb.ID, body, want)
+		}
+	}
 	s.warm.take(ids)    // as on a gateway that did not add them
-	patched := claim()  // m3, m4, m5 patched by the script
+	patched := claim()  // patched by the script
 
 	// Records compared as JSON values: the script's cjson re-encodes what it patches.
 	canon := func(sb *Sandbox) map[string]any {
@@ -354,14 +367,15 @@ func TestClaimPreparedRecords(t *testing.T) {
 			t.Errorf("%s: claimed record differs from the script's patch (-script +got):\n%s", sb.ID, diff)
 		}
 	}
-	if u, err := s.TenantUsage(ctx, "o"); err != nil || u != (Usage{Sandboxes: 6, CPUMillis: 300, MemoryBytes: 6 * 64 << 20}) {
-		t.Errorf("usage after claiming 6 = %+v, %v", u, err)
+	all := int64(len(ids))
+	if u, err := s.TenantUsage(ctx, "o"); err != nil || u != (Usage{Sandboxes: all, CPUMillis: 50 * all, MemoryBytes: all * 64 << 20}) {
+		t.Errorf("usage after claiming %d = %+v, %v", all, u, err)
 	}
-	if expired, _ := s.ExpiredSandboxes(ctx, exp.Add(time.Second), 10); len(expired) != 6 {
-		t.Errorf("expiry schedule holds %v, want the 6 claimed", expired)
+	if expired, _ := s.ExpiredSandboxes(ctx, exp.Add(time.Second), 100); len(expired) != len(ids) {
+		t.Errorf("expiry schedule holds %v, want the %d claimed", expired, all)
 	}
-	if alloc, _ := s.AllocatedMembers(ctx, "o", "p"); len(alloc) != 6 {
-		t.Errorf("allocated %v, want 6", alloc)
+	if alloc, _ := s.AllocatedMembers(ctx, "o", "p"); len(alloc) != len(ids) {
+		t.Errorf("allocated %v, want %d", alloc, all)
 	}
 }
 
