@@ -330,8 +330,8 @@ func TestClaimPreparedRecords(t *testing.T) {
 			t.Errorf("%s: stored %s, want the prepared %s", sb.ID, body, want)
 		}
 	}
-	s.warm.take(ids)    // as on a gateway that did not add them
-	patched := claim()  // patched by the script
+	s.warm.take(ids)   // as on a gateway that did not add them
+	patched := claim() // patched by the script
 
 	// Records compared as JSON values: the script's cjson re-encodes what it patches.
 	canon := func(sb *Sandbox) map[string]any {
