@@ -180,12 +180,24 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 		s.routes.put(sb)
 	}
 	s.bindLate(got)
-	created := make([]store.Event, 0, len(got))
-	for _, sb := range got {
-		created = append(created, store.Event{Type: plugins.EventSandboxCreated, Tenant: sb.Tenant, SandboxID: sb.ID, Time: now,
-			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}})
+	created := func(sb *store.Sandbox) store.Event {
+		return store.Event{Type: plugins.EventSandboxCreated, Tenant: sb.Tenant, SandboxID: sb.ID, Time: now,
+			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}}
 	}
-	s.emitAll(ctx, created)
+	alike := true
+	for _, sb := range got {
+		alike = alike && sb.Tenant == got[0].Tenant && sb.Image == got[0].Image
+	}
+	if alike {
+		// Members of one pool: one event but for its sandbox, written in one script.
+		s.emitPerSandbox(ctx, created(got[0]), got)
+		return got, nil
+	}
+	evs := make([]store.Event, 0, len(got))
+	for _, sb := range got {
+		evs = append(evs, created(sb))
+	}
+	s.emitAll(ctx, evs)
 	return got, nil
 }
 

@@ -214,3 +214,20 @@ func (s *Service) emitAll(ctx context.Context, evs []store.Event) {
 	}
 	s.publishEvents(evs)
 }
+
+// emitPerSandbox writes ev once for each of members, as its SandboxID, in one round
+// trip (a batch claim's sandbox.created), before the caller answers, as emitAll does.
+func (s *Service) emitPerSandbox(ctx context.Context, ev store.Event, members []*store.Sandbox) {
+	ids := make([]string, len(members))
+	for i, sb := range members {
+		ids[i] = sb.ID
+	}
+	if err := s.store.AppendPerSandbox(context.WithoutCancel(ctx), ev, ids); err != nil {
+		s.log.Warn("append events", "count", len(ids), "type", ev.Type, "err", err)
+	}
+	for _, id := range ids {
+		e := ev
+		e.SandboxID = id
+		s.publishEvent(e)
+	}
+}

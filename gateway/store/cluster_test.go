@@ -55,6 +55,8 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		{"ClaimOwnPool", TestClaimOwnPool},
 		{"ClaimAcrossRepaired", TestClaimAcrossRepaired},
 		{"RemoveWarmLosesToClaim", TestRemoveWarmLosesToClaim},
+		{"ClaimPreparedRecords", TestClaimPreparedRecords},
+		{"AppendPerSandbox", TestAppendPerSandbox},
 		{"LeaseScripts", TestLeaseScripts},
 		{"TokenBucket", TestTokenBucket},
 		{"BatchMemberScripts", TestBatchMemberScripts},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,6 +86,46 @@ func (s *Store) AppendEvents(ctx context.Context, evs []Event) error {
 	}
 	_, err := pipe.Exec(ctx)
 	return wrap(err)
+}
+
+// appendPerSandboxScript writes one event per sandbox id, each the same JSON but for its
+// id: the body is spliced from the parts around it.
+var appendPerSandboxScript = redis.NewScript(`
+-- KEYS: stream; ARGV: maxLen, type, body before the id, body after it, ids...
+for i = 5, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'type', ARGV[2], 'json', ARGV[3] .. ARGV[i] .. ARGV[4])
+end
+return #ARGV - 4
+`)
+
+// sandboxIDMarker stands for the id in the body AppendPerSandbox splices.
+const sandboxIDMarker = "\x01sandbox-id\x01"
+
+// AppendPerSandbox writes ev once for each of ids (as its SandboxID), in one script:
+// what a batch claim emits, 1000 sandbox.created events that differ only by their
+// sandbox, without encoding each and sending each as a command of its own.
+func (s *Store) AppendPerSandbox(ctx context.Context, ev Event, ids []string) error {
+	ev.SandboxID = sandboxIDMarker
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	quoted, _ := json.Marshal(sandboxIDMarker)
+	before, after, ok := strings.Cut(string(body), string(quoted))
+	if !ok || strings.Contains(after, string(quoted)) {
+		return fmt.Errorf("encode event: the sandbox id is not in one place")
+	}
+	args := make([]any, 0, 4+len(ids))
+	args = append(args, eventStreamMax, ev.Type, before, after)
+	for _, id := range ids {
+		// An id is spliced in as its JSON string.
+		q, err := json.Marshal(id)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		args = append(args, q)
+	}
+	return wrap(appendPerSandboxScript.Run(ctx, s.rdb, []string{s.eventStream(ev.Tenant)}, args...).Err())
 }
 
 // TouchActivity records when a sandbox was last used.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -197,6 +199,11 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	if wrote && (err != nil || n != 1) {
 		_ = s.dropLocator(ctx, locSandbox, sb.ID, sb.Tenant)
 	}
+	if err == nil && n == 1 {
+		w := *sb
+		w.Rev = 1
+		s.warm.put(&w)
+	}
 	return n == 1, wrap(err)
 }
 
@@ -210,6 +217,7 @@ return removed
 
 // RemoveWarm takes an unclaimed member out of its pool; false when it was claimed meanwhile.
 func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, error) {
+	s.warm.drop(id)
 	n, err := removeWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(tenant, id), s.readyKey(tenant, pool), s.warmSetKey(tenant)}, id).Int()
 	if err != nil {
 		return false, wrap(err)
@@ -228,42 +236,164 @@ func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, 
 // counts as allocated. The records' keys are derived from the tenant's tag (ARGV[5]),
 // so that they are in the slot of the declared keys. A claim from another tenant's pool
 // is claimAcross.
+//
+// ARGV[8…] are triples (id, rev, claimed JSON) the gateway prepared for members it knows
+// (warmCache): a member popped whose record is still at that rev gets the prepared body
+// as it is, without the decode, patch and encode of its record in Lua. Any other member
+// is patched here. Each member is returned as two entries, its id and its new JSON (""
+// when it was the prepared one, which the caller holds already).
 var claimScript = redis.NewScript(`
 -- KEYS: ready, warmSet, alloc, tenantIndex, expiry, tenantUsage
--- ARGV: n, patchJSON, createdMs, expiresMs ('' = none), recordPrefix, tenant, poolKey
-local n = tonumber(ARGV[1])
-local patch = cjson.decode(ARGV[2])
-local out = {}
-for i = 1, n do
-  local id = redis.call('LPOP', KEYS[1])
-  if not id then break end
+-- ARGV: n, patchJSON, createdMs, expiresMs ('' = none), recordPrefix, tenant, poolKey,
+--       then per prepared member: id, rev, claimed JSON
+local popped = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
+if not popped then return {} end
+local prepared = {}
+for i = 8, #ARGV, 3 do prepared[ARGV[i]] = i end
+local patch
+local out, bound, expiring = {}, {}, {}
+local sn, scpu, smem = 0, 0, 0
+for _, id in ipairs(popped) do
   local key = ARGV[5] .. id
-  local body = redis.call('HGET', key, 'json')
-  redis.call('SREM', KEYS[2], id)
-  if body then
-    local sb = cjson.decode(body)
-    for k, v in pairs(patch) do sb[k] = v end
-    local rev = tonumber(redis.call('HGET', key, 'rev') or '0') + 1
-    sb['rev'] = rev
-    local js = cjson.encode(sb)
-    redis.call('HSET', key, 'json', js, 'rev', rev, 'tenant', ARGV[6], 'pool', ARGV[7])
-    redis.call('SADD', KEYS[3], id)
-    if redis.call('ZADD', KEYS[4], ARGV[3], id) == 1 then
-      redis.call('HINCRBY', KEYS[6], 'sandboxes', 1)
-      local cpu = tonumber(redis.call('HGET', key, 'ucpu') or '0')
-      local mem = tonumber(redis.call('HGET', key, 'umem') or '0')
-      if cpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', cpu) end
-      if mem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', mem) end
+  local v = redis.call('HMGET', key, 'rev', 'ucpu', 'umem')
+  local p = prepared[id]
+  local js
+  if p and v[1] == ARGV[p + 1] then
+    js = ARGV[p + 2]
+    out[#out + 1] = id
+    out[#out + 1] = ''
+  else
+    local body = redis.call('HGET', key, 'json')
+    if body then
+      if not patch then patch = cjson.decode(ARGV[2]) end
+      local sb = cjson.decode(body)
+      for k, x in pairs(patch) do sb[k] = x end
+      sb['rev'] = tonumber(v[1] or '0') + 1
+      js = cjson.encode(sb)
+      out[#out + 1] = id
+      out[#out + 1] = js
     end
-    if ARGV[4] ~= '' then redis.call('ZADD', KEYS[5], ARGV[4], id) end
-    out[#out + 1] = js
+  end
+  if js then
+    redis.call('HSET', key, 'json', js, 'rev', tonumber(v[1] or '0') + 1, 'tenant', ARGV[6], 'pool', ARGV[7])
+    if redis.call('ZADD', KEYS[4], ARGV[3], id) == 1 then
+      sn = sn + 1
+      scpu = scpu + tonumber(v[2] or '0')
+      smem = smem + tonumber(v[3] or '0')
+    end
+    bound[#bound + 1] = id
+    expiring[#expiring + 1] = ARGV[4]
+    expiring[#expiring + 1] = id
   end
 end
+-- The set commands take the members in chunks (Lua's stack bounds unpack).
+for i = 1, #popped, 500 do redis.call('SREM', KEYS[2], unpack(popped, i, math.min(i + 499, #popped))) end
+for i = 1, #bound, 500 do redis.call('SADD', KEYS[3], unpack(bound, i, math.min(i + 499, #bound))) end
+if ARGV[4] ~= '' then
+  for i = 1, #expiring, 1000 do redis.call('ZADD', KEYS[5], unpack(expiring, i, math.min(i + 999, #expiring))) end
+end
+if sn ~= 0 then redis.call('HINCRBY', KEYS[6], 'sandboxes', sn) end
+if scpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', scpu) end
+if smem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', smem) end
 return out
 `)
 
-// ClaimPatch holds the fields a claim writes into each warm record.
+// ClaimPatch holds the fields a claim writes into each warm record, by their JSON names.
 type ClaimPatch map[string]any
+
+// applyTo sets the patch's fields on sb as the claim script's patch of the record's
+// JSON would; false when the patch holds a field or a type it does not know (the
+// script then patches the record).
+func (p ClaimPatch) applyTo(sb *Sandbox) bool {
+	for k, v := range p {
+		ok := true
+		switch k {
+		case "tenant":
+			sb.Tenant, ok = v.(string)
+		case "state":
+			sb.State, ok = v.(string)
+		case "batch":
+			sb.Batch, ok = v.(string)
+		case "metadata":
+			sb.Metadata, ok = v.(map[string]string)
+		case "extensions":
+			sb.Extensions, ok = v.(map[string]string)
+		case "entrypoint":
+			sb.Entrypoint, ok = v.([]string)
+		case "lateBind":
+			sb.LateBind, ok = v.(*LateBind)
+		case "createdAt", "lastTransitionAt", "expiresAt":
+			var t time.Time
+			if t, ok = v.(time.Time); !ok {
+				break
+			}
+			t = t.Round(0)
+			switch k {
+			case "createdAt":
+				sb.CreatedAt = t
+			case "lastTransitionAt":
+				sb.LastTransitionAt = t
+			default:
+				sb.ExpiresAt = &t
+			}
+		default:
+			ok = false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// warmCache holds the warm records this process added (AddWarm) as it wrote them, so
+// that a claim of them can write and return each claimed record without decoding it
+// (in the script, then again here): at 1000 members that decoding was most of a
+// batch's bound time. An entry is only a guess: the script uses the prepared body only
+// when the record is still at the entry's rev.
+type warmCache struct {
+	mu sync.Mutex
+	m  map[string]*Sandbox
+}
+
+// warmCacheMax bounds the cache; members claimed or removed through other gateways
+// leave entries behind, and past the bound it starts afresh.
+const warmCacheMax = 50000
+
+func (c *warmCache) put(sb *Sandbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= warmCacheMax {
+		c.m = make(map[string]*Sandbox)
+	}
+	c.m[sb.ID] = sb
+}
+
+// take returns and forgets the entries of ids.
+func (c *warmCache) take(ids []string) map[string]*Sandbox {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]*Sandbox, len(ids))
+	for _, id := range ids {
+		if sb, ok := c.m[id]; ok {
+			out[id] = sb
+			delete(c.m, id)
+		}
+	}
+	return out
+}
+
+func (c *warmCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+func (c *warmCache) empty() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m) == 0
+}
 
 // Claim binds up to n warm sandboxes of a pool to a tenant and returns them: one script
 // when the pool is the tenant's own, claimAcross otherwise.
@@ -272,17 +402,84 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	if err != nil {
 		return nil, err
 	}
-	var res []string
 	if poolTenant != tenant {
-		res, err = s.claimAcross(ctx, poolTenant, pool, tenant, n, body, createdMs, expiresMs)
-	} else {
-		keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
-		res, err = claimScript.Run(ctx, s.rdb, keys, n, body, createdMs, expiresMs, s.recordPrefix(tenant), tenant, PoolKey(poolTenant, pool)).StringSlice()
+		res, err := s.claimAcross(ctx, poolTenant, pool, tenant, n, body, createdMs, expiresMs)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, wrap(err)
+		}
+		return decodeClaimed(res, nil)
 	}
+	args := []any{n, body, createdMs, expiresMs, s.recordPrefix(tenant), tenant, PoolKey(poolTenant, pool)}
+	prepared, args, err := s.prepareClaim(ctx, tenant, pool, n, patch, args)
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
+	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
 	}
-	out := make([]*Sandbox, 0, len(res))
+	out := make([]*Sandbox, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		id, js := res[i], res[i+1]
+		if js == "" {
+			if sb := prepared[id]; sb != nil {
+				out = append(out, sb)
+				continue
+			}
+			return nil, fmt.Errorf("claimed sandbox %s: no prepared record", id)
+		}
+		got, err := decodeClaimed([]string{js}, out)
+		if err != nil {
+			return nil, err
+		}
+		out = got
+	}
+	return out, nil
+}
+
+// prepareMin is the smallest claim prepareClaim prepares: its LRANGE costs a round
+// trip, which a member's patch in the script (tens of µs) pays back only past a few.
+const prepareMin = 8
+
+// prepareClaim builds the claimed records of the members a claim of n is about to pop
+// (the head of the ready list) that this process added, and appends them to the
+// script's args. It costs one LRANGE, and nothing for a small claim or when the cache
+// is empty (the pool manager runs on another gateway).
+func (s *Store) prepareClaim(ctx context.Context, tenant, pool string, n int, patch ClaimPatch, args []any) (map[string]*Sandbox, []any, error) {
+	if n < prepareMin || s.warm.empty() {
+		return nil, args, nil
+	}
+	ids, err := s.rdb.LRange(ctx, s.readyKey(tenant, pool), 0, int64(n)-1).Result()
+	if err != nil {
+		return nil, nil, wrap(err)
+	}
+	known := s.warm.take(ids)
+	prepared := make(map[string]*Sandbox, len(known))
+	for _, id := range ids {
+		w := known[id]
+		if w == nil {
+			continue
+		}
+		sb := *w
+		if !patch.applyTo(&sb) {
+			return nil, args, nil
+		}
+		sb.Rev = w.Rev + 1
+		js, err := json.Marshal(&sb)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode claimed sandbox: %w", err)
+		}
+		prepared[id] = &sb
+		args = append(args, id, w.Rev, js)
+	}
+	return prepared, args, nil
+}
+
+func decodeClaimed(res []string, out []*Sandbox) ([]*Sandbox, error) {
+	if out == nil {
+		out = make([]*Sandbox, 0, len(res))
+	}
 	for _, js := range res {
 		var sb Sandbox
 		if err := json.Unmarshal([]byte(js), &sb); err != nil {

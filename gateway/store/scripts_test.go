@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // The Lua scripts against a real redis-server: what each promises its callers.
@@ -267,5 +270,147 @@ func TestBatchMemberScripts(t *testing.T) {
 	}
 	if _, _, err := s.GetBatch(ctx, "b1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleted batch: %v", err)
+	}
+}
+
+// TestClaimPreparedRecords: a claim of members this process added writes the records it
+// prepared (warmCache) instead of patching them in the script; what it writes and
+// returns is the record the script's own patch makes, and a member written since it
+// was added (its rev moved on) is patched by the script from what it holds now.
+func TestClaimPreparedRecords(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	s.SetMeter(func(*Sandbox) (int64, int64) { return 50, 64 << 20 })
+	if err := s.PutPool(ctx, &Pool{Tenant: "o", Name: "p", Template: []byte(`{}`)}, true); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	var ids []string
+	for i := range 2 * prepareMin {
+		ids = append(ids, fmt.Sprintf("m%d", i))
+	}
+	for _, id := range ids {
+		sb := &Sandbox{ID: id, Tenant: "o", Image: "sandgate/base:0.1.0", Entrypoint: []string{"sleep", "infinity"},
+			Metadata: map[string]string{"sandgate.io/pool": "p"}, ResourceLimits: map[string]string{"cpu": "50m"},
+			State: "Running", CreatedAt: now, LastTransitionAt: now, Address: "10.0.0.1", AgentToken: "tok", Pool: "p",
+			EgressPolicy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}`), PoolVersion: 3}
+		if ok, err := s.AddWarm(ctx, sb); err != nil || !ok {
+			t.Fatalf("AddWarm %s: %v, %v", id, ok, err)
+		}
+	}
+	// m1 changes after it was added: the prepared body would be stale.
+	m1, err := s.GetSandbox(ctx, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Address = "10.0.0.99"
+	if err := s.UpdateSandbox(ctx, m1); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC()
+	exp := at.Add(time.Hour)
+	patch := ClaimPatch{"tenant": "o", "metadata": map[string]string{"sandgate.io/pool": "p", "team": "a"}, "createdAt": at,
+		"lastTransitionAt": at, "state": "Running", "extensions": map[string]string(nil), "batch": "b1", "expiresAt": exp,
+		"lateBind": &LateBind{Env: map[string]string{"K": "v"}}}
+	claim := func() []*Sandbox {
+		got, err := s.Claim(ctx, "o", "p", "o", prepareMin, patch, at.UnixMilli(), fmt.Sprint(exp.UnixMilli()))
+		if err != nil || len(got) != prepareMin {
+			t.Fatalf("Claim %d = %d, %v", prepareMin, len(got), err)
+		}
+		return got
+	}
+	prepared := claim() // prepared here but for m1, patched by the script
+	for _, sb := range prepared {
+		// What was written is Go's encoding (fields in struct order), not cjson's.
+		body, err := s.rdb.HGet(ctx, s.sandboxKey("o", sb.ID), "json").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := json.Marshal(sb); sb.ID != "m1" && body != string(want) {
+			t.Errorf("%s: stored %s, want the prepared %s", sb.ID, body, want)
+		}
+	}
+	s.warm.take(ids)   // as on a gateway that did not add them
+	patched := claim() // patched by the script
+
+	// Records compared as JSON values: the script's cjson re-encodes what it patches.
+	canon := func(sb *Sandbox) map[string]any {
+		body, err := json.Marshal(sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "id")
+		return m
+	}
+	want := canon(patched[0])
+	for _, sb := range append(prepared, patched...) {
+		rec, err := s.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(canon(rec), canon(sb)); diff != "" {
+			t.Errorf("%s: returned record differs from the stored one (-stored +returned):\n%s", sb.ID, diff)
+		}
+		w := want
+		if sb.ID == "m1" {
+			if sb.Address != "10.0.0.99" || sb.Rev != 3 {
+				t.Errorf("m1 claimed from a stale body: address %s, rev %d", sb.Address, sb.Rev)
+			}
+			w = canon(patched[0])
+			w["address"], w["rev"] = "10.0.0.99", float64(3)
+		}
+		if diff := cmp.Diff(w, canon(rec)); diff != "" {
+			t.Errorf("%s: claimed record differs from the script's patch (-script +got):\n%s", sb.ID, diff)
+		}
+	}
+	all := int64(len(ids))
+	if u, err := s.TenantUsage(ctx, "o"); err != nil || u != (Usage{Sandboxes: all, CPUMillis: 50 * all, MemoryBytes: all * 64 << 20}) {
+		t.Errorf("usage after claiming %d = %+v, %v", all, u, err)
+	}
+	if expired, _ := s.ExpiredSandboxes(ctx, exp.Add(time.Second), 100); len(expired) != len(ids) {
+		t.Errorf("expiry schedule holds %v, want the %d claimed", expired, all)
+	}
+	if alloc, _ := s.AllocatedMembers(ctx, "o", "p"); len(alloc) != len(ids) {
+		t.Errorf("allocated %v, want %d", alloc, all)
+	}
+}
+
+// TestAppendPerSandbox: the events AppendPerSandbox splices read back as the same events
+// one by one would (AppendEvents), each with its own sandbox.
+func TestAppendPerSandbox(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	at := time.Now().UTC()
+	ev := Event{Type: "sandbox.created", Tenant: "e", Time: at, Data: map[string]any{"image": "img", "source": "pool", "note": `a "quoted" <b>`}}
+	ids := []string{"s1", "s2", `odd"id`}
+	if err := s.AppendPerSandbox(ctx, ev, ids); err != nil {
+		t.Fatal(err)
+	}
+	var one []Event
+	for _, id := range ids {
+		e := ev
+		e.SandboxID = id
+		one = append(one, e)
+	}
+	if err := s.AppendEvents(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadEvents(ctx, "e", "", 10)
+	if err != nil || len(got) != 2*len(ids) {
+		t.Fatalf("read %d events, %v; want %d", len(got), err, 2*len(ids))
+	}
+	for i := range ids {
+		spliced, single := got[i], got[len(ids)+i]
+		spliced.ID, single.ID = "", ""
+		if diff := cmp.Diff(single, spliced); diff != "" {
+			t.Errorf("event of %s (-one by one +spliced):\n%s", ids[i], diff)
+		}
+		if spliced.SandboxID != ids[i] {
+			t.Errorf("event %d names sandbox %q, want %q", i, spliced.SandboxID, ids[i])
+		}
 	}
 }

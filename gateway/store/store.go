@@ -41,6 +41,8 @@ type Store struct {
 	cluster   bool
 	// locs caches which tenant's slot holds a sandbox or batch id (keys.go).
 	locs locCache
+	// warm holds the warm records this process added, for claims (pools.go).
+	warm warmCache
 	// active caches the tenants already added to the active-tenants set.
 	active sync.Map
 	// scannedClean is set once this process scanned for old-layout keys and found none.
