@@ -3,13 +3,12 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/test/coredeps"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -19,22 +18,11 @@ import (
 // run, the way it was read before: listing and summing the tenant's records.
 func BenchmarkAdmission(b *testing.B) {
 	ctx := context.Background()
-	r, err := testenv.StartRedis(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(r.Stop)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "bench:", Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	pol, err := policy.New(ctx, policy.Options{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := New(Config{}, st, nil, pol, quiet)
+	// The store and the policy engine on a private redis-server; no runtime: admission
+	// and claims make no runtime call.
+	d := coredeps.Start(b)
+	st := d.Store
+	s := New(Config{}, st, nil, d.Policy, d.Log)
 	p50s := map[int]float64{}
 	for _, n := range []int{0, 10000} {
 		tenant := fmt.Sprintf("tenant-%d", n)

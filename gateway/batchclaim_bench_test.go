@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,8 +11,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/test/testenv"
+	"github.com/sandgate/sandgate/test/coredeps"
 )
 
 // BenchmarkBatchClaim1000: POST /v1/batches of 1000 from a warm pool, in process, against
@@ -45,22 +42,11 @@ import (
 func BenchmarkBatchClaim1000(b *testing.B) {
 	const size = 1000
 	ctx := context.Background()
-	r, err := testenv.StartRedis(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(r.Stop)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, store.Options{URL: r.URL, Prefix: "bench:", Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	pol, err := policy.New(ctx, policy.Options{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := New(Config{}, st, nil, pol, quiet)
+	// The store and the policy engine on a private redis-server; no runtime: admission
+	// and claims make no runtime call.
+	d := coredeps.Start(b)
+	st := d.Store
+	s := New(Config{}, st, nil, d.Policy, d.Log)
 	tmpl := []byte(`{"image":{"uri":"sandgate/base:0.1.0"},"entrypoint":["sleep","infinity"],"resourceLimits":{"cpu":"50m","memory":"64Mi"}}`)
 	if err := st.PutPool(ctx, &store.Pool{Tenant: DefaultTenant, Name: "bench", Template: tmpl, Version: 1}, true); err != nil {
 		b.Fatal(err)
