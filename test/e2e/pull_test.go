@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -23,26 +22,11 @@ import (
 // scripts/registry.sh) on loopback, started by the test that uses it.
 type testRegistry struct {
 	Addr string // 127.0.0.1:port
-	logs *bytes.Buffer
-	mu   *sync.Mutex
-}
-
-// syncWriter guards the registry's log buffer.
-type syncWriter struct {
-	mu  *sync.Mutex
-	buf *bytes.Buffer
-}
-
-func (w syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
+	logs *testenv.SyncBuffer
 }
 
 // Logs is what the registry has logged so far.
 func (r *testRegistry) Logs() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	return r.logs.String()
 }
 
@@ -102,9 +86,9 @@ http:
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &testRegistry{Addr: addr, logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	r := &testRegistry{Addr: addr, logs: &testenv.SyncBuffer{}}
 	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Stdout, cmd.Stderr = syncWriter{r.mu, r.logs}, syncWriter{r.mu, r.logs}
+	cmd.Stdout, cmd.Stderr = r.logs, r.logs
 	// The registry reports no telemetry and reaches nothing but its own directory.
 	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true")
 	if err := cmd.Start(); err != nil {
