@@ -26,7 +26,7 @@ if ((QUICK)); then
 	e2e "gateway end to end: command round trip" 'TrueRoundTrip' 300x
 	e2e "gateway end to end: 100 MiB upload and download" 'Transfer100MiB' 5x
 	e2e "gateway end to end: preview small responses" 'PreviewSmallResponse' 2s
-	e2e "gateway end to end: creates and claims" 'ColdCreate|PoolClaim' 5x
+	e2e "gateway end to end: creates and claims" 'ColdCreate|PoolClaim' 10x
 	e2e "gateway end to end: batches of 100" 'Batch100' 1x
 	echo "== admission with N sandboxes owned (1x)"
 	go test -count=1 -run '^$' -bench 'Admission' -benchtime 1x -timeout 30m ./gateway/ 2>&1 | filter
