@@ -262,6 +262,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.proxy(w, r, id, port, "/", r.URL.EscapedPath())
 		return
 	}
+	if id, port, pattern, ok := proxyPathRoute(r); ok { // the mux's route, found cheaper
+		r.Pattern = pattern
+		h.servePathMode(w, r, id, port)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

@@ -41,12 +41,13 @@ var credentialHeaders = []string{
 
 type upstreamKey struct{}
 
-// NewForward returns a Forward on net/http/httputil: X-Forwarded-* set, keep-alive
-// connections to sandboxes (64 idle per address), WebSocket upgrades. Streams (bodies of
-// unknown length, SSE) are flushed at every write; a response of known length goes out
-// in full writes, headers and body together. The binary uses it for every request but
-// agent calls and upgrades (caddy/modules/handler.go): it costs far less per request than Caddy's
-// reverse_proxy.
+// NewForward returns a Forward: X-Forwarded-* set, keep-alive connections to sandboxes
+// (64 idle per address), WebSocket upgrades. Streams (bodies of unknown length, SSE)
+// are flushed at every write; a response of known length goes out in full writes,
+// headers and body together. GET and HEAD without a body go through leanForward, in the
+// handler's goroutine; every other request through net/http/httputil. The binary uses
+// it for every request but agent calls and upgrades (caddy/modules/handler.go): it
+// costs far less per request than Caddy's reverse_proxy.
 func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -66,7 +67,12 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 		BufferPool:   forwardBuffers,
 		ErrorHandler: onError,
 	}
+	lean := newLeanForward(onError)
 	return func(w http.ResponseWriter, r *http.Request, upstream string) {
+		if lean.handles(r) {
+			lean.serve(w, r, upstream)
+			return
+		}
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamKey{}, upstream)))
 	}
 }
@@ -99,7 +105,11 @@ func (h *Handler) WriteUpstreamError(w http.ResponseWriter, r *http.Request, err
 // answers come from the API's own origin, so what a browser renders of them is confined
 // to an opaque origin (see confineToOpaqueOrigin).
 func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
-	id, portStr := r.PathValue("id"), r.PathValue("port")
+	h.servePathMode(w, r, r.PathValue("id"), r.PathValue("port"))
+}
+
+// servePathMode is serveProxyPath for sandbox id's port portStr (the path's wildcards).
+func (h *Handler) servePathMode(w http.ResponseWriter, r *http.Request, id, portStr string) {
 	prefix, rest, err := splitProxyPath(r.URL.EscapedPath(), id, portStr)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -218,7 +228,13 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	if h.interceptEgress(w, r, sb, port, access) {
 		return
 	}
-	out := r.Clone(r.Context())
+	// A shallow copy with a URL of its own: the credentials are stripped from the
+	// incoming request's header map itself (nothing after reads them; Caddy logs its own
+	// copy), which spares a deep clone of the request per call.
+	out := new(http.Request)
+	*out = *r
+	u := *r.URL
+	out.URL = &u
 	if rest == "" {
 		rest = "/"
 	}
