@@ -95,7 +95,9 @@ func (f *leanForward) handles(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	if r.ContentLength != 0 || (r.Body != nil && r.Body != http.NoBody) || len(r.TransferEncoding) > 0 {
+	// A server's request of length 0 has no body (its Body may still be a reader, as
+	// Caddy's idle-timeout wrapper of an empty one; -1 is a length not known).
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		return false
 	}
 	if _, ok := r.Header["Upgrade"]; ok {
@@ -459,11 +461,12 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// teTrailers reports whether TE values hold the token "trailers".
+// teTrailers reports whether TE values hold the token "trailers" (as httputil
+// compares: the whole comma-separated element, without parameters).
 func teTrailers(values []string) bool {
 	for _, v := range values {
 		for tok := range strings.SplitSeq(v, ",") {
-			if t, _, _ := strings.Cut(tok, ";"); strings.EqualFold(textproto.TrimString(t), "trailers") {
+			if strings.EqualFold(textproto.TrimString(tok), "trailers") {
 				return true
 			}
 		}

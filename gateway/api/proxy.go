@@ -35,8 +35,20 @@ const (
 )
 
 // credentialHeaders are ours; none of them reaches a sandbox except as set below.
-var credentialHeaders = []string{
+// Canonical, as tokenHeaders: a name looked up as written would be canonicalized (a new
+// string) on every request.
+var credentialHeaders = canonicalHeaders(
 	"OPEN-SANDBOX-API-KEY", "X-API-Key", gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken, csrfHeader,
+)
+
+// tokenHeaders carry a sandbox token or, from the SDKs' server-proxy mode, an API key.
+var tokenHeaders = canonicalHeaders(gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken)
+
+func canonicalHeaders(names ...string) []string {
+	for i, n := range names {
+		names[i] = http.CanonicalHeaderKey(n)
+	}
+	return names
 }
 
 type upstreamKey struct{}
@@ -49,6 +61,18 @@ type upstreamKey struct{}
 // it for every request but agent calls and upgrades (caddy/modules/handler.go): it
 // costs far less per request than Caddy's reverse_proxy.
 func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
+	lean, general := newLeanForward(onError), httputilForward(onError)
+	return func(w http.ResponseWriter, r *http.Request, upstream string) {
+		if lean.handles(r) {
+			lean.serve(w, r, upstream)
+			return
+		}
+		general(w, r, upstream)
+	}
+}
+
+// httputilForward is NewForward's path for the requests leanForward does not take.
+func httputilForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -67,12 +91,7 @@ func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error))
 		BufferPool:   forwardBuffers,
 		ErrorHandler: onError,
 	}
-	lean := newLeanForward(onError)
 	return func(w http.ResponseWriter, r *http.Request, upstream string) {
-		if lean.handles(r) {
-			lean.serve(w, r, upstream)
-			return
-		}
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamKey{}, upstream)))
 	}
 }
@@ -313,7 +332,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, po
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 	}
-	for _, hdr := range []string{gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken} {
+	for _, hdr := range tokenHeaders {
 		v := r.Header.Get(hdr)
 		if v == "" {
 			continue
@@ -413,7 +432,7 @@ func localRedirectPath(p string) string {
 // stripCredentials removes sandgate's credentials from a request bound for a sandbox.
 func stripCredentials(r, orig *http.Request, h *Handler) {
 	for _, hdr := range credentialHeaders {
-		r.Header.Del(hdr)
+		delete(r.Header, hdr) // canonical: Del without its canonicalization
 	}
 	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
 		if _, ours := h.callerForKey(orig, strings.TrimPrefix(a, "Bearer ")); ours {

@@ -25,7 +25,10 @@ func splitProxyPath(escaped, id, port string) (prefix, rest string, err error) {
 		return "", "", gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter,
 			"proxy path %q: write /sandboxes/{id}/proxy/{port}/… without escapes in the id, the port or the fixed segments", escaped)
 	}
-	end := len(strings.Join(segs[:start+4], "/"))
+	end := start + 3 // the slashes between segs[0] and segs[start+3]
+	for _, seg := range segs[:start+4] {
+		end += len(seg)
+	}
 	return escaped[:end], escaped[end:], nil
 }
 
