@@ -55,7 +55,10 @@ func TestLeanForwardSendsWhatHTTPUtilSends(t *testing.T) {
 	}))
 	t.Cleanup(upstream.Close)
 	addr := strings.TrimPrefix(upstream.URL, "http://")
-	noErr := func(w http.ResponseWriter, r *http.Request, err error) { t.Errorf("forward: %v", err); w.WriteHeader(502) }
+	noErr := func(w http.ResponseWriter, r *http.Request, err error) {
+		t.Errorf("forward: %v", err)
+		w.WriteHeader(502)
+	}
 	lean := newLeanForward(noErr)
 	viaLean := forwardVia(t, func(w http.ResponseWriter, r *http.Request, up string) {
 		if !lean.handles(r) {
@@ -119,7 +122,10 @@ func TestLeanForwardSendsWhatHTTPUtilSends(t *testing.T) {
 func TestLeanForwardRetriesAClosedIdleConnection(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(upstream.Close)
-	lean := newLeanForward(func(w http.ResponseWriter, r *http.Request, err error) { t.Errorf("forward: %v", err); w.WriteHeader(502) })
+	lean := newLeanForward(func(w http.ResponseWriter, r *http.Request, err error) {
+		t.Errorf("forward: %v", err)
+		w.WriteHeader(502)
+	})
 	via := forwardVia(t, lean.serve, strings.TrimPrefix(upstream.URL, "http://"))
 	for i := 0; i < 3; i++ {
 		resp, err := http.Get(via.URL + "/")

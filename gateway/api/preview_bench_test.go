@@ -95,7 +95,11 @@ func benchCall(b testing.TB, method, url string, body any, hdr map[string]string
 // (path mode, the access header) and straight to the upstream, all in this process.
 // cpu-µs/req is this process's CPU per request in each mode; gw-cpu-µs/req their
 // difference, the gateway's own share (its server side, its checks, its forward). Run
-// with -cpuprofile to see where it goes.
+// with -cpuprofile and `go tool pprof -tagignore=side=client` to see where it goes.
+// Before leanForward (httputil and http.Transport for every request, the mux's
+// wildcard match, an HMAC per request): 119 µs; after: 81 µs (medians of 4 alternated
+// runs, load 18-23). What is left is mostly the two connections' syscalls and
+// net/http's server; test/e2e's BenchmarkPreviewSmallResponse has the breakdown.
 func BenchmarkPreviewInProcess(b *testing.B) {
 	f := startPreviewFixture(b)
 	via := fmt.Sprintf("%s/sandboxes/%s/proxy/%d/headers", f.Gateway, f.ID, benchPreviewPort)
