@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -45,6 +47,51 @@ func accessMAC(sb *store.Sandbox, keyID, binding string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// macInputs are everything accessMAC derives a value from.
+type macInputs struct{ sandbox, secret, keyID, binding string }
+
+// knownMACs memoizes accessMAC for the proxy's check of every request (an HMAC and its
+// allocations per request otherwise): the MAC is a pure function of macInputs, so a
+// rotated secret or a changed key hash is another entry, never a stale answer. Bounded:
+// emptied when it holds maxKnownMACs.
+var knownMACs struct {
+	sync.Mutex
+	m map[macInputs]string
+}
+
+const maxKnownMACs = 1 << 14
+
+// cachedAccessMAC is accessMAC, memoized in knownMACs.
+func cachedAccessMAC(sb *store.Sandbox, keyID, binding string) string {
+	in := macInputs{sb.ID, sb.AccessToken, keyID, binding}
+	knownMACs.Lock()
+	mac, ok := knownMACs.m[in]
+	knownMACs.Unlock()
+	if ok {
+		return mac
+	}
+	mac = accessMAC(sb, keyID, binding)
+	knownMACs.Lock()
+	if knownMACs.m == nil || len(knownMACs.m) >= maxKnownMACs {
+		knownMACs.m = make(map[macInputs]string)
+	}
+	knownMACs.m[in] = mac
+	knownMACs.Unlock()
+	return mac
+}
+
+// adminBinding memoizes the platform key's hash (store.HashKey) for keyBinding.
+var adminBinding atomic.Pointer[[2]string] // key, hash
+
+func hashAdminKey(admin string) string {
+	if p := adminBinding.Load(); p != nil && p[0] == admin {
+		return p[1]
+	}
+	hash := store.HashKey(admin)
+	adminBinding.Store(&[2]string{admin, hash})
+	return hash
+}
+
 // keyBindingTTL bounds how long a key's hash is used without reading it again, should
 // the message of its revocation be missed (the same bound as routeTTL).
 const keyBindingTTL = time.Second
@@ -66,7 +113,7 @@ func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) 
 		if admin == "" {
 			return "", store.ErrNotFound
 		}
-		return store.HashKey(admin), nil
+		return hashAdminKey(admin), nil
 	}
 	if keyID == "" {
 		return "", store.ErrNotFound
@@ -116,14 +163,16 @@ func (s *Service) keyBindingsStale() {
 // revoked gets its own code, so that a client knows to fetch the endpoint again with
 // a live key.
 func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, value string) error {
-	bad := Errorf(KindForbidden, CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
+	bad := func() error {
+		return Errorf(KindForbidden, CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
+	}
 	rest, ok := strings.CutPrefix(value, AccessValuePrefix)
 	if !ok || sb.AccessToken == "" {
-		return bad
+		return bad()
 	}
 	keyID, mac, ok := strings.Cut(rest, ".")
 	if !ok || keyID == "" || len(keyID) > 64 {
-		return bad
+		return bad()
 	}
 	binding, err := s.keyBinding(ctx, keyID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -132,8 +181,8 @@ func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, valu
 	if err != nil {
 		return err
 	}
-	if !hmac.Equal([]byte(mac), []byte(accessMAC(sb, keyID, binding))) {
-		return bad
+	if !hmac.Equal([]byte(mac), []byte(cachedAccessMAC(sb, keyID, binding))) {
+		return bad()
 	}
 	return nil
 }

@@ -262,6 +262,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.proxy(w, r, id, port, "/", r.URL.EscapedPath())
 		return
 	}
+	if id, port, pattern, ok := proxyPathRoute(r); ok { // the mux's route, found cheaper
+		r.Pattern = pattern
+		h.servePathMode(w, r, id, port)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -271,12 +276,18 @@ func newRequestID() string {
 	return hex.EncodeToString(b)
 }
 
+// The API key headers, canonical (as written, each lookup would canonicalize them anew).
+var (
+	headerAPIKey  = http.CanonicalHeaderKey("OPEN-SANDBOX-API-KEY")
+	headerXAPIKey = http.CanonicalHeaderKey("X-API-Key")
+)
+
 // apiKeyFrom returns the API key a request carries in any of the accepted headers.
 func apiKeyFrom(r *http.Request) string {
-	if k := r.Header.Get("OPEN-SANDBOX-API-KEY"); k != "" {
+	if k := r.Header.Get(headerAPIKey); k != "" {
 		return k
 	}
-	if k := r.Header.Get("X-API-Key"); k != "" {
+	if k := r.Header.Get(headerXAPIKey); k != "" {
 		return k
 	}
 	if a := r.Header.Get("Authorization"); a != "" {

@@ -35,19 +35,44 @@ const (
 )
 
 // credentialHeaders are ours; none of them reaches a sandbox except as set below.
-var credentialHeaders = []string{
+// Canonical, as tokenHeaders: a name looked up as written would be canonicalized (a new
+// string) on every request.
+var credentialHeaders = canonicalHeaders(
 	"OPEN-SANDBOX-API-KEY", "X-API-Key", gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken, csrfHeader,
+)
+
+// tokenHeaders carry a sandbox token or, from the SDKs' server-proxy mode, an API key.
+var tokenHeaders = canonicalHeaders(gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken)
+
+func canonicalHeaders(names ...string) []string {
+	for i, n := range names {
+		names[i] = http.CanonicalHeaderKey(n)
+	}
+	return names
 }
 
 type upstreamKey struct{}
 
-// NewForward returns a Forward on net/http/httputil: X-Forwarded-* set, keep-alive
-// connections to sandboxes (64 idle per address), WebSocket upgrades. Streams (bodies of
-// unknown length, SSE) are flushed at every write; a response of known length goes out
-// in full writes, headers and body together. The binary uses it for every request but
-// agent calls and upgrades (caddy/modules/handler.go): it costs far less per request than Caddy's
-// reverse_proxy.
+// NewForward returns a Forward: X-Forwarded-* set, keep-alive connections to sandboxes
+// (64 idle per address), WebSocket upgrades. Streams (bodies of unknown length, SSE)
+// are flushed at every write; a response of known length goes out in full writes,
+// headers and body together. GET and HEAD without a body go through leanForward, in the
+// handler's goroutine; every other request through net/http/httputil. The binary uses
+// it for every request but agent calls and upgrades (caddy/modules/handler.go): it
+// costs far less per request than Caddy's reverse_proxy.
 func NewForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
+	lean, general := newLeanForward(onError), httputilForward(onError)
+	return func(w http.ResponseWriter, r *http.Request, upstream string) {
+		if lean.handles(r) {
+			lean.serve(w, r, upstream)
+			return
+		}
+		general(w, r, upstream)
+	}
+}
+
+// httputilForward is NewForward's path for the requests leanForward does not take.
+func httputilForward(onError func(w http.ResponseWriter, r *http.Request, err error)) Forward {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -99,7 +124,11 @@ func (h *Handler) WriteUpstreamError(w http.ResponseWriter, r *http.Request, err
 // answers come from the API's own origin, so what a browser renders of them is confined
 // to an opaque origin (see confineToOpaqueOrigin).
 func (h *Handler) serveProxyPath(w http.ResponseWriter, r *http.Request, _ gateway.Caller) {
-	id, portStr := r.PathValue("id"), r.PathValue("port")
+	h.servePathMode(w, r, r.PathValue("id"), r.PathValue("port"))
+}
+
+// servePathMode is serveProxyPath for sandbox id's port portStr (the path's wildcards).
+func (h *Handler) servePathMode(w http.ResponseWriter, r *http.Request, id, portStr string) {
 	prefix, rest, err := splitProxyPath(r.URL.EscapedPath(), id, portStr)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -218,7 +247,13 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	if h.interceptEgress(w, r, sb, port, access) {
 		return
 	}
-	out := r.Clone(r.Context())
+	// A shallow copy with a URL of its own: the credentials are stripped from the
+	// incoming request's header map itself (nothing after reads them; Caddy logs its own
+	// copy), which spares a deep clone of the request per call.
+	out := new(http.Request)
+	*out = *r
+	u := *r.URL
+	out.URL = &u
 	if rest == "" {
 		rest = "/"
 	}
@@ -297,7 +332,7 @@ func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, po
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
 	}
-	for _, hdr := range []string{gateway.HeaderAgentToken, gateway.HeaderEgressToken, gateway.HeaderAccessToken} {
+	for _, hdr := range tokenHeaders {
 		v := r.Header.Get(hdr)
 		if v == "" {
 			continue
@@ -397,7 +432,7 @@ func localRedirectPath(p string) string {
 // stripCredentials removes sandgate's credentials from a request bound for a sandbox.
 func stripCredentials(r, orig *http.Request, h *Handler) {
 	for _, hdr := range credentialHeaders {
-		r.Header.Del(hdr)
+		delete(r.Header, hdr) // canonical: Del without its canonicalization
 	}
 	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
 		if _, ours := h.callerForKey(orig, strings.TrimPrefix(a, "Bearer ")); ours {

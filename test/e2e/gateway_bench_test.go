@@ -162,59 +162,64 @@ const previewRounds = 3
 //
 // Where the gateway's time goes (SANDGATE_ADMIN's /debug/pprof/profile, 8 s during this
 // benchmark; gw-cpu-µs/req from /proc). Neither the gateway nor the Python upstream is
-// CPU-bound alone (the gateway used a third of one core): the machine is, and each of
-// the hop's wakeups waits behind the other processes' load.
+// CPU-bound alone: the machine is, and with 2 cores req/s follows the SUM of CPU per
+// request over every process on the hop (gateway, upstream, load generator, Redis), so
+// only a cut of the gateway's CPU per request moves it. gateway/api's
+// BenchmarkPreviewInProcess measures the same request without Docker (the upstream a
+// process of its own, the load generator's goroutines labelled apart in -cpuprofile).
 //
-//   - before: the gateway spent a median 229 µs of CPU per request (21 rounds, loaded
-//     machine). Caddy's reverse_proxy was 21% of it, about half of that Caddy's own
-//     per-request work: a dozen placeholders set (Replacer.Set), a logger built with
-//     the request's fields (zap.Logger.With), the upstream's bookkeeping and response
-//     finalizing. The access events were JSON-encoded twice, once for plugins even
-//     for a tenant without any (4%).
-//   - now: 177 µs (15 rounds, -23%; at a lighter load, 6 rounds each: 139 → 121 µs, and
-//     the p50 over direct +0.8 → +0.64 ms). Plain requests go through api.NewForward
-//     (httputil, pooled copy buffers; agent calls and upgrades stay on
-//     reverse_proxy), and plugin
-//     events are encoded only for tenants with on_event plugins.
-//   - left: a quarter is syscalls (a read and a write on each of the two connections,
-//     epoll_wait), 11% the Go scheduler (hand-offs between the server goroutine and
-//     the transport's reader and writer goroutines), 7% GC; net/http itself (parsing
-//     the request, cloning and writing it upstream, parsing the answer) and Caddy's
-//     server (its route and replacer, 7%) most of the rest. sandgate's own checks are
-//     about 6%: the route from memory (recordcache.go), the access header's MAC with
-//     the key's hash from memory (accesstoken.go), the cached Rego decision, the
-//     preview.accessed event queued and written to Redis in pipelined batches,
-//     renew-on-access at most once per sandbox per activityThrottle (renewonaccess.go).
-//     A transport doing the round trip in the handler's goroutine (no hand-offs) was
-//     tried and measured no better here.
+//   - earlier sessions: Caddy's reverse_proxy replaced by api.NewForward for plain
+//     requests (229 → 177 µs: no placeholders, per-request loggers, upstream pool),
+//     plugin events encoded only for tenants with on_event plugins, the access event
+//     queued without a goroutine wake-up and encoded without reflection, no regexp in
+//     ParsePort. GOGC=400 (GC was 4%) and GOMAXPROCS=1 (-10% CPU, but one core for
+//     everything) were tried and not kept.
+//   - then (main before this session's change): httputil and http.Transport were a
+//     third of the gateway's CPU: the request cloned twice (proxyAs, then httputil),
+//     its headers copied, and three goroutines per request (the handler, the
+//     connection's writeLoop and readLoop) handing the request, the answer and the
+//     body's end to each other over channels, each hand-off a wake-up on another
+//     thread (readLoop + writeLoop: 28% of the profile, futex 4%).
+//   - this session: GET and HEAD without a body (nearly all of a preview's traffic)
+//     go through api's leanForward: the request head written straight from the
+//     incoming request onto a keep-alive connection of its own pool and the answer
+//     read with http.ReadResponse, in the handler's goroutine; no clone, no header
+//     copy (the answer's header slices are moved, not copied), no hand-off. The upstream
+//     gets the head httputil sends (TestLeanForwardSendsWhatHTTPUtilSends:
+//     hop-by-hop headers dropped both ways, X-Forwarded-* replaced, TE: trailers,
+//     trailers and 1xx passed on, streams flushed at every write), retries once on a
+//     new connection when a reused one was closed by the upstream, breaks the
+//     upstream request off when the client goes away. Everything else (bodies,
+//     upgrades, agent calls) stays on httputil or Caddy's reverse_proxy. Also: the
+//     path-mode routes matched without the mux (its wildcard matching allocated a
+//     dozen times per request; TestProxyPathRouteAgreesWithMux), the access header's
+//     MAC memoized on everything it is derived from (an HMAC and 10 allocations per
+//     request), the platform key's hash kept, credential headers looked up by their
+//     canonical names, the incoming request's headers stripped in place rather than
+//     deep-cloned. Every check stays: MAC, key binding, Rego decision, cross-tenant,
+//     headers stripped (the preview e2e tests pass).
+//   - figures, A/B: main's binary and this branch's in alternated runs of this
+//     benchmark (each run alternating gateway and direct 3 times), two series, load
+//     15-35 (other sessions' builds and tests on the same 2 cores). Gateway CPU per
+//     request 279 → 221 µs (9 slices each) and 318 → 237 µs (12 each): -21% and -25%;
+//     preview_rps per run, median, 48% → 68% of direct (new runs 54-80%), p50 over
+//     direct +2.1 → +1.4 ms (new runs +1.1 to +2.0). The upstream's (190-200 µs), the
+//     load generator's and Redis's CPU per request did not move. Without Docker
+//     (BenchmarkPreviewInProcess, 4 alternated runs, load 18-23): 119 → 81 µs (-32%).
+//     Both target figures (>= 70%, <= +1 ms) were reached only in the quieter runs:
+//     at this load every wake-up on the hop waits behind other processes.
+//   - left (profile of the new binary): a third is syscalls (a read and a write on
+//     each of the two connections; the write into the Docker bridge carries the
+//     receiving side's network stack), net/http's server (parsing, the per-request
+//     background read goroutine, the header snapshot at WriteHeader) and Caddy's
+//     Server.ServeHTTP (8%: its replacer, a clone of the request for its loggers)
+//     most of the rest; ReadResponse 10%; sandgate's own checks about 10% (the Rego
+//     decision's cache lookup with a uuid per decision, policy/, 3%; the access
+//     event and its pipelined XADD, 6%). None of it is per-request work that can be
+//     done once: what is left is the floor of a net/http proxy behind Caddy.
 //   - the upstream is a Python server: its /headers echo also parses and returns the
-//     headers the gateway adds (X-Request-Id, X-Forwarded-For, -Host, -Proto).
-//
-// The whole machine (*-cpu-µs/req: each process's CPU per request from /proc, in both
-// modes; the log line sums them). With 2 cores req/s follows the sum over every process
-// on the hop, not the gateway's alone. One run at load 12-15 (a third of the quiet
-// req/s; every figure inflated alike): direct 376 µs per request (upstream 235, load
-// generator 133, idle gateway and Redis 8); through the gateway 797: the gateway 347
-// net of its idle 7, the upstream +62, Redis +9 (one XADD per preview.accessed event,
-// pipelined; each request is its own audit entry, so they are not merged), the load
-// generator +3. Of the upstream's +62, the four added headers are +41 (295 → 337 µs
-// straight to the container with and without them, 8 rounds alternated): Python's
-// header parsing, the price of documented forwarding, not of the gateway's own work.
-//   - this session removed, on the gateway: a goroutine wake-up per request (the
-//     access event went to the batched writer by channel send, which woke the writer,
-//     often an idle thread too; it is now appended under a lock and the writer woken
-//     once per 256 events or at its 100 ms tick: runtime.futex 8.7% → 3.8% of the
-//     profile, the writer 1.6% → 0.6%); reflection in the event's JSON (the
-//     preview.accessed event encodes byte for byte as json.Marshal did, 15.5 → 7.3 µs
-//     and 18 → 1 allocations, BenchmarkEncodeEvent on the loaded machine); a regexp
-//     per request in ParsePort (1%).
-//   - A/B, two gateways (old, new) on the same Redis and sandbox, 10 rounds alternated
-//     and CPU per request read per slice: 481 → 499 and 506 → 475 µs in two runs,
-//     where the same binary in both slots gave 492 vs 459: on this machine the change is
-//     inside the ±7% noise, and preview_rps stayed at 57% of direct (1766 vs 3122
-//     req/s, p50 +1.6 ms, load 12-15). Tried and not kept: GOGC=400 (492 vs 497 µs:
-//     GC is 4% of the profile); GOMAXPROCS=1 (378 vs 421 µs, -10%: cross-thread
-//     wake-ups, but it caps the gateway at one core for every other request).
+//     headers the gateway adds (X-Request-Id, X-Forwarded-For, -Host, -Proto), which
+//     cost it about +40-60 µs per request: the price of documented forwarding.
 //   - fairness: one keep-alive client per target, same settings; the gateway held 8-9
 //     connections to the upstream, the direct client 9-11 (ss): the same Python
 //     thread count either way.
