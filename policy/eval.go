@@ -21,7 +21,9 @@ import (
 var errUndefined = errors.New("policy result is undefined")
 
 // Access decides whether in.Principal may perform in.Action on in.Resource. A decision
-// the policy version in force has made before for the same input comes from its cache.
+// the policy version in force has made before for the same input comes from its cache
+// (under the built-in policy alone, for an input that differs only in which sandbox ids
+// it names, not in how they relate: see accessKey).
 func (e *Engine) Access(ctx context.Context, in AccessInput) Decision {
 	v := e.current.Load()
 	key, cacheable := v.accessCache.keyOf(in)
