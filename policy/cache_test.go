@@ -261,7 +261,7 @@ func TestAccessCacheByRelation(t *testing.T) {
 		t.Errorf("six inputs of two relations left %d cache entries, want 2", n)
 	}
 	check(token("sb-1", "sb-2", "t1"), false, CodeNotFound) // another sandbox's token
-	check(token("", "sb-2", "t1"), false, "")             // bound to nothing
+	check(token("", "sb-2", "t1"), false, "")               // bound to nothing
 	check(token("sb-2", "", "t1"), false, "")
 	check(token("sb-9", "sb-9", "t2"), true, CodeOK)
 	check(endpoint("t1", "sb-4", "t2"), false, CodeNotFound) // another tenant's sandbox
