@@ -17,6 +17,9 @@ const sweepEvery = 10
 // labels but have no record, removes expired orphans, marks records whose container
 // vanished or stopped as Failed, and cleans up Failed records after FailedRetention.
 func (s *Service) Reconcile(ctx context.Context, startup bool) error {
+	if !startup && !s.settleAfterClaim(ctx) {
+		return nil
+	}
 	if !s.holdLease(ctx, "reconciler") {
 		return nil
 	}
@@ -95,6 +98,29 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 	}
 	return nil
+}
+
+// settleAfterClaim holds a pass until refillSettle has gone by since this gateway's last
+// claim, as the pool manager's is held, and reports false when the service stops
+// meanwhile. A pass lists every container of the engine and reads every record: at
+// SyncInterval 500 ms it overlapped most of a batch's first commands, whose agents and
+// gateway share the host's CPU with it. Nothing it does is urgent to the second: a
+// member that dies is known from the runtime's events, not from this pass.
+func (s *Service) settleAfterClaim(ctx context.Context) bool {
+	wait := refillSettle - time.Since(time.Unix(0, s.pools.lastClaim.Load()))
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, now time.Time) {

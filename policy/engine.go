@@ -198,7 +198,7 @@ func build(ctx context.Context, set sourceSet, data map[string]any) (*version, e
 	}
 	store := inmem.NewFromObject(data)
 	v := &version{modules: set.modules, set: set, data: data, compiler: compiler, store: store, maxRules: maxRulesOf(data),
-		accessCache: newAccessCache(compiler)}
+		accessCache: newAccessCache(compiler, set.modules)}
 	for _, q := range []struct {
 		query string
 		into  *rego.PreparedEvalQuery

@@ -21,13 +21,25 @@ import (
 var errUndefined = errors.New("policy result is undefined")
 
 // Access decides whether in.Principal may perform in.Action on in.Resource. A decision
-// the policy version in force has made before for the same input comes from its cache.
+// the policy version in force has made before for the same input comes from its cache
+// (under the built-in policy alone, for an input that differs only in which sandbox ids
+// it names, not in how they relate: see accessKey).
 func (e *Engine) Access(ctx context.Context, in AccessInput) Decision {
 	v := e.current.Load()
-	key, cacheable := keyOf(in)
+	key, cacheable := v.accessCache.keyOf(in)
 	if cacheable {
 		if r, ok := v.accessCache.get(key); ok {
-			return Decision{DecisionID: uuid.NewString(), PolicyVersion: v.id, InputHash: r.hash, Allow: r.allow, Code: r.code, Message: r.message}
+			hash := r.hash
+			if key.byRelation {
+				// The decision is shared by inputs that differ in their ids; the hash
+				// is this one's.
+				raw, err := json.Marshal(in)
+				if err != nil {
+					return e.failed(Decision{DecisionID: uuid.NewString(), PolicyVersion: v.id}, AccessQuery, fmt.Errorf("encode policy input: %w", err))
+				}
+				hash = hashOf(raw)
+			}
+			return Decision{DecisionID: uuid.NewString(), PolicyVersion: v.id, InputHash: hash, Allow: r.allow, Code: r.code, Message: r.message}
 		}
 	}
 	d := e.evalAccess(ctx, v, in)
@@ -149,8 +161,7 @@ func (e *Engine) eval(ctx context.Context, v *version, pq rego.PreparedEvalQuery
 	if err != nil {
 		return e.failed(d, query, fmt.Errorf("encode policy input: %w", err)), nil
 	}
-	sum := sha256.Sum256(raw)
-	d.InputHash = hex.EncodeToString(sum[:])
+	d.InputHash = hashOf(raw)
 	var value ast.Value
 	if toValue != nil {
 		value, err = toValue()
@@ -174,10 +185,15 @@ func (e *Engine) eval(ctx context.Context, v *version, pq rego.PreparedEvalQuery
 func (e *Engine) newDecision(v *version, input any) Decision {
 	d := Decision{DecisionID: uuid.NewString(), PolicyVersion: v.id}
 	if raw, err := json.Marshal(input); err == nil {
-		sum := sha256.Sum256(raw)
-		d.InputHash = hex.EncodeToString(sum[:])
+		d.InputHash = hashOf(raw)
 	}
 	return d
+}
+
+// hashOf is a decision's InputHash: the hex SHA-256 of its JSON input.
+func hashOf(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // failed turns a decision into a fail-closed denial and logs the cause.

@@ -57,6 +57,79 @@ func TestReapOrphans(t *testing.T) {
 	}
 }
 
+// TestReapExited: the reaper of every SIGCHLD takes an orphan's zombie, leaves a
+// tracked child's exit status to its owner, and names that child when it stands first.
+func TestReapExited(t *testing.T) {
+	if err := BecomeSubreaper(); err != nil {
+		t.Skipf("cannot become a subreaper: %v", err)
+	}
+	tracked := exec.Command("sh", "-c", "exit 5")
+	if err := procs.Start(tracked); err != nil {
+		t.Fatal(err)
+	}
+	waitZombie(t, tracked.Process.Pid)
+	orphan := startOrphan(t)
+	waitZombie(t, orphan)
+	reaped, blocker := ReapExited()
+	if blocker != 0 && blocker != tracked.Process.Pid {
+		t.Fatalf("blocker %d, want the tracked child %d or none", blocker, tracked.Process.Pid)
+	}
+	err := procs.Wait(tracked)
+	if code := procs.ExitCode(tracked.ProcessState, err); code != 5 {
+		t.Fatalf("tracked child's exit code %d (err %v): the reaper stole it", code, err)
+	}
+	if blocker != 0 {
+		n, b := ReapExited()
+		if b != 0 {
+			t.Fatalf("blocked by %d after the tracked child was waited for", b)
+		}
+		reaped += n
+	}
+	if reaped < 1 {
+		t.Fatalf("reaped %d zombies", reaped)
+	}
+	if _, _, ok := procs.Stat(orphan); ok {
+		t.Fatalf("orphan %d still exists", orphan)
+	}
+	if n, b := ReapExited(); n != 0 || b != 0 {
+		t.Fatalf("nothing left, yet reaped %d, blocker %d", n, b)
+	}
+}
+
+// startOrphan starts a shell that exits at once and leaves its background sleep to this
+// process (a subreaper), and returns the sleep's pid.
+func startOrphan(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", "sleep 0.2 & echo $!").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// waitZombie waits until pid, a child of this process, has exited and is not yet reaped.
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ppid, state, ok := procs.Stat(pid)
+		if ok && ppid != os.Getpid() {
+			t.Fatalf("%d is a child of %d, not of the subreaper", pid, ppid)
+		}
+		if ok && state == 'Z' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d never became a zombie", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestSupervisor(t *testing.T) {
 	env := procs.NewEnvironment()
 	tests := []struct {

@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -59,10 +62,49 @@ func Starting(fn func() error) error {
 }
 
 // Wait waits for cmd and then forgets its pid.
+//
+// It first waits for the exit in the runtime's poller (awaitExit): cmd.Wait alone blocks
+// a thread in waitid for the whole life of the process, and a goroutine in a system
+// call keeps its processor busy, which keeps the runtime's monitor (sysmon) polling
+// every 20 µs to 10 ms until it takes the processor away. The agent of a sandbox in a
+// batch pays that for each command, a hundred agents at once on a loaded machine.
 func Wait(cmd *exec.Cmd) error {
+	awaitExit(cmd.Process.Pid)
 	err := cmd.Wait()
 	Untrack(cmd.Process.Pid)
 	return err
+}
+
+// awaitExit returns once the child pid has exited (it is not reaped: the caller's
+// cmd.Wait does that at once), parked in the poller on a pidfd. It returns at once
+// when the kernel has no pidfds (Linux before 5.10, gVisor), and cmd.Wait then waits
+// as it always did.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: registered with the poller
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		// A pidfd is readable once its process has exited; waitid says whether it has
+		// without reaping it. Any error ends the wait here (cmd.Wait then blocks).
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || SiginfoPid(&info) != 0
+	})
+}
+
+// SiginfoPid is si_pid of a siginfo_t that waitid filled (0 when it named no child):
+// the first field of the union that follows three ints, aligned as a pointer is.
+func SiginfoPid(info *unix.Siginfo) int {
+	const ptr = unsafe.Sizeof(uintptr(0))
+	off := (3*unsafe.Sizeof(int32(0)) + ptr - 1) &^ (ptr - 1)
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), off)))
 }
 
 // Untrack forgets a pid once its owner has waited for it.

@@ -470,11 +470,14 @@ func BenchmarkPoolClaim(b *testing.B) {
 // Counted per first command (gateway/api BenchmarkBatch100FirstCommands: the same flow
 // on in-process sandboxes, first round beside a second, -cpuprofile over 3 rounds, old
 // and new test binaries alternated; figures are profile seconds over those 3 rounds):
-//   - two access decisions that miss the decision cache (its key holds the sandbox id):
-//     the endpoint's (sandbox.proxy, API key) and the command's (sandbox token), about
-//     0.2 ms of CPU each, 40 ms a batch: the largest per-first-command item left, in
-//     policy/ (a key that names the ids only by whether they match would have to prove
-//     the operator's Rego compares them and nothing else);
+//   - the two access decisions per member (the endpoint's, sandbox.proxy with the API
+//     key, and the command's, a sandbox token) missed the decision cache, whose key held
+//     the sandbox id and the path: ~0.2 ms of CPU each, 40 ms a batch. Under the
+//     built-in policy alone the key now keeps only whether the ids are set and equal
+//     (policy/cache.go; TestDefaultAccessReadsIDsOnlyByRelation proves the built-in
+//     Rego reads them no other way, any operator module keys by the ids again), so the
+//     batch makes two evaluations, not two hundred: cpu-ms/first 200-246 -> 168-201
+//     (3 alternated runs, load 22-34);
 //   - no late binding, no Redis read (the claim put the records in the route cache,
 //     fresh for routeTTL = 1 s: a round past that on a loaded machine reads each record
 //     again, 0.13 s of the profile's 3 rounds), the agent's keep-alive connection open;
@@ -488,10 +491,27 @@ func BenchmarkPoolClaim(b *testing.B) {
 //     records one by one for outdated members (0.17-0.20 s in each profile, more than
 //     all access decisions); it now reads them in one pipelined call (0.05-0.06 s).
 //   - the reconciler's pass (every SyncInterval, 500 ms here: a full engine listing and
-//     every record) is not held after a claim as the pool manager is: with 500 ms it
-//     overlaps most answered windows (the 2 s default, fewer). A candidate to hold as
-//     the pool manager is; not changed: not measured on Docker this time (the images
-//     came too late in the session for an alternated run).
+//     every record) overlapped most answered windows; it is now held refillSettle after
+//     a claim, as the pool manager is (settleAfterClaim).
+//
+// The agents' side (sandbox-agent BenchmarkBatchFirstCommand: 100 agents, each PID 1 of
+// its own pid namespace in one cpuacct group, idle, then one `true` each at once over
+// fresh connections; perf record -a over the rounds): an agent's first command cost
+// 3.1 ms of CPU against 1.1 ms for starting `true` alone (raw-spawn), and 100 of them
+// at once on 2 cores are CPU-bound. Of the agent's own share: the HTTP request and the
+// spawn 40% (fork/exec 9%, the first write 5%, the pipes 2.5%), the runtime's monitor
+// (sysmon, polling every 20 µs while a goroutine blocks in waitid) 16%, the scheduler's
+// wakeups 13%, and the orphan reaper 12%: every SIGCHLD scanned /proc, on the answer's
+// way. Now the reaper asks waitid for a zombie instead (initproc.ReapExited) and a
+// command's wait parks on a pidfd in the poller before cmd.Wait (procs.Wait): 3.07 ->
+// 2.58 ms per command (medians of 4 alternated runs at load ~30), the rest being the
+// process start, net/http, and the runtime's per-process wakeups (GOMAXPROCS=1 saved
+// another ~5%, within the noise: not taken).
+//
+// Figures (this benchmark, old and new builds one after the other, load 14-30):
+// answered 574 -> 431 ms, direct-agent 239 -> 186 ms (the agents are the new ones
+// there too), gw-cpu-ms/batch 190 -> 90. Left of the gap to direct-agent: the second
+// round trip per member (endpoint, then command) and the claim.
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
