@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -202,7 +204,7 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	if err == nil && n == 1 {
 		w := *sb
 		w.Rev = 1
-		s.warm.put(&w)
+		s.warm.put(&w, body)
 	}
 	return n == 1, wrap(err)
 }
@@ -251,8 +253,7 @@ if not popped then return {} end
 local prepared = {}
 for i = 8, #ARGV, 3 do prepared[ARGV[i]] = i end
 local patch
-local out, bound, expiring = {}, {}, {}
-local sn, scpu, smem = 0, 0, 0
+local out, bound, expiring, use = {}, {}, {}, {}
 for _, id in ipairs(popped) do
   local key = ARGV[5] .. id
   local v = redis.call('HMGET', key, 'rev', 'ucpu', 'umem')
@@ -276,17 +277,31 @@ for _, id in ipairs(popped) do
   end
   if js then
     redis.call('HSET', key, 'json', js, 'rev', tonumber(v[1] or '0') + 1, 'tenant', ARGV[6], 'pool', ARGV[7])
-    if redis.call('ZADD', KEYS[4], ARGV[3], id) == 1 then
-      sn = sn + 1
-      scpu = scpu + tonumber(v[2] or '0')
-      smem = smem + tonumber(v[3] or '0')
-    end
     bound[#bound + 1] = id
+    use[#bound] = v
     expiring[#expiring + 1] = ARGV[4]
     expiring[#expiring + 1] = id
   end
 end
--- The set commands take the members in chunks (Lua's stack bounds unpack).
+-- The set commands take the members in chunks (Lua's stack bounds unpack). A member
+-- counts towards the tenant's usage once: when it joins the tenant's index.
+local sn, scpu, smem, counted = 0, 0, 0, {}
+for i = 1, #bound, 500 do
+  local j = math.min(i + 499, #bound)
+  local scores = redis.call('ZMSCORE', KEYS[4], unpack(bound, i, j))
+  local add = {}
+  for k = i, j do
+    if not scores[k - i + 1] and not counted[bound[k]] then
+      counted[bound[k]] = true
+      add[#add + 1] = ARGV[3]
+      add[#add + 1] = bound[k]
+      sn = sn + 1
+      scpu = scpu + tonumber(use[k][2] or '0')
+      smem = smem + tonumber(use[k][3] or '0')
+    end
+  end
+  if #add > 0 then redis.call('ZADD', KEYS[4], unpack(add)) end
+end
 for i = 1, #popped, 500 do redis.call('SREM', KEYS[2], unpack(popped, i, math.min(i + 499, #popped))) end
 for i = 1, #bound, 500 do redis.call('SADD', KEYS[3], unpack(bound, i, math.min(i + 499, #bound))) end
 if ARGV[4] ~= '' then
@@ -353,30 +368,150 @@ func (p ClaimPatch) applyTo(sb *Sandbox) bool {
 // when the record is still at the entry's rev.
 type warmCache struct {
 	mu sync.Mutex
-	m  map[string]*Sandbox
+	m  map[string]*warmEntry
+}
+
+// warmEntry is a warm record with its JSON split at AddWarm (off any claim's path), so
+// that a claim splices the claimed record's JSON instead of encoding it: the members the
+// claim does not touch are copied as they are (rest), the fields it writes come from the
+// claim's patch, encoded once for all its members (claimJSON), or else from the record
+// (own).
+type warmEntry struct {
+	sb   *Sandbox
+	rest []byte       // the record's JSON members but claimFields, comma-separated
+	own  []jsonMember // the record's values of claimFields (rev aside), by name
+}
+
+// jsonMember is one `"name":value` of a JSON object, encoded.
+type jsonMember struct {
+	name    string
+	encoded []byte
+}
+
+// claimFields are the record fields (JSON names) a claim writes: the ClaimPatch keys
+// applyTo knows, and rev. A prepared body takes them from the claim or the record and
+// everything else from the record's rest.
+var claimFields = map[string]bool{"tenant": true, "state": true, "batch": true, "metadata": true, "extensions": true,
+	"entrypoint": true, "lateBind": true, "createdAt": true, "lastTransitionAt": true, "expiresAt": true, "rev": true}
+
+// newWarmEntry splits body, sb's JSON, into the parts of a warmEntry.
+func newWarmEntry(sb *Sandbox, body []byte) (*warmEntry, error) {
+	members, err := splitObject(body)
+	if err != nil {
+		return nil, err
+	}
+	e := &warmEntry{sb: sb}
+	for _, m := range members {
+		switch {
+		case m.name == "rev":
+		case claimFields[m.name]:
+			e.own = append(e.own, m)
+		default:
+			if len(e.rest) > 0 {
+				e.rest = append(e.rest, ',')
+			}
+			e.rest = append(e.rest, m.encoded...)
+		}
+	}
+	return e, nil
+}
+
+// splitObject returns the members of a JSON object, each encoded, sorted by name.
+func splitObject(body []byte) ([]jsonMember, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	out := make([]jsonMember, 0, len(m))
+	for name, v := range m {
+		q, err := json.Marshal(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, jsonMember{name: name, encoded: append(append(q, ':'), v...)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// claimJSON encodes the fields of a claim's patch as the record's JSON members
+// (comma-terminated), as encoding a Sandbox with them set would: a field the record's
+// encoding leaves out (omitempty) is left out here too. False when the patch holds a
+// field a prepared body cannot take.
+func (p ClaimPatch) claimJSON() ([]byte, bool) {
+	for k := range p {
+		if !claimFields[k] || k == "rev" {
+			return nil, false
+		}
+	}
+	var z Sandbox
+	if !p.applyTo(&z) {
+		return nil, false
+	}
+	body, err := json.Marshal(&z)
+	if err != nil {
+		return nil, false
+	}
+	members, err := splitObject(body)
+	if err != nil {
+		return nil, false
+	}
+	var out []byte
+	for _, m := range members {
+		if _, ok := p[m.name]; ok {
+			out = append(append(out, m.encoded...), ',')
+		}
+	}
+	return out, true
+}
+
+// claimedBody is the JSON of e's record with a claim's fields (patch, encoded as
+// claimJSON) and its new rev: the same record as encoding the claimed Sandbox, its
+// members in another order.
+func (e *warmEntry) claimedBody(patch ClaimPatch, claimed []byte, rev int64) []byte {
+	buf := make([]byte, 0, len(claimed)+len(e.rest)+256)
+	buf = append(buf, '{')
+	buf = append(buf, claimed...)
+	for _, m := range e.own {
+		if _, ok := patch[m.name]; !ok {
+			buf = append(append(buf, m.encoded...), ',')
+		}
+	}
+	buf = append(buf, `"rev":`...)
+	buf = strconv.AppendInt(buf, rev, 10)
+	if len(e.rest) > 0 {
+		buf = append(append(buf, ','), e.rest...)
+	}
+	return append(buf, '}')
 }
 
 // warmCacheMax bounds the cache; members claimed or removed through other gateways
 // leave entries behind, and past the bound it starts afresh.
 const warmCacheMax = 50000
 
-func (c *warmCache) put(sb *Sandbox) {
+// put caches sb, written as body. A body that does not split is not cached (its claim
+// patches it in the script).
+func (c *warmCache) put(sb *Sandbox, body []byte) {
+	e, err := newWarmEntry(sb, body)
+	if err != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= warmCacheMax {
-		c.m = make(map[string]*Sandbox)
+		c.m = make(map[string]*warmEntry)
 	}
-	c.m[sb.ID] = sb
+	c.m[sb.ID] = e
 }
 
 // take returns and forgets the entries of ids.
-func (c *warmCache) take(ids []string) map[string]*Sandbox {
+func (c *warmCache) take(ids []string) map[string]*warmEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]*Sandbox, len(ids))
+	out := make(map[string]*warmEntry, len(ids))
 	for _, id := range ids {
-		if sb, ok := c.m[id]; ok {
-			out[id] = sb
+		if e, ok := c.m[id]; ok {
+			out[id] = e
 			delete(c.m, id)
 		}
 	}
@@ -455,23 +590,26 @@ func (s *Store) prepareClaim(ctx context.Context, tenant, pool string, n int, pa
 		return nil, nil, wrap(err)
 	}
 	known := s.warm.take(ids)
+	if len(known) == 0 {
+		return nil, args, nil
+	}
+	claimed, ok := patch.claimJSON()
+	if !ok {
+		return nil, args, nil
+	}
 	prepared := make(map[string]*Sandbox, len(known))
 	for _, id := range ids {
-		w := known[id]
-		if w == nil {
+		e := known[id]
+		if e == nil {
 			continue
 		}
-		sb := *w
+		sb := *e.sb
 		if !patch.applyTo(&sb) {
 			return nil, args, nil
 		}
-		sb.Rev = w.Rev + 1
-		js, err := json.Marshal(&sb)
-		if err != nil {
-			return nil, nil, fmt.Errorf("encode claimed sandbox: %w", err)
-		}
+		sb.Rev = e.sb.Rev + 1
 		prepared[id] = &sb
-		args = append(args, id, w.Rev, js)
+		args = append(args, id, e.sb.Rev, e.claimedBody(patch, claimed, sb.Rev))
 	}
 	return prepared, args, nil
 }
