@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,15 +247,35 @@ func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, 
 // is patched here. Each member is returned as two entries, its id and its new JSON (""
 // when it was the prepared one, which the caller holds already).
 var claimScript = redis.NewScript(`
--- KEYS: ready, warmSet, alloc, tenantIndex, expiry, tenantUsage
+-- KEYS: ready, warmSet, alloc, tenantIndex, expiry, tenantUsage, done (this claim's token)
 -- ARGV: n, patchJSON, createdMs, expiresMs ('' = none), recordPrefix, tenant, poolKey,
 --       then per prepared member: id, rev, claimed JSON
+local done = redis.call('GET', KEYS[7])
+if done then
+  -- This claim ran already; the client sent it again (its answer came after the read
+  -- deadline). The same members are the answer: each '+id' (prepared) or '-id'.
+  local again = {}
+  for m in string.gmatch(done, '[^\n]+') do
+    local id = string.sub(m, 2)
+    if string.sub(m, 1, 1) == '+' then
+      again[#again + 1] = id
+      again[#again + 1] = ''
+    else
+      local js = redis.call('HGET', ARGV[5] .. id, 'json')
+      if js then
+        again[#again + 1] = id
+        again[#again + 1] = js
+      end
+    end
+  end
+  return again
+end
 local popped = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
 if not popped then return {} end
 local prepared = {}
 for i = 8, #ARGV, 3 do prepared[ARGV[i]] = i end
 local patch
-local out, bound, expiring, use = {}, {}, {}, {}
+local out, bound, expiring, use, marks = {}, {}, {}, {}, {}
 for _, id in ipairs(popped) do
   local key = ARGV[5] .. id
   local v = redis.call('HMGET', key, 'rev', 'ucpu', 'umem')
@@ -263,6 +285,7 @@ for _, id in ipairs(popped) do
     js = ARGV[p + 2]
     out[#out + 1] = id
     out[#out + 1] = ''
+    marks[#marks + 1] = '+' .. id
   else
     local body = redis.call('HGET', key, 'json')
     if body then
@@ -273,6 +296,7 @@ for _, id in ipairs(popped) do
       js = cjson.encode(sb)
       out[#out + 1] = id
       out[#out + 1] = js
+      marks[#marks + 1] = '-' .. id
     end
   end
   if js then
@@ -310,6 +334,7 @@ end
 if sn ~= 0 then redis.call('HINCRBY', KEYS[6], 'sandboxes', sn) end
 if scpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', scpu) end
 if smem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', smem) end
+if #marks > 0 then redis.call('SET', KEYS[7], table.concat(marks, '\n'), 'PX', 60000) end
 return out
 `)
 
@@ -549,7 +574,15 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
+	// The claim's token makes it idempotent: the client sends a command again when its
+	// answer misses the read deadline (a busy Redis), and a second run of the script
+	// would bind more members while those of the first were never returned.
+	token, err := claimToken()
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant),
+		s.tkey(tenant, "claim", token)}
 	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
@@ -571,6 +604,15 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 		out = got
 	}
 	return out, nil
+}
+
+// claimToken names one claim (the key its script leaves for a repeat of it).
+func claimToken() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // prepareMin is the smallest claim prepareClaim prepares: its LRANGE costs a round
