@@ -230,8 +230,7 @@ func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string
 // version does not change, so each is read once per pool version: the first pass after
 // it joined the pool (or after the template changed). Reading every ready record at each
 // pass (every PoolInterval, 250 ms) made a pool of 1000 cost 4000 record reads and
-// decodes a second, which took the CPU of the claims and first calls of its members (in
-// test/k8s's warm-1000, 20 passes over the pool during one claim and its pings).
+// decodes a second, CPU the claims and first calls of its members wait for.
 func (s *Service) outdatedMembers(ctx context.Context, p *store.Pool, ready []string) []string {
 	key := store.PoolKey(p.Tenant, p.Name)
 	if s.pools.current == nil {
