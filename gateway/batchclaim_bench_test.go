@@ -50,11 +50,15 @@ import (
 // sent again by the client after its read deadline (a busy Redis) answers the members
 // its first run bound instead of binding more (TestClaimSurvivesSlowRedis); that is
 // the likely cause of two batches here, at load 20, that got fewer than 1000 back, the
-// others bound and lost. Old (main) and new test binaries
-// alternated, 7-8 runs of 10 batches each: bound 98 → 55 ms (mean of runs), gateway
-// CPU 19.5 → 12.4 ms, Redis CPU 20.1 → 17.1 ms per batch. What is left: in Redis the
-// claim script's per-member HMGET and HSET of ~1 kB and its Lua work (taking the 3000
-// args in, about half of the script), the 1000 XADDs (about 4 ms with their Lua
+// others bound and lost. Old (main) and new test binaries alternated, 7-8 runs of 10
+// batches each (load 10-20): bound 98 → 55 ms (mean of runs), gateway CPU 19.5 → 12.4
+// ms, Redis CPU 20.1 → 17.1 ms per batch; again with the claim's token (06:40 UTC, load
+// 19-23, e2e tests beside, 4 runs each): bound 60 → 59 ms, gateway CPU 19.7 → 16.9 ms,
+// Redis CPU 20.2 → 22.7 ms. So: a fifth to a third less gateway CPU, Redis's unchanged
+// within the noise (the one ZADD still inserts 1000 members; the token's SET adds a
+// little), and at these loads the bound time is the wait for a core. What is left: in
+// Redis the claim script's per-member HMGET and HSET of ~1 kB and its Lua work (taking
+// the 3000 args in, about half of the script), the 1000 XADDs (about 4 ms with their Lua
 // splices); in the gateway, the splice and copy of each record, admission (Rego), the
 // route cache and the answer's encoding.
 func BenchmarkBatchClaim1000(b *testing.B) { benchBatchClaim(b, 1000) }

@@ -60,8 +60,8 @@ import (
 // The prepared records serve the gateway that runs the pool manager (it adds the
 // members); a claim through another gateway is patched in the script as before.
 //
-// Second round (02 Dec, 06:00-06:30 UTC; see gateway.BenchmarkBatchClaim1000 for the
-// claim's own A/B: gateway CPU 19.5 → 12.4 ms, Redis CPU 20.1 → 17.1 ms per 1000). On
+// Second round (02 Dec, 06:00-06:40 UTC; gateway.BenchmarkBatchClaim1000 has the
+// claim's own A/B: a fifth to a third less gateway CPU, Redis's unchanged). On
 // the control plane, one batch each, old (main) and new gateway binaries run one after
 // the other with this harness, warm only: old at load 12-25: 100 bound 7.0 ms, ping 89
 // ms; 1000 bound 57 ms, ping 1.29 s (the 100 figures met at that load); new at load
