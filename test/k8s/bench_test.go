@@ -69,8 +69,13 @@ import (
 // after the store's 400 ms read deadline and the client sent it again (the old script
 // would then have bound 1000 more or none, losing the first 1000; now the repeat
 // answers them), ping 2.3 s. An earlier new build at load 10-20: 100 bound 8.4 ms, ping
-// 107 ms; 1000 bound 68 ms, ping 1.97 s. At these loads one batch tells little; the
-// CPU figures say where the time goes. The claim of 1000 is 20-40 ms of gateway CPU and
+// 107 ms; 1000 bound 68 ms, ping 1.97 s. Then warm-100 alone, old and new alternated,
+// three pairs (06:44-06:48 UTC, load 5-9), old → new: bound 10.9 / 10.8 / 8.9 → 8.5 /
+// 6.5 / 9.7 ms, ping 150 / 140 / 125 → 91 / 108 / 125 ms, gateway CPU of the claim 7.1 /
+// 6.2 / 5.0 → 5.2 / 3.5 / 4.3 ms, of the pings 151 / 137 / 98 → 71 / 111 / 99 ms, Redis
+// CPU of the claim 4.4 / 3.4 / 3.3 → 3.7 / 2.7 / 3.8 ms (the 100 targets met by both
+// at that load, new by more). One batch tells little; the CPU figures say where the
+// time goes. The claim of 1000 is 20-40 ms of gateway CPU and
 // 25-85 ms of Redis CPU (the 1000 HSETs, HMGETs and XADDs; per-second passes of other
 // loops land in a window that long: 1000-2000 more HMGETs). The pings of 1000 are about
 // 1.0-1.4 s of gateway CPU (0.5-0.7 ms for each of the 2000 calls: HTTP, access
