@@ -66,10 +66,12 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 	sources := map[string]string{}
 	var warm []*store.Sandbox
 	if pool != nil {
-		got, err := s.claim(ctx, caller, pool, tmpl, claimReq, req.Count, b.ID)
+		got, emitted, err := s.claim(ctx, caller, pool, tmpl, claimReq, req.Count, b.ID)
 		if err != nil {
 			return nil, err
 		}
+		// The events are written while the batch record is; the answer waits for both.
+		defer emitted()
 		warm = got
 		for _, sb := range got {
 			b.Members = append(b.Members, sb.ID)

@@ -27,10 +27,11 @@ func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName st
 	}
 	deadline := time.Now().Add(s.cfg.PoolWait)
 	for {
-		got, err := s.claim(ctx, caller, p, tmpl, req, 1, "")
+		got, emitted, err := s.claim(ctx, caller, p, tmpl, req, 1, "")
 		if err != nil {
 			return nil, err
 		}
+		emitted()
 		if len(got) == 1 {
 			return got[0], nil
 		}
@@ -129,7 +130,11 @@ func mergeMaps(a, b map[string]string) map[string]string {
 // entrypoint, egress policy) rides in each record and is applied in the background,
 // bounded; a member's first call waits for its own (BeforeAgentCall), and one that died
 // in between answers SANDBOX::UNAVAILABLE and is marked Failed.
-func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl, req CreateRequest, n int, batch string) ([]*store.Sandbox, error) {
+//
+// The members' sandbox.created events are written while the caller goes on (a batch
+// writes its record meanwhile); emitted returns once they are, and the caller answers
+// after it, so that the events are in the stream before anyone can act on a member.
+func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl, req CreateRequest, n int, batch string) (got []*store.Sandbox, emitted func(), err error) {
 	defer s.metrics.Claim(time.Now())
 	now := time.Now().UTC()
 	metadata := withEntry(mergeMaps(tmpl.Metadata, req.Metadata), MetadataPool, p.Name)
@@ -153,7 +158,7 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 		patch["expiresAt"] = exp
 		expires = fmt.Sprint(exp.UnixMilli())
 	} else if exp, err := s.defaultExpiry(ctx, caller.Tenant, now); err != nil {
-		return nil, err
+		return nil, nil, err
 	} else if exp != nil {
 		patch["expiresAt"] = *exp
 		expires = fmt.Sprint(exp.UnixMilli())
@@ -165,12 +170,12 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	if lb := lateBindOf(req, entrypointChanged); lb != nil {
 		patch["lateBind"] = lb
 	}
-	got, err := s.store.Claim(ctx, p.Tenant, p.Name, caller.Tenant, n, patch, now.UnixMilli(), expires)
+	got, err = s.store.Claim(ctx, p.Tenant, p.Name, caller.Tenant, n, patch, now.UnixMilli(), expires)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(got) == 0 {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	s.pools.lastClaim.Store(time.Now().UnixNano())
 	s.kickPools()
@@ -188,17 +193,29 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	for _, sb := range got {
 		alike = alike && sb.Tenant == got[0].Tenant && sb.Image == got[0].Image
 	}
-	if alike {
-		// Members of one pool: one event but for its sandbox, written in one script.
-		s.emitPerSandbox(ctx, created(got[0]), got)
-		return got, nil
+	emit := func() {
+		if alike {
+			// Members of one pool: one event but for its sandbox, written in one script.
+			s.emitPerSandbox(ctx, created(got[0]), got)
+			return
+		}
+		evs := make([]store.Event, 0, len(got))
+		for _, sb := range got {
+			evs = append(evs, created(sb))
+		}
+		s.emitAll(ctx, evs)
 	}
-	evs := make([]store.Event, 0, len(got))
-	for _, sb := range got {
-		evs = append(evs, created(sb))
+	if len(got) == 1 {
+		// Nothing to overlap with: a goroutine would only add its start.
+		emit()
+		return got, func() {}, nil
 	}
-	s.emitAll(ctx, evs)
-	return got, nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		emit()
+	}()
+	return got, func() { <-done }, nil
 }
 
 // memberAlive pings a claimed member's agent. A slow answer on a loaded host is not a

@@ -29,6 +29,15 @@ type poolState struct {
 	lastClaim atomic.Int64
 	// connWarmer opens the proxy's connection to a new warm member (SetConnWarmer).
 	connWarmer atomic.Pointer[ConnWarmer]
+	// current holds, per pool key, the warm members already found built from the
+	// pool's version (outdatedMembers); only the pass's goroutine uses it.
+	current map[string]currentMembers
+}
+
+// currentMembers are the ready members of a pool known to be of its version.
+type currentMembers struct {
+	version int64
+	ids     map[string]bool
 }
 
 // ConnWarmer makes the proxy that forwards sandbox traffic open a keep-alive connection
@@ -146,8 +155,15 @@ func (s *Service) managePoolsOnce(ctx context.Context) {
 			s.pools.lastHealth = time.Now()
 		}
 	}
+	listed := make(map[string]bool, len(pools))
 	for _, p := range pools {
+		listed[store.PoolKey(p.Tenant, p.Name)] = true
 		s.managePool(ctx, p, live)
+	}
+	for key := range s.pools.current {
+		if !listed[key] {
+			delete(s.pools.current, key) // a deleted pool
+		}
 	}
 }
 
@@ -210,16 +226,36 @@ func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string
 	}
 }
 
-// outdatedMembers finds the warm records built from an older template. It reads them
-// all in one pipelined round trip: a pass runs every PoolInterval (250 ms), and one read
-// per member made a full pool of 100 cost 400 Redis round trips a second (in the
-// in-process BenchmarkBatch100FirstCommands profile, more of the process's CPU than
-// every access decision of the batch).
+// outdatedMembers finds the warm records built from an older template. A warm record's
+// version does not change, so each is read once per pool version: the first pass after
+// it joined the pool (or after the template changed). Reading every ready record at each
+// pass (every PoolInterval, 250 ms) made a pool of 1000 cost 4000 record reads and
+// decodes a second, CPU the claims and first calls of its members wait for.
 func (s *Service) outdatedMembers(ctx context.Context, p *store.Pool, ready []string) []string {
-	if len(ready) == 0 {
+	key := store.PoolKey(p.Tenant, p.Name)
+	if s.pools.current == nil {
+		s.pools.current = map[string]currentMembers{}
+	}
+	known := s.pools.current[key]
+	if known.version != p.Version {
+		known = currentMembers{version: p.Version}
+	}
+	// Kept for the ids still ready: members claimed or removed leave the map.
+	cur := currentMembers{version: p.Version, ids: make(map[string]bool, len(ready))}
+	var unknown []string
+	for _, id := range ready {
+		if known.ids[id] {
+			cur.ids[id] = true
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	s.pools.current[key] = cur
+	if len(unknown) == 0 {
 		return nil
 	}
-	recs, err := s.store.GetSandboxes(ctx, ready)
+	// The unknown ones in one pipelined round trip.
+	recs, err := s.store.GetSandboxes(ctx, unknown)
 	if err != nil {
 		return nil // Redis went away: the next pass looks again
 	}
@@ -227,6 +263,8 @@ func (s *Service) outdatedMembers(ctx context.Context, p *store.Pool, ready []st
 	for _, sb := range recs {
 		if sb.PoolVersion != 0 && sb.PoolVersion != p.Version {
 			out = append(out, sb.ID)
+		} else {
+			cur.ids[sb.ID] = true
 		}
 	}
 	return out

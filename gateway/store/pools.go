@@ -2,9 +2,13 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -202,7 +206,7 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	if err == nil && n == 1 {
 		w := *sb
 		w.Rev = 1
-		s.warm.put(&w)
+		s.warm.put(&w, body)
 	}
 	return n == 1, wrap(err)
 }
@@ -243,16 +247,35 @@ func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, 
 // is patched here. Each member is returned as two entries, its id and its new JSON (""
 // when it was the prepared one, which the caller holds already).
 var claimScript = redis.NewScript(`
--- KEYS: ready, warmSet, alloc, tenantIndex, expiry, tenantUsage
+-- KEYS: ready, warmSet, alloc, tenantIndex, expiry, tenantUsage, done (this claim's token)
 -- ARGV: n, patchJSON, createdMs, expiresMs ('' = none), recordPrefix, tenant, poolKey,
 --       then per prepared member: id, rev, claimed JSON
+local done = redis.call('GET', KEYS[7])
+if done then
+  -- This claim ran already; the client sent it again (its answer came after the read
+  -- deadline). The same members are the answer: each '+id' (prepared) or '-id'.
+  local again = {}
+  for m in string.gmatch(done, '[^\n]+') do
+    local id = string.sub(m, 2)
+    if string.sub(m, 1, 1) == '+' then
+      again[#again + 1] = id
+      again[#again + 1] = ''
+    else
+      local js = redis.call('HGET', ARGV[5] .. id, 'json')
+      if js then
+        again[#again + 1] = id
+        again[#again + 1] = js
+      end
+    end
+  end
+  return again
+end
 local popped = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
 if not popped then return {} end
 local prepared = {}
 for i = 8, #ARGV, 3 do prepared[ARGV[i]] = i end
 local patch
-local out, bound, expiring = {}, {}, {}
-local sn, scpu, smem = 0, 0, 0
+local out, bound, expiring, use, marks = {}, {}, {}, {}, {}
 for _, id in ipairs(popped) do
   local key = ARGV[5] .. id
   local v = redis.call('HMGET', key, 'rev', 'ucpu', 'umem')
@@ -262,6 +285,7 @@ for _, id in ipairs(popped) do
     js = ARGV[p + 2]
     out[#out + 1] = id
     out[#out + 1] = ''
+    marks[#marks + 1] = '+' .. id
   else
     local body = redis.call('HGET', key, 'json')
     if body then
@@ -272,21 +296,36 @@ for _, id in ipairs(popped) do
       js = cjson.encode(sb)
       out[#out + 1] = id
       out[#out + 1] = js
+      marks[#marks + 1] = '-' .. id
     end
   end
   if js then
     redis.call('HSET', key, 'json', js, 'rev', tonumber(v[1] or '0') + 1, 'tenant', ARGV[6], 'pool', ARGV[7])
-    if redis.call('ZADD', KEYS[4], ARGV[3], id) == 1 then
-      sn = sn + 1
-      scpu = scpu + tonumber(v[2] or '0')
-      smem = smem + tonumber(v[3] or '0')
-    end
     bound[#bound + 1] = id
+    use[#bound] = v
     expiring[#expiring + 1] = ARGV[4]
     expiring[#expiring + 1] = id
   end
 end
--- The set commands take the members in chunks (Lua's stack bounds unpack).
+-- The set commands take the members in chunks (Lua's stack bounds unpack). A member
+-- counts towards the tenant's usage once: when it joins the tenant's index.
+local sn, scpu, smem, counted = 0, 0, 0, {}
+for i = 1, #bound, 500 do
+  local j = math.min(i + 499, #bound)
+  local scores = redis.call('ZMSCORE', KEYS[4], unpack(bound, i, j))
+  local add = {}
+  for k = i, j do
+    if not scores[k - i + 1] and not counted[bound[k]] then
+      counted[bound[k]] = true
+      add[#add + 1] = ARGV[3]
+      add[#add + 1] = bound[k]
+      sn = sn + 1
+      scpu = scpu + tonumber(use[k][2] or '0')
+      smem = smem + tonumber(use[k][3] or '0')
+    end
+  end
+  if #add > 0 then redis.call('ZADD', KEYS[4], unpack(add)) end
+end
 for i = 1, #popped, 500 do redis.call('SREM', KEYS[2], unpack(popped, i, math.min(i + 499, #popped))) end
 for i = 1, #bound, 500 do redis.call('SADD', KEYS[3], unpack(bound, i, math.min(i + 499, #bound))) end
 if ARGV[4] ~= '' then
@@ -295,6 +334,7 @@ end
 if sn ~= 0 then redis.call('HINCRBY', KEYS[6], 'sandboxes', sn) end
 if scpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', scpu) end
 if smem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', smem) end
+if #marks > 0 then redis.call('SET', KEYS[7], table.concat(marks, '\n'), 'PX', 60000) end
 return out
 `)
 
@@ -353,30 +393,150 @@ func (p ClaimPatch) applyTo(sb *Sandbox) bool {
 // when the record is still at the entry's rev.
 type warmCache struct {
 	mu sync.Mutex
-	m  map[string]*Sandbox
+	m  map[string]*warmEntry
+}
+
+// warmEntry is a warm record with its JSON split at AddWarm (off any claim's path), so
+// that a claim splices the claimed record's JSON instead of encoding it: the members the
+// claim does not touch are copied as they are (rest), the fields it writes come from the
+// claim's patch, encoded once for all its members (claimJSON), or else from the record
+// (own).
+type warmEntry struct {
+	sb   *Sandbox
+	rest []byte       // the record's JSON members but claimFields, comma-separated
+	own  []jsonMember // the record's values of claimFields (rev aside), by name
+}
+
+// jsonMember is one `"name":value` of a JSON object, encoded.
+type jsonMember struct {
+	name    string
+	encoded []byte
+}
+
+// claimFields are the record fields (JSON names) a claim writes: the ClaimPatch keys
+// applyTo knows, and rev. A prepared body takes them from the claim or the record and
+// everything else from the record's rest.
+var claimFields = map[string]bool{"tenant": true, "state": true, "batch": true, "metadata": true, "extensions": true,
+	"entrypoint": true, "lateBind": true, "createdAt": true, "lastTransitionAt": true, "expiresAt": true, "rev": true}
+
+// newWarmEntry splits body, sb's JSON, into the parts of a warmEntry.
+func newWarmEntry(sb *Sandbox, body []byte) (*warmEntry, error) {
+	members, err := splitObject(body)
+	if err != nil {
+		return nil, err
+	}
+	e := &warmEntry{sb: sb}
+	for _, m := range members {
+		switch {
+		case m.name == "rev":
+		case claimFields[m.name]:
+			e.own = append(e.own, m)
+		default:
+			if len(e.rest) > 0 {
+				e.rest = append(e.rest, ',')
+			}
+			e.rest = append(e.rest, m.encoded...)
+		}
+	}
+	return e, nil
+}
+
+// splitObject returns the members of a JSON object, each encoded, sorted by name.
+func splitObject(body []byte) ([]jsonMember, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	out := make([]jsonMember, 0, len(m))
+	for name, v := range m {
+		q, err := json.Marshal(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, jsonMember{name: name, encoded: append(append(q, ':'), v...)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// claimJSON encodes the fields of a claim's patch as the record's JSON members
+// (comma-terminated), as encoding a Sandbox with them set would: a field the record's
+// encoding leaves out (omitempty) is left out here too. False when the patch holds a
+// field a prepared body cannot take.
+func (p ClaimPatch) claimJSON() ([]byte, bool) {
+	for k := range p {
+		if !claimFields[k] || k == "rev" {
+			return nil, false
+		}
+	}
+	var z Sandbox
+	if !p.applyTo(&z) {
+		return nil, false
+	}
+	body, err := json.Marshal(&z)
+	if err != nil {
+		return nil, false
+	}
+	members, err := splitObject(body)
+	if err != nil {
+		return nil, false
+	}
+	var out []byte
+	for _, m := range members {
+		if _, ok := p[m.name]; ok {
+			out = append(append(out, m.encoded...), ',')
+		}
+	}
+	return out, true
+}
+
+// claimedBody is the JSON of e's record with a claim's fields (patch, encoded as
+// claimJSON) and its new rev: the same record as encoding the claimed Sandbox, its
+// members in another order.
+func (e *warmEntry) claimedBody(patch ClaimPatch, claimed []byte, rev int64) []byte {
+	buf := make([]byte, 0, len(claimed)+len(e.rest)+256)
+	buf = append(buf, '{')
+	buf = append(buf, claimed...)
+	for _, m := range e.own {
+		if _, ok := patch[m.name]; !ok {
+			buf = append(append(buf, m.encoded...), ',')
+		}
+	}
+	buf = append(buf, `"rev":`...)
+	buf = strconv.AppendInt(buf, rev, 10)
+	if len(e.rest) > 0 {
+		buf = append(append(buf, ','), e.rest...)
+	}
+	return append(buf, '}')
 }
 
 // warmCacheMax bounds the cache; members claimed or removed through other gateways
 // leave entries behind, and past the bound it starts afresh.
 const warmCacheMax = 50000
 
-func (c *warmCache) put(sb *Sandbox) {
+// put caches sb, written as body. A body that does not split is not cached (its claim
+// patches it in the script).
+func (c *warmCache) put(sb *Sandbox, body []byte) {
+	e, err := newWarmEntry(sb, body)
+	if err != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= warmCacheMax {
-		c.m = make(map[string]*Sandbox)
+		c.m = make(map[string]*warmEntry)
 	}
-	c.m[sb.ID] = sb
+	c.m[sb.ID] = e
 }
 
 // take returns and forgets the entries of ids.
-func (c *warmCache) take(ids []string) map[string]*Sandbox {
+func (c *warmCache) take(ids []string) map[string]*warmEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]*Sandbox, len(ids))
+	out := make(map[string]*warmEntry, len(ids))
 	for _, id := range ids {
-		if sb, ok := c.m[id]; ok {
-			out[id] = sb
+		if e, ok := c.m[id]; ok {
+			out[id] = e
 			delete(c.m, id)
 		}
 	}
@@ -414,7 +574,15 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
+	// The claim's token makes it idempotent: the client sends a command again when its
+	// answer misses the read deadline (a busy Redis), and a second run of the script
+	// would bind more members while those of the first were never returned.
+	token, err := claimToken()
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant),
+		s.tkey(tenant, "claim", token)}
 	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
@@ -438,6 +606,15 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	return out, nil
 }
 
+// claimToken names one claim (the key its script leaves for a repeat of it).
+func claimToken() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
 // prepareMin is the smallest claim prepareClaim prepares: its LRANGE costs a round
 // trip, which a member's patch in the script (tens of µs) pays back only past a few.
 const prepareMin = 8
@@ -455,23 +632,26 @@ func (s *Store) prepareClaim(ctx context.Context, tenant, pool string, n int, pa
 		return nil, nil, wrap(err)
 	}
 	known := s.warm.take(ids)
+	if len(known) == 0 {
+		return nil, args, nil
+	}
+	claimed, ok := patch.claimJSON()
+	if !ok {
+		return nil, args, nil
+	}
 	prepared := make(map[string]*Sandbox, len(known))
 	for _, id := range ids {
-		w := known[id]
-		if w == nil {
+		e := known[id]
+		if e == nil {
 			continue
 		}
-		sb := *w
+		sb := *e.sb
 		if !patch.applyTo(&sb) {
 			return nil, args, nil
 		}
-		sb.Rev = w.Rev + 1
-		js, err := json.Marshal(&sb)
-		if err != nil {
-			return nil, nil, fmt.Errorf("encode claimed sandbox: %w", err)
-		}
+		sb.Rev = e.sb.Rev + 1
 		prepared[id] = &sb
-		args = append(args, id, w.Rev, js)
+		args = append(args, id, e.sb.Rev, e.claimedBody(patch, claimed, sb.Rev))
 	}
 	return prepared, args, nil
 }

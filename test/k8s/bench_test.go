@@ -17,7 +17,13 @@ import (
 //   - bound-ms: until the API returned with every member bound (warm: the response;
 //     cold: until GET /v1/batches shows every member Running);
 //   - ping-ms: until every member answered /ping through the gateway;
-//   - api-writes/claim: writes the API server counted during the claim call (warm);
+//   - api-writes/claim: writes the API server counted during the claim call and the
+//     members' first calls (warm; read after the pings: reading the API server's
+//     metrics between the claim and the pings took tens of ms of ping-ms);
+//   - gw-cpu-ms, redis-cpu-ms /claim and /pings: the CPU the gateway and redis-server
+//     used during the claim call and during the pings after it (their threads'
+//     schedstat), agents-cpu-ms/pings what the members' agents used; the Redis
+//     commands of each phase and the gateway's connections to agents are logged;
 //   - api-writes/refilled-pod: every write (all clients: gateway, scheduler, kwok) while
 //     the claimed members were deleted and the pool refilled, per member (the breakdown
 //     by verb and resource is logged);
@@ -53,6 +59,33 @@ import (
 // still being built); the CPU cut puts the 87 ms at about 35-45 ms at the same load.
 // The prepared records serve the gateway that runs the pool manager (it adds the
 // members); a claim through another gateway is patched in the script as before.
+//
+// Second round (02 Dec, 06:00-06:40 UTC; gateway.BenchmarkBatchClaim1000 has the
+// claim's own A/B: a fifth to a third less gateway CPU, Redis's unchanged). On
+// the control plane, one batch each, old (main) and new gateway binaries run one after
+// the other with this harness, warm only: old at load 12-25: 100 bound 7.0 ms, ping 89
+// ms; 1000 bound 57 ms, ping 1.29 s (the 100 figures met at that load); new at load
+// 25-41: 100 bound 11.9 ms, ping 164 ms; 1000 bound 418 ms: the claim's answer came
+// after the store's 400 ms read deadline and the client sent it again (the old script
+// would then have bound 1000 more or none, losing the first 1000; now the repeat
+// answers them), ping 2.3 s. An earlier new build at load 10-20: 100 bound 8.4 ms, ping
+// 107 ms; 1000 bound 68 ms, ping 1.97 s. Then warm-100 alone, old and new alternated,
+// three pairs (06:44-06:48 UTC, load 5-9), old → new: bound 10.9 / 10.8 / 8.9 → 8.5 /
+// 6.5 / 9.7 ms, ping 150 / 140 / 125 → 91 / 108 / 125 ms, gateway CPU of the claim 7.1 /
+// 6.2 / 5.0 → 5.2 / 3.5 / 4.3 ms, of the pings 151 / 137 / 98 → 71 / 111 / 99 ms, Redis
+// CPU of the claim 4.4 / 3.4 / 3.3 → 3.7 / 2.7 / 3.8 ms (the 100 targets met by both
+// at that load, new by more). One batch tells little; the CPU figures say where the
+// time goes. The claim of 1000 is 20-40 ms of gateway CPU and
+// 25-85 ms of Redis CPU (the 1000 HSETs, HMGETs and XADDs; per-second passes of other
+// loops land in a window that long: 1000-2000 more HMGETs). The pings of 1000 are about
+// 1.0-1.4 s of gateway CPU (0.5-0.7 ms for each of the 2000 calls: HTTP, access
+// decisions, one XADD per call), 0.6-1 s of the agents' and 60-120 ms of Redis's
+// (5000-8000 HMGETs, likely the route cache's entries going stale a second after the
+// claim and the reconciler's and route confirmer's passes), on 2 cores: ping-ms is
+// CPU-bound. The gateway holds a keep-alive connection to every warm member before
+// the claim (the pool manager's ConnWarmer; 2 per member with the agent client's). The
+// pool manager no longer reads every ready record at each pass (4 passes a second:
+// 4000 record reads and decodes a second while 1000 members waited).
 func BenchmarkK8sBatch(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		var warm, cold k8sBatchResult
@@ -97,16 +130,25 @@ func benchWarm(b *testing.B, size int) k8sBatchResult {
 	g.createPool("bench", size, nil)
 	var bound, pinged time.Duration
 	var claimW, refillW, createW float64
+	var cpu struct{ gwClaim, redisClaim, gwPing, redisPing, agentsPing time.Duration }
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		g.waitAvailable("bench", size, 15*time.Minute)
 		settle(b)
-		b.StartTimer()
+		agentPids := agents.agentPids(ns)
+		b.Logf("warm-%d: the gateway holds %d connections to agents before the claim", size, agentConns(b, g.proc.Pid()))
+		agents0 := cpuOf(agentPids)
 		before := apiWrites(b)
+		// Read last, right before the claim: reading a thousand agents' counters or the API
+		// server's metrics is not the claim's work.
+		calls0 := redisCalls(b)
+		gw0, redis0 := processCPU(g.proc.Pid()), processCPU(redisPid)
+		b.StartTimer()
 		t0 := time.Now()
 		r := g.do("POST", "/v1/batches", map[string]any{"count": size, "poolRef": "bench"})
 		took := time.Since(t0)
-		after := apiWrites(b)
+		gw1, redis1 := processCPU(g.proc.Pid()), processCPU(redisPid)
+		calls1 := redisCalls(b)
 		if r.Status != 202 {
 			b.Fatalf("batch: %d %s", r.Status, r.Body)
 		}
@@ -122,10 +164,22 @@ func benchWarm(b *testing.B, size int) k8sBatchResult {
 		pingAll(b, g, memberIDs(bt))
 		pingTook := time.Since(t0)
 		b.StopTimer()
-		writes, _ := writesBetween(before, after)
+		gw2, redis2 := processCPU(g.proc.Pid()), processCPU(redisPid)
+		calls2 := redisCalls(b)
+		agents2 := cpuOf(agentPids)
+		b.Logf("warm-%d: Redis commands during the claim:%s; during the pings:%s", size, callsBetween(calls0, calls1), callsBetween(calls1, calls2))
+		// Read after the pings (reading and parsing the API server's metrics took tens of
+		// milliseconds of the ping window when it sat between the claim and the pings):
+		// the writes of the claim and of the members' first calls.
+		writes, _ := writesBetween(before, apiWrites(b))
 		bound += took
 		pinged += pingTook
 		claimW += sum(writes)
+		cpu.gwClaim += gw1 - gw0
+		cpu.redisClaim += redis1 - redis0
+		cpu.gwPing += gw2 - gw1
+		cpu.redisPing += redis2 - redis1
+		cpu.agentsPing += agents2 - agents0
 
 		// The refill: delete the claimed members, let the pool fill back, count writes.
 		before = apiWrites(b)
@@ -144,6 +198,12 @@ func benchWarm(b *testing.B, size int) k8sBatchResult {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(bound.Microseconds())/1000/n, "bound-ms")
 	b.ReportMetric(float64(pinged.Microseconds())/1000/n, "ping-ms")
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / n }
+	b.ReportMetric(ms(cpu.gwClaim), "gw-cpu-ms/claim")
+	b.ReportMetric(ms(cpu.redisClaim), "redis-cpu-ms/claim")
+	b.ReportMetric(ms(cpu.gwPing), "gw-cpu-ms/pings")
+	b.ReportMetric(ms(cpu.redisPing), "redis-cpu-ms/pings")
+	b.ReportMetric(ms(cpu.agentsPing), "agents-cpu-ms/pings")
 	b.ReportMetric(claimW/n, "api-writes/claim")
 	b.ReportMetric(refillW/n/float64(size), "api-writes/refilled-pod")
 	b.ReportMetric(createW/n/float64(size), "pod-creates/refilled-pod")

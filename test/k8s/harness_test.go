@@ -32,6 +32,7 @@ var (
 	kubeconfig string
 	kube       *kubernetes.Clientset
 	redisURL   string
+	redisPid   int
 	agents     *agentRunner
 )
 
@@ -118,7 +119,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cleanup = append(cleanup, redis.Stop)
-	redisURL = redis.URL
+	redisURL, redisPid = redis.URL, redis.Pid()
 
 	agentDir, err := os.MkdirTemp("", "sandgate-k8s-agents-")
 	if err != nil {
