@@ -23,8 +23,11 @@ func BenchmarkAdmission(b *testing.B) {
 	d := coredeps.Start(b)
 	st := d.Store
 	s := New(Config{}, st, nil, d.Policy, d.Log)
-	p50s := map[int]float64{}
-	for _, n := range []int{0, 10000} {
+	sizes := []int{0, 10000}
+	req := admissionRequest{Image: "sandgate/base:bench", CPUMillis: 500, MemoryBytes: 512 << 20, Count: 1}
+	callers := map[int]Caller{}
+	listing := map[int]float64{}
+	for _, n := range sizes {
 		tenant := fmt.Sprintf("tenant-%d", n)
 		now := time.Now().UTC()
 		for i := 0; i < n; i++ {
@@ -35,8 +38,7 @@ func BenchmarkAdmission(b *testing.B) {
 			}
 		}
 		caller := Caller{Tenant: tenant}
-		req := admissionRequest{Image: "sandgate/base:bench", CPUMillis: 500, MemoryBytes: 512 << 20, Count: 1}
-		var listing float64
+		callers[n] = caller
 		b.Run(fmt.Sprintf("raw-listing-n%d", n), func(b *testing.B) {
 			var lat []time.Duration
 			// A listing of 10 000 records takes ~0.1 s: a few suffice.
@@ -56,33 +58,53 @@ func BenchmarkAdmission(b *testing.B) {
 				}
 				lat = append(lat, time.Since(t0))
 			}
-			listing, _ = testenv.Quantiles(lat, time.Microsecond)
+			listing[n], _ = testenv.Quantiles(lat, time.Microsecond)
 		})
-		var last []time.Duration
-		b.Run(fmt.Sprintf("sandgate-n%d", n), func(b *testing.B) {
-			var lat []time.Duration
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				if _, err := s.admit(ctx, caller, req); err != nil {
+	}
+	// The admissions of both tenants alternate, one of each in turn, so that a change of
+	// the machine's load during the run falls on both alike: flat is judged on figures
+	// taken side by side. The first few of the process compile and cache (Rego,
+	// connections) and are not timed.
+	lat := map[int][]time.Duration{}
+	b.Run("sandgate-alternated", func(b *testing.B) {
+		lat = map[int][]time.Duration{}
+		for i := 0; i < 10; i++ {
+			for _, n := range sizes {
+				if _, err := s.admit(ctx, callers[n], req); err != nil {
 					b.Fatal(err)
 				}
-				lat = append(lat, time.Since(t0))
 			}
-			u, err := st.TenantUsage(ctx, tenant)
+		}
+		for i := 0; i < b.N; i++ {
+			for _, n := range sizes {
+				t0 := time.Now()
+				if _, err := s.admit(ctx, callers[n], req); err != nil {
+					b.Fatal(err)
+				}
+				lat[n] = append(lat[n], time.Since(t0))
+			}
+		}
+		for _, n := range sizes {
+			u, err := st.TenantUsage(ctx, callers[n].Tenant)
 			if err != nil || u.Sandboxes != int64(n) {
 				b.Fatalf("usage %+v, %v; want %d sandboxes", u, err, n)
 			}
-			last = lat
-		})
-		// Recorded once, from the last (largest) run.
-		p50, p99 := testenv.Quantiles(last, time.Microsecond)
+			p50, _ := testenv.Quantiles(lat[n], time.Microsecond)
+			b.ReportMetric(p50, fmt.Sprintf("n%d-p50-µs", n))
+		}
+	})
+	p50s := map[int]float64{}
+	for _, n := range sizes {
+		p50, p99 := testenv.Quantiles(lat[n], time.Microsecond)
 		p50s[n] = p50
-		f := testenv.Figure{Name: fmt.Sprintf("admission_n%d", n), Unit: "µs", P50: p50, P99: p99, BaselineP50: listing,
-			Target: "flat: same p50 at N = 0 and N = 10 000"}
+		f := testenv.Figure{Name: fmt.Sprintf("admission_n%d", n), Unit: "µs", P50: p50, P99: p99, BaselineP50: listing[n],
+			Target: "flat: see admission_n10000"}
 		if n > 0 {
-			// Flat is the target: beside the N = 0 figure of the same run.
+			// Flat is the target: beside the N = 0 figure taken alternately with it,
+			// within 20% (the noise of a loaded 2-core machine).
 			f.BaselineP50 = p50s[0]
-			b.Logf("admission n=%d: listing the tenant's records took p50 %.0f µs", n, listing)
+			f.Target = "<= 1.2x"
+			b.Logf("admission n=%d: listing the tenant's records took p50 %.0f µs", n, listing[n])
 		}
 		testenv.RecordFigure(b, f)
 	}

@@ -28,8 +28,8 @@ if ((QUICK)); then
 	e2e "gateway end to end: preview small responses" 'PreviewSmallResponse' 2s
 	e2e "gateway end to end: creates and claims" 'ColdCreate|PoolClaim' 10x
 	e2e "gateway end to end: batches of 100" 'Batch100' 1x
-	echo "== admission with N sandboxes owned (1x)"
-	go test -count=1 -run '^$' -bench 'Admission' -benchtime 1x -timeout 30m ./gateway/ 2>&1 | filter
+	echo "== admission with N sandboxes owned (200x)"
+	go test -count=1 -run '^$' -bench 'Admission' -benchtime 200x -timeout 30m ./gateway/ 2>&1 | filter
 else
 	unit_pkgs=$(go list ./... | grep -v -e /test/e2e -e /test/k8s | while read -r p; do
 		d=${p#github.com/sandgate/sandgate}
