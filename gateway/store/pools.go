@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,11 +59,11 @@ func (s *Store) PutPool(ctx context.Context, p *Pool, create bool) error {
 		return err
 	}
 	if create {
-		ok, err := s.rdb.HSetNX(ctx, s.poolsKey(p.Tenant), p.Name, body).Result()
+		n, err := createFieldScript.Run(ctx, s, []string{s.poolsKey(p.Tenant)}, p.Name, body).Int()
 		if err != nil {
 			return wrap(err)
 		}
-		if !ok {
+		if n != 1 {
 			return fmt.Errorf("pool %s: %w", p.Name, ErrConflict)
 		}
 		return nil
@@ -174,8 +172,8 @@ func (s *Store) WarmIDs(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
-var addWarmScript = redis.NewScript(`
--- KEYS: record, ready, warmSet, pools; ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes, poolName
+var addWarmScript = newOpScript(`
+-- KEYS: record, ready, warmSet, pools, (op token); ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes, poolName
 if redis.call('HEXISTS', KEYS[4], ARGV[7]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', 1, 'tenant', ARGV[3], 'pool', ARGV[4], 'ucpu', ARGV[5], 'umem', ARGV[6])
 redis.call('SADD', KEYS[3], ARGV[2])
@@ -198,7 +196,7 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 		return false, err
 	}
 	cpu, mem := s.measure(sb)
-	n, err := addWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(sb.Tenant, sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(sb.Tenant), s.poolsKey(sb.Tenant)},
+	n, err := addWarmScript.Run(ctx, s, []string{s.sandboxKey(sb.Tenant, sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(sb.Tenant), s.poolsKey(sb.Tenant)},
 		body, sb.ID, sb.Tenant, PoolKey(sb.Tenant, sb.Pool), cpu, mem, sb.Pool).Int()
 	if wrote && (err != nil || n != 1) {
 		_ = s.dropLocator(ctx, locSandbox, sb.ID, sb.Tenant)
@@ -211,8 +209,8 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	return n == 1, wrap(err)
 }
 
-var removeWarmScript = redis.NewScript(`
--- KEYS: record, ready, warmSet; ARGV: id
+var removeWarmScript = newOpScript(`
+-- KEYS: record, ready, warmSet, (op token); ARGV: id
 local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[1])
 if removed > 0 then redis.call('DEL', KEYS[1]) end
@@ -222,7 +220,7 @@ return removed
 // RemoveWarm takes an unclaimed member out of its pool; false when it was claimed meanwhile.
 func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, error) {
 	s.warm.drop(id)
-	n, err := removeWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(tenant, id), s.readyKey(tenant, pool), s.warmSetKey(tenant)}, id).Int()
+	n, err := removeWarmScript.Run(ctx, s, []string{s.sandboxKey(tenant, id), s.readyKey(tenant, pool), s.warmSetKey(tenant)}, id).Int()
 	if err != nil {
 		return false, wrap(err)
 	}
@@ -334,7 +332,7 @@ end
 if sn ~= 0 then redis.call('HINCRBY', KEYS[6], 'sandboxes', sn) end
 if scpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', scpu) end
 if smem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', smem) end
-if #marks > 0 then redis.call('SET', KEYS[7], table.concat(marks, '\n'), 'PX', 60000) end
+if #marks > 0 then redis.call('SET', KEYS[7], table.concat(marks, '\n'), 'PX', ` + opTTL + `) end
 return out
 `)
 
@@ -574,15 +572,11 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	if err != nil {
 		return nil, err
 	}
-	// The claim's token makes it idempotent: the client sends a command again when its
-	// answer misses the read deadline (a busy Redis), and a second run of the script
-	// would bind more members while those of the first were never returned.
-	token, err := claimToken()
-	if err != nil {
-		return nil, err
-	}
-	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant),
-		s.tkey(tenant, "claim", token)}
+	// The claim's token key makes it idempotent (opscript.go): the client sends a command
+	// again when its answer misses the read deadline (a busy Redis), and a second run of
+	// the script would bind more members while those of the first were never returned.
+	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant), ""}
+	keys[6] = s.opKey(keys[0])
 	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
@@ -604,15 +598,6 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 		out = got
 	}
 	return out, nil
-}
-
-// claimToken names one claim (the key its script leaves for a repeat of it).
-func claimToken() (string, error) {
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // prepareMin is the smallest claim prepareClaim prepares: its LRANGE costs a round
