@@ -1,9 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -13,95 +14,121 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// slowAnswerStandIn makes the answer of one chosen command come after the client's read
-// deadline: as the command goes out, Redis is kept busy (a script spinning on a
-// connection of its own) for 1.5 CommandTimeouts, so the client gives up on the answer
-// and sends the command again, while Redis still runs the first send once it is free.
-// A stand-in: a real Redis is slow when it will be, not when a test asks.
-type slowAnswerStandIn struct {
-	busy  *redis.Client
-	armed atomic.Pointer[string]
-	fired atomic.Bool
+// lateAnswerStandIn is a TCP relay between the store's client and Redis that holds back
+// the answer to one chosen command for 1.5 CommandTimeouts: Redis has run the command,
+// the client gives up on its answer at the read deadline and sends it again on another
+// connection, as it does when a busy Redis or a slow network answers late. A stand-in:
+// a real Redis is late when it will be, not when a test asks.
+type lateAnswerStandIn struct {
+	ln     net.Listener
+	redis  string
+	armed  atomic.Pointer[[]byte] // the command's name as the client writes it, in RESP
+	held   atomic.Bool
+	closed chan struct{}
 }
 
-func (h *slowAnswerStandIn) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessPipelineHook slows a pipeline or MULTI whose first command is the chosen one.
-func (h *slowAnswerStandIn) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || !h.take(cmds[0].Name()) {
-			return next(ctx, cmds)
+func startLateAnswer(t *testing.T, redisAddr string) *lateAnswerStandIn {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &lateAnswerStandIn{ln: ln, redis: redisAddr, closed: make(chan struct{})}
+	t.Cleanup(func() { close(h.closed); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go h.relay(c)
 		}
-		return h.slow(func() error { return next(ctx, cmds) })
-	}
+	}()
+	return h
 }
 
-func (h *slowAnswerStandIn) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !h.take(cmd.Name()) {
-			return next(ctx, cmd)
+func (h *lateAnswerStandIn) relay(client net.Conn) {
+	defer client.Close()
+	server, err := net.Dial("tcp", h.redis)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	var holdNext atomic.Bool
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				if name := h.armed.Load(); name != nil && bytes.Contains(bytes.ToLower(buf[:n]), *name) && h.armed.CompareAndSwap(name, nil) {
+					holdNext.Store(true)
+				}
+				if _, werr := server.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				server.Close()
+				return
+			}
 		}
-		return h.slow(func() error { return next(ctx, cmd) })
-	}
-}
-
-// take reports whether a command named name is the one to slow, once.
-func (h *slowAnswerStandIn) take(name string) bool {
-	armed := h.armed.Load()
-	if armed == nil || name != *armed || !h.armed.CompareAndSwap(armed, nil) {
-		return false
-	}
-	h.fired.Store(true)
-	return true
-}
-
-// slow sends (send) while Redis is busy.
-func (h *slowAnswerStandIn) slow(send func() error) error {
-	{
-		done := make(chan error, 1)
-		go func() {
-			done <- h.busy.Eval(context.Background(), `local s = redis.call('TIME')
-while true do
-  local n = redis.call('TIME')
-  if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > tonumber(ARGV[1]) then break end
-end`, nil, (CommandTimeout * 3 / 2).Microseconds()).Err()
-		}()
-		time.Sleep(50 * time.Millisecond) // the spinning script holds Redis
-		err := send()
-		if e := <-done; e != nil && !errors.Is(e, redis.Nil) {
-			return fmt.Errorf("busy script: %w", e)
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			if holdNext.CompareAndSwap(true, false) {
+				h.held.Store(true)
+				select {
+				case <-time.After(CommandTimeout * 3 / 2):
+				case <-h.closed:
+				}
+			}
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
 		}
-		return err
+		if err != nil {
+			return
+		}
 	}
 }
 
-// answerLate runs op with the first command named cmd (as Redis counts them: "evalsha",
-// "hsetnx") answered late; it fails the test unless Redis ran that command calls+1 times
-// (calls: how often op runs it when nothing is slow), so that the case is sure to have
-// met a command sent twice.
+// answerLate runs op with the answer to its first command named cmd (as Redis counts
+// them: "evalsha") held back past the read deadline; it fails the test unless Redis
+// ran that command calls+1 times (calls: how often op runs it when nothing is late),
+// so that the case is sure to have met a command sent twice.
 func answerLate(t *testing.T, s *Store, cmd string, calls int, op func() error) error {
 	t.Helper()
 	rc, ok := s.rdb.(*redis.Client)
 	if !ok {
-		t.Skip("needs one redis-server to keep busy")
+		t.Skip("needs one redis-server to relay")
 	}
-	h := &slowAnswerStandIn{busy: redis.NewClient(&redis.Options{Addr: rc.Options().Addr, Password: rc.Options().Password, ReadTimeout: -1})}
-	defer h.busy.Close()
 	ctx := context.Background()
-	if err := h.busy.Ping(ctx).Err(); err != nil {
+	direct := redis.NewClient(&redis.Options{Addr: rc.Options().Addr, Password: rc.Options().Password})
+	defer direct.Close()
+	h := startLateAnswer(t, rc.Options().Addr)
+	// The store's client, through the relay: the same options (deadlines, one retry).
+	o := *rc.Options()
+	o.Addr = h.ln.Addr().String()
+	relayed := redis.NewClient(&o)
+	defer relayed.Close()
+	relayed.AddHook(slotCheck{t})
+	orig := s.rdb
+	s.rdb = relayed
+	defer func() { s.rdb = orig }()
+	if err := direct.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s.rdb.AddHook(h)
-	defer h.armed.Store(nil)
-	if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	h.armed.Store(&cmd)
+	name := []byte(fmt.Sprintf("$%d\r\n%s\r\n", len(cmd), cmd))
+	h.armed.Store(&name)
 	err := op()
-	if !h.fired.Load() {
+	if !h.held.Load() {
 		t.Fatalf("op sent no %s", cmd)
 	}
-	info, _ := s.rdb.Info(ctx, "commandstats").Result()
+	info, ierr := direct.Info(ctx, "commandstats").Result()
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
 	m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+),`).FindStringSubmatch(info)
 	if m == nil {
 		t.Fatalf("no %s in the command stats:\n%s", cmd, info)
