@@ -98,22 +98,37 @@ func parallel(b *testing.B, n int, fn func(i int) error) float64 {
 	return float64(n) / time.Since(t0).Seconds()
 }
 
+// redisCPU sums the CPU time the server has used (every primary of a cluster).
+func redisCPU(b *testing.B, s *Store) time.Duration {
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		total += infoSum(b, s, "cpu", f)
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
 // usedMemory sums used_memory over the server (every primary of a cluster).
-func usedMemory(b *testing.B, s *Store) int64 {
-	var total atomic.Int64
+func usedMemory(b *testing.B, s *Store) int64 { return int64(infoSum(b, s, "memory", "used_memory")) }
+
+// infoSum sums field of INFO section over the server (every primary of a cluster).
+func infoSum(b *testing.B, s *Store, section, field string) float64 {
+	var mu sync.Mutex
+	var total float64
 	read := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "memory").Result()
+		info, err := c.Info(ctx, section).Result()
 		if err != nil {
 			return err
 		}
 		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total.Add(n)
+			if v, ok := strings.CutPrefix(l, field+":"); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				mu.Lock()
+				total += n
+				mu.Unlock()
 				return nil
 			}
 		}
-		return fmt.Errorf("no used_memory in INFO")
+		return fmt.Errorf("no %s in INFO %s", field, section)
 	}
 	var err error
 	if cc, ok := s.Client().(*redis.ClusterClient); ok {
@@ -124,7 +139,7 @@ func usedMemory(b *testing.B, s *Store) int64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return total.Load()
+	return total
 }
 
 // BenchmarkScale/redis is one redis-server; BenchmarkScale/cluster3 a Redis Cluster of
@@ -153,6 +168,7 @@ func benchScale(b *testing.B, cluster bool) {
 			_, err := s.AddWarm(ctx, scaleRecord(fmt.Sprintf("w-%06d", i), t, "p"))
 			return err
 		})
+		cpu0 := redisCPU(b, s)
 		claimRate := parallel(b, n, func(i int) error {
 			t := fmt.Sprintf("t%d", i%tenants)
 			got, err := s.Claim(ctx, t, "p", t, 1, ClaimPatch{"tenant": t, "metadata": map[string]string{"sandgate.io/pool": "p", "team": "alpha"}},
@@ -162,6 +178,7 @@ func benchScale(b *testing.B, cluster bool) {
 			}
 			return err
 		})
+		claimCPU := float64((redisCPU(b, s) - cpu0).Microseconds()) / n
 		// The warm adds and claims left a token key each (opscript.go), which expire after
 		// opTTL: counted apart, so that the steady figure is what stays per sandbox.
 		withTokens := usedMemory(b, s)
@@ -194,6 +211,7 @@ func benchScale(b *testing.B, cluster bool) {
 		deleteRate := parallel(b, n, func(i int) error { return s.DeleteSandbox(ctx, fmt.Sprintf("c-%06d", i)) })
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(claimRate, "claims/s")
+		b.ReportMetric(claimCPU, "redis-cpu-µs/claim")
 		b.ReportMetric(warmRate, "warm-adds/s")
 		b.ReportMetric(createRate, "creates/s")
 		b.ReportMetric(deleteRate, "deletes/s")
