@@ -412,10 +412,8 @@ type warmEntry struct {
 	sb *Sandbox
 	// misses counts the claims that prepared the entry and did not pop it (putBack).
 	misses int
-	sb_    struct{} // (placeholder removed below)
-
-	rest []byte       // the record's JSON members but claimFields, comma-separated
-	own  []jsonMember // the record's values of claimFields (rev aside), by name
+	rest   []byte       // the record's JSON members but claimFields, comma-separated
+	own    []jsonMember // the record's values of claimFields (rev aside), by name
 }
 
 // jsonMember is one `"name":value` of a JSON object, encoded.
