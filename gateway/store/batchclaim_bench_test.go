@@ -17,7 +17,19 @@ import (
 // BenchmarkBatchClaim1000 without admission, HTTP and the answer): the claim script on
 // 1000 members this process added (prepared records) and the events script for them,
 // against a real redis-server. Reported per batch: the time Redis counts for each script
-// (commandstats), and the wall time of each call from here.
+// (commandstats; mean, and the fastest batch's: at high load the mean is mostly waits
+// for a core), and the wall time of each call from here.
+//
+// Measured (02 Dec 15:20 UTC, load 55-72 on 2 cores: two control planes and other
+// helpers' benchmarks beside; three pairs, main's store and this one alternated, 8
+// batches each), old → new, fastest batch: claim script 8.3 / 9.3 / 9.4 → 8.7 / 7.9 /
+// 8.2 ms, events script 1.92 / 1.94 / 2.06 → 1.84 / 2.06 / 1.88 ms (its token key costs
+// nothing measurable). What changed in the claim: prepared records write two fields
+// (json, rev) instead of four more that they hold already, and no LRANGE of the pool's
+// head before the script (the prepared members come from the cache's own order of the
+// pool). What is left in the script, by commandstats: 1000 HMGETs and 1000 HSETs of
+// ~1 kB (~0.5 ms each in all), the ZADDs into the index and the expiry (~1 ms), and the
+// rest, about two thirds, Lua: taking the 3000 arguments in and the 2000 redis.call.
 func BenchmarkClaimScripts1000(b *testing.B) {
 	const size = 1000
 	r, err := testenv.StartRedis(b.TempDir())
@@ -45,6 +57,8 @@ func BenchmarkClaimScripts1000(b *testing.B) {
 		return sum
 	}
 	var claimUs, eventsUs float64
+	// The fastest batch's: at high load the mean is mostly waits for a core.
+	minClaimUs, minEventsUs := 1e18, 1e18
 	var claimWall, eventsWall time.Duration
 	b.ResetTimer()
 	b.StopTimer()
@@ -70,7 +84,9 @@ func BenchmarkClaimScripts1000(b *testing.B) {
 			b.Fatalf("claimed %d, %v", len(got), err)
 		}
 		info, _ := s.rdb.Info(ctx, "commandstats").Result()
-		claimUs += usec(info)
+		c := usec(info)
+		claimUs += c
+		minClaimUs = min(minClaimUs, c)
 		_ = s.rdb.ConfigResetStat(ctx).Err()
 		ids := make([]string, len(got))
 		for k, sb := range got {
@@ -86,12 +102,16 @@ func BenchmarkClaimScripts1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		info, _ = s.rdb.Info(ctx, "commandstats").Result()
-		eventsUs += usec(info)
+		e := usec(info)
+		eventsUs += e
+		minEventsUs = min(minEventsUs, e)
 	}
 	n := float64(b.N)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(claimUs/n, "claim-redis-µs/op")
 	b.ReportMetric(eventsUs/n, "events-redis-µs/op")
+	b.ReportMetric(minClaimUs, "claim-redis-min-µs")
+	b.ReportMetric(minEventsUs, "events-redis-min-µs")
 	b.ReportMetric(float64(claimWall.Microseconds())/n, "claim-wall-µs/op")
 	b.ReportMetric(float64(eventsWall.Microseconds())/n, "events-wall-µs/op")
 }
