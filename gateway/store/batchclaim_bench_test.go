@@ -20,7 +20,7 @@ import (
 // (commandstats; mean, and the fastest batch's: at high load the mean is mostly waits
 // for a core), and the wall time of each call from here.
 //
-// Measured (02 Dec 15:20 UTC, load 55-72 on 2 cores: two control planes and other
+// Measured (02 Dec 15:15 UTC, load 55-72 on 2 cores: two control planes and other
 // helpers' benchmarks beside; three pairs, main's store and this one alternated, 8
 // batches each), old → new, fastest batch: claim script 8.3 / 9.3 / 9.4 → 8.7 / 7.9 /
 // 8.2 ms, events script 1.92 / 1.94 / 2.06 → 1.84 / 2.06 / 1.88 ms (its token key costs
