@@ -115,7 +115,7 @@ func (s *Store) BatchWork(ctx context.Context, id string) ([]byte, error) {
 	return w, wrap(err)
 }
 
-var settleMemberScript = redis.NewScript(`
+var settleMemberScript = newOpScript(`
 if redis.call('HGET', KEYS[1], 'queued:' .. ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], 'queued:' .. ARGV[1])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error:' .. ARGV[1], ARGV[3]) end
@@ -129,7 +129,7 @@ func (s *Store) FinishMember(ctx context.Context, batchID, member, owner string)
 	if err != nil {
 		return false, err
 	}
-	n, err := settleMemberScript.Run(ctx, s.rdb, []string{key}, member, owner, "").Int()
+	n, err := settleMemberScript.Run(ctx, s, []string{key}, member, owner, "").Int()
 	return n == 1, wrap(err)
 }
 
@@ -141,11 +141,11 @@ func (s *Store) FailMember(ctx context.Context, batchID, member, owner string, e
 	if err != nil {
 		return false, err
 	}
-	n, err := settleMemberScript.Run(ctx, s.rdb, []string{key}, member, owner, body).Int()
+	n, err := settleMemberScript.Run(ctx, s, []string{key}, member, owner, body).Int()
 	return n == 1, wrap(err)
 }
 
-var takeMemberScript = redis.NewScript(`
+var takeMemberScript = newOpScript(`
 if redis.call('HGET', KEYS[1], 'queued:' .. ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'queued:' .. ARGV[1], ARGV[3])
 return redis.call('HINCRBY', KEYS[1], 'takeovers:' .. ARGV[1], 1)
@@ -159,7 +159,7 @@ func (s *Store) TakeMember(ctx context.Context, batchID, member, from, to string
 	if err != nil {
 		return 0, err
 	}
-	n, err := takeMemberScript.Run(ctx, s.rdb, []string{key}, member, from, to).Int()
+	n, err := takeMemberScript.Run(ctx, s, []string{key}, member, from, to).Int()
 	return n, wrap(err)
 }
 

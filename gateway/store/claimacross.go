@@ -28,9 +28,32 @@ import (
 // reconciler) finishes a claim whose records reached the claimer and gives the others
 // back to their pool.
 
+// popAcrossScript runs once however often it is sent (opscript.go): a pop sent again,
+// its answer late, answers the members the first run parked for it (read afresh) and
+// pops no more. bindAcrossScript needs no token: it writes what its arguments say, and
+// counts a member only when it joins the claimer's index, so a second run changes
+// nothing; finishAcrossScript and giveBackScript only remove.
 var popAcrossScript = redis.NewScript(`
--- KEYS: ready, alloc, claiming, warmSet; ARGV: n, recordPrefix (pool tenant's), parked value
+-- KEYS: ready, alloc, claiming, warmSet, op token; ARGV: n, recordPrefix (pool tenant's), parked value
 local out = {}
+local function add(id, v)
+  out[#out + 1] = id
+  out[#out + 1] = v[1]
+  out[#out + 1] = v[2] or '0'
+  out[#out + 1] = v[3] or '0'
+  out[#out + 1] = v[4] or '0'
+end
+local done = redis.call('GET', KEYS[5])
+if done then
+  for id in string.gmatch(done, '[^\n]+') do
+    if redis.call('HGET', KEYS[3], id) == ARGV[3] then
+      local v = redis.call('HMGET', ARGV[2] .. id, 'json', 'rev', 'ucpu', 'umem')
+      if v[1] then add(id, v) end
+    end
+  end
+  return out
+end
+local taken = {}
 for i = 1, tonumber(ARGV[1]) do
   local id = redis.call('LPOP', KEYS[1])
   if not id then break end
@@ -38,15 +61,13 @@ for i = 1, tonumber(ARGV[1]) do
   if v[1] then
     redis.call('SADD', KEYS[2], id)
     redis.call('HSET', KEYS[3], id, ARGV[3])
-    out[#out + 1] = id
-    out[#out + 1] = v[1]
-    out[#out + 1] = v[2] or '0'
-    out[#out + 1] = v[3] or '0'
-    out[#out + 1] = v[4] or '0'
+    add(id, v)
+    taken[#taken + 1] = id
   else
     redis.call('SREM', KEYS[4], id)
   end
 end
+if #taken > 0 then redis.call('SET', KEYS[5], table.concat(taken, '\n'), 'PX', ` + opTTL + `) end
 return out
 `)
 
@@ -102,8 +123,9 @@ func (s *Store) claimAcross(ctx context.Context, poolTenant, pool, tenant string
 		return nil, err
 	}
 	parked := tenant + "|" + strconv.FormatInt(time.Now().UnixMilli(), 10) + "|" + pool
+	ready := s.readyKey(poolTenant, pool)
 	popped, err := popAcrossScript.Run(ctx, s.rdb,
-		[]string{s.readyKey(poolTenant, pool), s.allocKey(poolTenant, pool), s.claimingKey(poolTenant), s.warmSetKey(poolTenant)},
+		[]string{ready, s.allocKey(poolTenant, pool), s.claimingKey(poolTenant), s.warmSetKey(poolTenant), s.opKey(ready)},
 		n, s.recordPrefix(poolTenant), parked).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)

@@ -90,8 +90,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []Event) error {
 
 // appendPerSandboxScript writes one event per sandbox id, each the same JSON but for its
 // id: the body is spliced from the parts around it.
-var appendPerSandboxScript = redis.NewScript(`
--- KEYS: stream; ARGV: maxLen, type, body before the id, body after it, ids...
+var appendPerSandboxScript = newOpScript(`
+-- KEYS: stream, (op token); ARGV: maxLen, type, body before the id, body after it, ids...
 for i = 5, #ARGV do
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'type', ARGV[2], 'json', ARGV[3] .. ARGV[i] .. ARGV[4])
 end
@@ -125,7 +125,7 @@ func (s *Store) AppendPerSandbox(ctx context.Context, ev Event, ids []string) er
 		}
 		args = append(args, q)
 	}
-	return wrap(appendPerSandboxScript.Run(ctx, s.rdb, []string{s.eventStream(ev.Tenant)}, args...).Err())
+	return wrap(appendPerSandboxScript.Run(ctx, s, []string{s.eventStream(ev.Tenant)}, args...).Err())
 }
 
 // TouchActivity records when a sandbox was last used.
@@ -159,7 +159,7 @@ func (s *Store) LastActivity(ctx context.Context, id string) (time.Time, error) 
 // decision compares that with the caller's now, so that it is taken on the gateway's
 // clock, not on Redis's. The key's own expiry (two windows) only bounds what a clock
 // far behind can hold off, and clears the key.
-var cooldownScript = redis.NewScript(`
+var cooldownScript = newOpScript(`
 local last = tonumber(redis.call('GET', KEYS[1]))
 local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 if last and now < last + window then return 0 end
@@ -172,7 +172,7 @@ return 1
 // to within d: a gateway ahead may start the next one d early, one behind waits d
 // longer (at most a second window, when the key expires).
 func (s *Store) TryCooldown(ctx context.Context, name string, now time.Time, window time.Duration) (bool, error) {
-	n, err := cooldownScript.Run(ctx, s.rdb, []string{s.Key("cooldown", name)}, now.UnixMilli(), max(window.Milliseconds(), 1)).Int()
+	n, err := cooldownScript.Run(ctx, s, []string{s.Key("cooldown", name)}, now.UnixMilli(), max(window.Milliseconds(), 1)).Int()
 	return n == 1, wrap(err)
 }
 
@@ -191,6 +191,9 @@ func (s *Store) LinkKeys(ctx context.Context) (map[string]string, string, error)
 var rotateKeyScript = redis.NewScript(`
 -- keep the current key as previous, drop the one before it, make the new key current
 local cur = redis.call('HGET', KEYS[1], '_current')
+-- A rotation sent again (its answer late) finds itself done: running it again would drop
+-- the previous key (the current one before it) for its own.
+if cur == ARGV[1] and redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return ARGV[1] end
 local prev = redis.call('HGET', KEYS[1], '_previous')
 if prev then redis.call('HDEL', KEYS[1], prev) end
 if cur then redis.call('HSET', KEYS[1], '_previous', cur) end

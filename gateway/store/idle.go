@@ -44,11 +44,11 @@ func (s *Store) UnscheduleIdle(ctx context.Context, id string) error {
 // UnscheduleIdleIf takes sandbox id off the idle schedule only if its time is still at
 // (no request moved it meanwhile); it reports whether it did.
 func (s *Store) UnscheduleIdleIf(ctx context.Context, id string, at time.Time) (bool, error) {
-	n, err := unscheduleIdleScript.Run(ctx, s.rdb, []string{s.idleKey()}, id, at.UnixMilli()).Int()
+	n, err := unscheduleIdleScript.Run(ctx, s, []string{s.idleKey()}, id, at.UnixMilli()).Int()
 	return n == 1, wrap(err)
 }
 
-var unscheduleIdleScript = redis.NewScript(`
+var unscheduleIdleScript = newOpScript(`
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if cur and tonumber(cur) == tonumber(ARGV[2]) then
   redis.call('ZREM', KEYS[1], ARGV[1])

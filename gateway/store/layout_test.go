@@ -81,7 +81,7 @@ func TestClaimAcrossRepaired(t *testing.T) {
 		}
 	}
 	pop := func() []string {
-		res, err := popAcrossScript.Run(ctx, s.rdb, []string{s.readyKey("owner", "p"), s.allocKey("owner", "p"), s.claimingKey("owner"), s.warmSetKey("owner")},
+		res, err := popAcrossScript.Run(ctx, s.rdb, []string{s.readyKey("owner", "p"), s.allocKey("owner", "p"), s.claimingKey("owner"), s.warmSetKey("owner"), s.opKey(s.readyKey("owner", "p"))},
 			1, s.recordPrefix("owner"), "claimer|0|p").StringSlice()
 		if err != nil || len(res) != 5 {
 			t.Fatalf("pop: %v, %v", res, err)

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,11 +59,11 @@ func (s *Store) PutPool(ctx context.Context, p *Pool, create bool) error {
 		return err
 	}
 	if create {
-		ok, err := s.rdb.HSetNX(ctx, s.poolsKey(p.Tenant), p.Name, body).Result()
+		n, err := createFieldScript.Run(ctx, s, []string{s.poolsKey(p.Tenant)}, p.Name, body).Int()
 		if err != nil {
 			return wrap(err)
 		}
-		if !ok {
+		if n != 1 {
 			return fmt.Errorf("pool %s: %w", p.Name, ErrConflict)
 		}
 		return nil
@@ -174,8 +172,8 @@ func (s *Store) WarmIDs(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
-var addWarmScript = redis.NewScript(`
--- KEYS: record, ready, warmSet, pools; ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes, poolName
+var addWarmScript = newOpScript(`
+-- KEYS: record, ready, warmSet, pools, (op token); ARGV: json, id, tenant, poolKey, cpuMillis, memoryBytes, poolName
 if redis.call('HEXISTS', KEYS[4], ARGV[7]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'rev', 1, 'tenant', ARGV[3], 'pool', ARGV[4], 'ucpu', ARGV[5], 'umem', ARGV[6])
 redis.call('SADD', KEYS[3], ARGV[2])
@@ -198,7 +196,7 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 		return false, err
 	}
 	cpu, mem := s.measure(sb)
-	n, err := addWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(sb.Tenant, sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(sb.Tenant), s.poolsKey(sb.Tenant)},
+	n, err := addWarmScript.Run(ctx, s, []string{s.sandboxKey(sb.Tenant, sb.ID), s.readyKey(sb.Tenant, sb.Pool), s.warmSetKey(sb.Tenant), s.poolsKey(sb.Tenant)},
 		body, sb.ID, sb.Tenant, PoolKey(sb.Tenant, sb.Pool), cpu, mem, sb.Pool).Int()
 	if wrote && (err != nil || n != 1) {
 		_ = s.dropLocator(ctx, locSandbox, sb.ID, sb.Tenant)
@@ -211,8 +209,8 @@ func (s *Store) AddWarm(ctx context.Context, sb *Sandbox) (bool, error) {
 	return n == 1, wrap(err)
 }
 
-var removeWarmScript = redis.NewScript(`
--- KEYS: record, ready, warmSet; ARGV: id
+var removeWarmScript = newOpScript(`
+-- KEYS: record, ready, warmSet, (op token); ARGV: id
 local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[1])
 if removed > 0 then redis.call('DEL', KEYS[1]) end
@@ -222,7 +220,7 @@ return removed
 // RemoveWarm takes an unclaimed member out of its pool; false when it was claimed meanwhile.
 func (s *Store) RemoveWarm(ctx context.Context, tenant, pool, id string) (bool, error) {
 	s.warm.drop(id)
-	n, err := removeWarmScript.Run(ctx, s.rdb, []string{s.sandboxKey(tenant, id), s.readyKey(tenant, pool), s.warmSetKey(tenant)}, id).Int()
+	n, err := removeWarmScript.Run(ctx, s, []string{s.sandboxKey(tenant, id), s.readyKey(tenant, pool), s.warmSetKey(tenant)}, id).Int()
 	if err != nil {
 		return false, wrap(err)
 	}
@@ -282,7 +280,10 @@ for _, id in ipairs(popped) do
   local p = prepared[id]
   local js
   if p and v[1] == ARGV[p + 1] then
+    -- A prepared record: unchanged since this pool of this tenant had it added, so its
+    -- tenant and pool fields are the claim's already.
     js = ARGV[p + 2]
+    redis.call('HSET', key, 'json', js, 'rev', v[1] + 1)
     out[#out + 1] = id
     out[#out + 1] = ''
     marks[#marks + 1] = '+' .. id
@@ -294,13 +295,13 @@ for _, id in ipairs(popped) do
       for k, x in pairs(patch) do sb[k] = x end
       sb['rev'] = tonumber(v[1] or '0') + 1
       js = cjson.encode(sb)
+      redis.call('HSET', key, 'json', js, 'rev', tonumber(v[1] or '0') + 1, 'tenant', ARGV[6], 'pool', ARGV[7])
       out[#out + 1] = id
       out[#out + 1] = js
       marks[#marks + 1] = '-' .. id
     end
   end
   if js then
-    redis.call('HSET', key, 'json', js, 'rev', tonumber(v[1] or '0') + 1, 'tenant', ARGV[6], 'pool', ARGV[7])
     bound[#bound + 1] = id
     use[#bound] = v
     expiring[#expiring + 1] = ARGV[4]
@@ -334,7 +335,7 @@ end
 if sn ~= 0 then redis.call('HINCRBY', KEYS[6], 'sandboxes', sn) end
 if scpu ~= 0 then redis.call('HINCRBY', KEYS[6], 'cpu', scpu) end
 if smem ~= 0 then redis.call('HINCRBY', KEYS[6], 'mem', smem) end
-if #marks > 0 then redis.call('SET', KEYS[7], table.concat(marks, '\n'), 'PX', 60000) end
+if #marks > 0 then redis.call('SET', KEYS[7], table.concat(marks, '\n'), 'PX', ` + opTTL + `) end
 return out
 `)
 
@@ -394,6 +395,12 @@ func (p ClaimPatch) applyTo(sb *Sandbox) bool {
 type warmCache struct {
 	mu sync.Mutex
 	m  map[string]*warmEntry
+	// order lists each pool's members (by PoolKey) in the order this process added
+	// them, the order AddWarm pushed them onto the pool's ready list: its head is what a
+	// claim pops next, when no other gateway adds to the pool, so that a claim prepares
+	// without asking Redis for the head (takeHead). Ids whose entries are gone are
+	// skipped there, and compacted away when they pile up.
+	order map[string][]string
 }
 
 // warmEntry is a warm record with its JSON split at AddWarm (off any claim's path), so
@@ -402,9 +409,11 @@ type warmCache struct {
 // claim's patch, encoded once for all its members (claimJSON), or else from the record
 // (own).
 type warmEntry struct {
-	sb   *Sandbox
-	rest []byte       // the record's JSON members but claimFields, comma-separated
-	own  []jsonMember // the record's values of claimFields (rev aside), by name
+	sb *Sandbox
+	// misses counts the claims that prepared the entry and did not pop it (putBack).
+	misses int
+	rest   []byte       // the record's JSON members but claimFields, comma-separated
+	own    []jsonMember // the record's values of claimFields (rev aside), by name
 }
 
 // jsonMember is one `"name":value` of a JSON object, encoded.
@@ -521,12 +530,69 @@ func (c *warmCache) put(sb *Sandbox, body []byte) {
 	if err != nil {
 		return
 	}
+	pk := PoolKey(sb.Tenant, sb.Pool)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= warmCacheMax {
 		c.m = make(map[string]*warmEntry)
+		c.order = make(map[string][]string)
 	}
 	c.m[sb.ID] = e
+	q := append(c.order[pk], sb.ID)
+	if len(q) > 1024 && len(q) > 4*len(c.m) {
+		// Mostly ids whose entries are gone (removed, claimed through other gateways).
+		live := q[:0]
+		for _, id := range q {
+			if _, ok := c.m[id]; ok {
+				live = append(live, id)
+			}
+		}
+		q = live
+	}
+	c.order[pk] = q
+}
+
+// takeHead returns and forgets the entries of the first n members of pool pk this
+// process added and still holds, oldest first.
+func (c *warmCache) takeHead(pk string, n int) ([]string, map[string]*warmEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.order[pk]
+	ids := make([]string, 0, min(n, len(q)))
+	known := make(map[string]*warmEntry, min(n, len(q)))
+	i := 0
+	for ; i < len(q) && len(ids) < n; i++ {
+		if e, ok := c.m[q[i]]; ok {
+			ids = append(ids, q[i])
+			known[q[i]] = e
+			delete(c.m, q[i])
+		}
+	}
+	c.order[pk] = q[i:]
+	return ids, known
+}
+
+// putBack returns to the head of pool pk's order the entries a claim prepared but did
+// not pop (another claim, or another gateway, took them or others first). An entry that
+// missed twice is dropped: its member is likely gone from the pool, and a claim that
+// prepares it again only carries it along.
+func (c *warmCache) putBack(pk string, ids []string, entries map[string]*warmEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		return
+	}
+	back := make([]string, 0, len(ids)+len(c.order[pk]))
+	for _, id := range ids {
+		e := entries[id]
+		if e == nil || e.misses >= 2 {
+			continue
+		}
+		e.misses++
+		c.m[id] = e
+		back = append(back, id)
+	}
+	c.order[pk] = append(back, c.order[pk]...)
 }
 
 // take returns and forgets the entries of ids.
@@ -570,28 +636,24 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 		return decodeClaimed(res, nil)
 	}
 	args := []any{n, body, createdMs, expiresMs, s.recordPrefix(tenant), tenant, PoolKey(poolTenant, pool)}
-	prepared, args, err := s.prepareClaim(ctx, tenant, pool, n, patch, args)
-	if err != nil {
-		return nil, err
-	}
-	// The claim's token makes it idempotent: the client sends a command again when its
-	// answer misses the read deadline (a busy Redis), and a second run of the script
-	// would bind more members while those of the first were never returned.
-	token, err := claimToken()
-	if err != nil {
-		return nil, err
-	}
-	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant),
-		s.tkey(tenant, "claim", token)}
+	prep, args := s.prepareClaim(tenant, pool, n, patch, args)
+	// The claim's token key makes it idempotent (opscript.go): the client sends a command
+	// again when its answer misses the read deadline (a busy Redis), and a second run of
+	// the script would bind more members while those of the first were never returned.
+	keys := []string{s.readyKey(tenant, pool), s.warmSetKey(tenant), s.allocKey(tenant, pool), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant), ""}
+	keys[6] = s.opKey(keys[0])
 	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
+		// Whether the script ran is unknown: the entries are not put back (a claim
+		// that bound them would leave them stale; one that did not, only slower).
 		return nil, wrap(err)
 	}
+	prep.putBack(s, res)
 	out := make([]*Sandbox, 0, len(res)/2)
 	for i := 0; i+1 < len(res); i += 2 {
 		id, js := res[i], res[i+1]
 		if js == "" {
-			if sb := prepared[id]; sb != nil {
+			if sb := prep.sandbox(id); sb != nil {
 				out = append(out, sb)
 				continue
 			}
@@ -606,54 +668,76 @@ func (s *Store) Claim(ctx context.Context, poolTenant, pool, tenant string, n in
 	return out, nil
 }
 
-// claimToken names one claim (the key its script leaves for a repeat of it).
-func claimToken() (string, error) {
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
+// preparedClaim is what prepareClaim prepared: the claimed records by id, and the
+// cache entries they came from, in the order they were taken.
+type preparedClaim struct {
+	pk        string
+	sandboxes map[string]*Sandbox
+	ids       []string
+	entries   map[string]*warmEntry
 }
 
-// prepareMin is the smallest claim prepareClaim prepares: its LRANGE costs a round
-// trip, which a member's patch in the script (tens of µs) pays back only past a few.
-const prepareMin = 8
-
 // prepareClaim builds the claimed records of the members a claim of n is about to pop
-// (the head of the ready list) that this process added, and appends them to the
-// script's args. It costs one LRANGE, and nothing for a small claim or when the cache
-// is empty (the pool manager runs on another gateway).
-func (s *Store) prepareClaim(ctx context.Context, tenant, pool string, n int, patch ClaimPatch, args []any) (map[string]*Sandbox, []any, error) {
-	if n < prepareMin || s.warm.empty() {
-		return nil, args, nil
-	}
-	ids, err := s.rdb.LRange(ctx, s.readyKey(tenant, pool), 0, int64(n)-1).Result()
-	if err != nil {
-		return nil, nil, wrap(err)
-	}
-	known := s.warm.take(ids)
-	if len(known) == 0 {
-		return nil, args, nil
+// that this process added, and appends them to the script's args: the head of the
+// pool's ready list is the head of the cache's order of the pool (takeHead) when this
+// process alone adds to it (it runs the pool manager). It costs no round trip (an
+// LRANGE of the head cost one, more than the patches it saved on a small claim), and
+// nothing when the cache is empty (the pool manager runs on another gateway); members
+// popped that it did not prepare are patched by the script.
+func (s *Store) prepareClaim(tenant, pool string, n int, patch ClaimPatch, args []any) (*preparedClaim, []any) {
+	if s.warm.empty() {
+		return nil, args
 	}
 	claimed, ok := patch.claimJSON()
 	if !ok {
-		return nil, args, nil
+		return nil, args
 	}
-	prepared := make(map[string]*Sandbox, len(known))
+	pk := PoolKey(tenant, pool)
+	ids, known := s.warm.takeHead(pk, n)
+	if len(ids) == 0 {
+		return nil, args
+	}
+	p := &preparedClaim{pk: pk, sandboxes: make(map[string]*Sandbox, len(ids)), ids: ids, entries: known}
 	for _, id := range ids {
 		e := known[id]
-		if e == nil {
-			continue
-		}
 		sb := *e.sb
 		if !patch.applyTo(&sb) {
-			return nil, args, nil
+			return nil, args[:7]
 		}
 		sb.Rev = e.sb.Rev + 1
-		prepared[id] = &sb
+		p.sandboxes[id] = &sb
 		args = append(args, id, e.sb.Rev, e.claimedBody(patch, claimed, sb.Rev))
 	}
-	return prepared, args, nil
+	return p, args
+}
+
+// sandbox returns the prepared record of id, if any.
+func (p *preparedClaim) sandbox(id string) *Sandbox {
+	if p == nil {
+		return nil
+	}
+	return p.sandboxes[id]
+}
+
+// putBack gives the cache back the entries p prepared whose members the claim did not
+// pop (res: the script's answer, id and JSON pairs).
+func (p *preparedClaim) putBack(s *Store, res []string) {
+	if p == nil {
+		return
+	}
+	popped := make(map[string]bool, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		popped[res[i]] = true
+	}
+	var missed []string
+	for _, id := range p.ids {
+		if !popped[id] {
+			missed = append(missed, id)
+		}
+	}
+	if len(missed) > 0 {
+		s.warm.putBack(p.pk, missed, p.entries)
+	}
 }
 
 func decodeClaimed(res []string, out []*Sandbox) ([]*Sandbox, error) {

@@ -64,8 +64,8 @@ type LateBind struct {
 // the tenant's index is a sorted set by creation time (newest first on read) and its
 // expiry schedule a sorted set by expiresAt. The scripts keep them and the usage
 // counters in step, all in the tenant's slot (keys.go).
-var putScript = redis.NewScript(`
--- KEYS: record, tenantIndex, expiry, tenantUsage
+var putScript = newOpScript(`
+-- KEYS: record, tenantIndex, expiry, tenantUsage, (op token, opScript)
 -- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none),
 --       cpuMillis, memoryBytes
 local cur = redis.call('HGET', KEYS[1], 'rev')
@@ -101,8 +101,8 @@ return rev
 // its pool's allocated set here when the pool is the tenant's own (same slot; the key
 // is derived from the tenant's tag); the pool of another tenant is returned, and the
 // caller takes the member out of that set with a command of its own.
-var deleteScript = redis.NewScript(`
--- KEYS: record, tenantIndex, expiry, tenantUsage; ARGV: id, tenant, poolPrefix (the tenant's)
+var deleteScript = newOpScript(`
+-- KEYS: record, tenantIndex, expiry, tenantUsage, (op token); ARGV: id, tenant, poolPrefix (the tenant's)
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
 if not tenant then return {0, ''} end
 local other = ''
@@ -173,7 +173,7 @@ func (s *Store) writeSandbox(ctx context.Context, sb *Sandbox, expectedRev, maxC
 	}
 	keys := []string{s.sandboxKey(sb.Tenant, sb.ID), s.tenantIndex(sb.Tenant), s.expiryKey(sb.Tenant), s.usageKey(sb.Tenant)}
 	cpu, mem := s.measure(sb)
-	rev, err := putScript.Run(ctx, s.rdb, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant, maxConcurrent, cpu, mem).Int64()
+	rev, err := putScript.Run(ctx, s, keys, body, sb.ID, sb.CreatedAt.UnixMilli(), expires, expectedRev, sb.Tenant, maxConcurrent, cpu, mem).Int64()
 	if wroteLoc && (err != nil || rev < 0) {
 		_ = s.dropLocator(ctx, locSandbox, sb.ID, sb.Tenant)
 	}
@@ -265,7 +265,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 		return err
 	}
 	keys := []string{s.sandboxKey(tenant, id), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
-	res, err := deleteScript.Run(ctx, s.rdb, keys, id, tenant, s.tkey(tenant, "pool")+":").Slice()
+	res, err := deleteScript.Run(ctx, s, keys, id, tenant, s.tkey(tenant, "pool")+":").Slice()
 	if err != nil {
 		return wrap(err)
 	}

@@ -26,7 +26,8 @@ import (
 // Figures: claims/s (one warm member per claim script, 32 clients), creates/s and
 // deletes/s (the record scripts), events/s (appends to tenants' streams, batched as the
 // gateway does), and the Redis memory a claimed sandbox takes (record, indexes,
-// counters, with a realistic record).
+// counters, with a realistic record), and apart from it the token keys the warm adds
+// and claims leave for opTTL (opscript.go).
 
 const scaleClients = 32
 
@@ -97,22 +98,37 @@ func parallel(b *testing.B, n int, fn func(i int) error) float64 {
 	return float64(n) / time.Since(t0).Seconds()
 }
 
+// redisCPU sums the CPU time the server has used (every primary of a cluster).
+func redisCPU(b *testing.B, s *Store) time.Duration {
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		total += infoSum(b, s, "cpu", f)
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
 // usedMemory sums used_memory over the server (every primary of a cluster).
-func usedMemory(b *testing.B, s *Store) int64 {
-	var total atomic.Int64
+func usedMemory(b *testing.B, s *Store) int64 { return int64(infoSum(b, s, "memory", "used_memory")) }
+
+// infoSum sums field of INFO section over the server (every primary of a cluster).
+func infoSum(b *testing.B, s *Store, section, field string) float64 {
+	var mu sync.Mutex
+	var total float64
 	read := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "memory").Result()
+		info, err := c.Info(ctx, section).Result()
 		if err != nil {
 			return err
 		}
 		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total.Add(n)
+			if v, ok := strings.CutPrefix(l, field+":"); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				mu.Lock()
+				total += n
+				mu.Unlock()
 				return nil
 			}
 		}
-		return fmt.Errorf("no used_memory in INFO")
+		return fmt.Errorf("no %s in INFO %s", field, section)
 	}
 	var err error
 	if cc, ok := s.Client().(*redis.ClusterClient); ok {
@@ -123,7 +139,7 @@ func usedMemory(b *testing.B, s *Store) int64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return total.Load()
+	return total
 }
 
 // BenchmarkScale/redis is one redis-server; BenchmarkScale/cluster3 a Redis Cluster of
@@ -152,6 +168,7 @@ func benchScale(b *testing.B, cluster bool) {
 			_, err := s.AddWarm(ctx, scaleRecord(fmt.Sprintf("w-%06d", i), t, "p"))
 			return err
 		})
+		cpu0 := redisCPU(b, s)
 		claimRate := parallel(b, n, func(i int) error {
 			t := fmt.Sprintf("t%d", i%tenants)
 			got, err := s.Claim(ctx, t, "p", t, 1, ClaimPatch{"tenant": t, "metadata": map[string]string{"sandgate.io/pool": "p", "team": "alpha"}},
@@ -161,7 +178,20 @@ func benchScale(b *testing.B, cluster bool) {
 			}
 			return err
 		})
-		perSandbox := float64(usedMemory(b, s)-base) / n
+		claimCPU := float64((redisCPU(b, s) - cpu0).Microseconds()) / n
+		// The warm adds and claims left a token key each (opscript.go), which expire after
+		// opTTL: counted apart, so that the steady figure is what stays per sandbox.
+		withTokens := usedMemory(b, s)
+		tokens := 0
+		if err := s.scanKeys(ctx, s.prefix+"*:op:*", func(key string) {
+			tokens++
+			_ = s.rdb.Unlink(ctx, key).Err()
+		}); err != nil {
+			b.Fatal(err)
+		}
+		steady := usedMemory(b, s)
+		perSandbox := float64(steady-base) / n
+		perToken := float64(withTokens-steady) / float64(max(tokens, 1))
 		createRate := parallel(b, n, func(i int) error {
 			return s.CreateSandbox(ctx, scaleRecord(fmt.Sprintf("c-%06d", i), fmt.Sprintf("t%d", i%tenants), ""), 0)
 		})
@@ -181,11 +211,14 @@ func benchScale(b *testing.B, cluster bool) {
 		deleteRate := parallel(b, n, func(i int) error { return s.DeleteSandbox(ctx, fmt.Sprintf("c-%06d", i)) })
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(claimRate, "claims/s")
+		b.ReportMetric(claimCPU, "redis-cpu-µs/claim")
 		b.ReportMetric(warmRate, "warm-adds/s")
 		b.ReportMetric(createRate, "creates/s")
 		b.ReportMetric(deleteRate, "deletes/s")
 		b.ReportMetric(admitRate, "usage-reads/s")
 		b.ReportMetric(eventRate, "events/s")
 		b.ReportMetric(perSandbox, "bytes/sandbox")
+		b.ReportMetric(perToken, "bytes/op-token")
+		b.ReportMetric(float64(tokens)/n, "op-tokens/sandbox")
 	}
 }

@@ -280,6 +280,7 @@ func TestBatchMemberScripts(t *testing.T) {
 // returns is the record the script's own patch makes, and a member written since it
 // was added (its rev moved on) is patched by the script from what it holds now.
 func TestClaimPreparedRecords(t *testing.T) {
+	const claimN = 8
 	s := openTestStore(t)
 	ctx := context.Background()
 	s.SetMeter(func(*Sandbox) (int64, int64) { return 50, 64 << 20 })
@@ -288,7 +289,7 @@ func TestClaimPreparedRecords(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	var ids []string
-	for i := range 2 * prepareMin {
+	for i := range 2 * claimN {
 		ids = append(ids, fmt.Sprintf("m%d", i))
 	}
 	for _, id := range ids {
@@ -315,9 +316,9 @@ func TestClaimPreparedRecords(t *testing.T) {
 		"lastTransitionAt": at, "state": "Running", "extensions": map[string]string(nil), "batch": "b1", "expiresAt": exp,
 		"lateBind": &LateBind{Env: map[string]string{"K": "v"}}}
 	claim := func() []*Sandbox {
-		got, err := s.Claim(ctx, "o", "p", "o", prepareMin, patch, at.UnixMilli(), fmt.Sprint(exp.UnixMilli()))
-		if err != nil || len(got) != prepareMin {
-			t.Fatalf("Claim %d = %d, %v", prepareMin, len(got), err)
+		got, err := s.Claim(ctx, "o", "p", "o", claimN, patch, at.UnixMilli(), fmt.Sprint(exp.UnixMilli()))
+		if err != nil || len(got) != claimN {
+			t.Fatalf("Claim %d = %d, %v", claimN, len(got), err)
 		}
 		return got
 	}
@@ -506,5 +507,56 @@ func TestAppendPerSandbox(t *testing.T) {
 		if spliced.SandboxID != ids[i] {
 			t.Errorf("event %d names sandbox %q, want %q", i, spliced.SandboxID, ids[i])
 		}
+	}
+}
+
+// TestClaimPreparesWithOthersAdding: a claim prepares the members this process added
+// without asking Redis for the pool's head; when another gateway's members come first
+// there, the script patches those, and the members prepared but not popped are
+// prepared again by the next claim (their bodies, spliced in Go, are what is stored).
+func TestClaimPreparesWithOthersAdding(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	// Another gateway: the same Redis, caches of its own.
+	other := &Store{rdb: s.rdb, probe: s.probe, prefix: s.prefix, cluster: s.cluster, log: s.log}
+	if err := s.PutPool(ctx, &Pool{Tenant: "o", Name: "p", Template: []byte(`{}`)}, true); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	add := func(st *Store, id string) {
+		sb := &Sandbox{ID: id, Tenant: "o", State: "Running", CreatedAt: now, LastTransitionAt: now, Pool: "p",
+			Metadata: map[string]string{"sandgate.io/pool": "p"}}
+		if ok, err := st.AddWarm(ctx, sb); err != nil || !ok {
+			t.Fatalf("AddWarm %s: %v, %v", id, ok, err)
+		}
+	}
+	add(other, "x") // the head of the ready list, unknown to s
+	add(s, "a")
+	add(s, "b")
+	prepared := func(id string) bool {
+		body, err := s.rdb.HGet(ctx, s.sandboxKey("o", id), "json").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(body, `"sandgate.io/pool"`) // cjson would write "sandgate.io\/pool"
+	}
+	patch := ClaimPatch{"tenant": "o", "state": "Running", "metadata": map[string]string{"sandgate.io/pool": "p", "team": "a"}}
+	_ = s.rdb.ConfigResetStat(ctx).Err()
+	got, err := s.Claim(ctx, "o", "p", "o", 2, patch, now.UnixMilli(), "")
+	if err != nil || len(got) != 2 || got[0].ID != "x" || got[1].ID != "a" {
+		t.Fatalf("claim of 2: %v, %v; want x and a", got, err)
+	}
+	if prepared("x") || !prepared("a") {
+		t.Errorf("x prepared: %v (want false: another gateway added it), a prepared: %v (want true)", prepared("x"), prepared("a"))
+	}
+	if info, _ := s.rdb.Info(ctx, "commandstats").Result(); strings.Contains(info, "cmdstat_lrange:") {
+		t.Error("the claim asked Redis for the pool's head")
+	}
+	got, err = s.Claim(ctx, "o", "p", "o", 1, patch, now.UnixMilli(), "")
+	if err != nil || len(got) != 1 || got[0].ID != "b" || got[0].Metadata["team"] != "a" {
+		t.Fatalf("claim of 1: %v, %v; want b", got, err)
+	}
+	if !prepared("b") {
+		t.Error("b, prepared by the first claim and not popped, was not prepared again")
 	}
 }

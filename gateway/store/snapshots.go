@@ -70,7 +70,8 @@ func (s *Store) CreateSnapshot(ctx context.Context, snap *Snapshot, max int64) e
 var createSnapshotScript = redis.NewScript(`
 -- KEYS: snapshots hash; ARGV: field, json, tenantPrefix, max (0 = none)
 local max = tonumber(ARGV[4])
-if max > 0 then
+-- A snapshot already written (by this create sent again, its answer late) counts already.
+if max > 0 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   local n = 0
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     if string.sub(f, 1, #ARGV[3]) == ARGV[3] then n = n + 1 end

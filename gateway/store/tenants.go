@@ -83,11 +83,11 @@ func (s *Store) PutTenant(ctx context.Context, t *Tenant, create bool) error {
 		return err
 	}
 	if create {
-		ok, err := s.rdb.HSetNX(ctx, s.tenantsKey(), t.ID, body).Result()
+		n, err := createFieldScript.Run(ctx, s, []string{s.tenantsKey()}, t.ID, body).Int()
 		if err != nil {
 			return wrap(err)
 		}
-		if !ok {
+		if n != 1 {
 			return fmt.Errorf("tenant %s: %w", t.ID, ErrConflict)
 		}
 		return nil
@@ -182,8 +182,8 @@ func (s *Store) ListKeys(ctx context.Context, tenant string) ([]*APIKey, error) 
 	return out, nil
 }
 
-var revokeKeyScript = redis.NewScript(`
--- KEYS: keyIDs, keys, tenantKeys; ARGV: id
+var revokeKeyScript = newOpScript(`
+-- KEYS: keyIDs, keys, tenantKeys, (op token); ARGV: id
 local h = redis.call('HGET', KEYS[1], ARGV[1])
 if not h then return 0 end
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 0 then return 0 end
@@ -195,7 +195,7 @@ return 1
 
 // RevokeKey deletes a tenant's key at once; ErrNotFound when it is not that tenant's.
 func (s *Store) RevokeKey(ctx context.Context, tenant, id string) error {
-	n, err := revokeKeyScript.Run(ctx, s.rdb, []string{s.keyIDsKey(), s.keysKey(), s.tenantKeys(tenant)}, id).Int()
+	n, err := revokeKeyScript.Run(ctx, s, []string{s.keyIDsKey(), s.keysKey(), s.tenantKeys(tenant)}, id).Int()
 	if err != nil {
 		return wrap(err)
 	}
@@ -205,8 +205,8 @@ func (s *Store) RevokeKey(ctx context.Context, tenant, id string) error {
 	return nil
 }
 
-var bucketScript = redis.NewScript(`
--- KEYS: bucket; ARGV: rate/s, burst, nowMs, take
+var bucketScript = newOpScript(`
+-- KEYS: bucket, (op token); ARGV: rate/s, burst, nowMs, take
 local rate, burst, now, take = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens, ts = tonumber(b[1]), tonumber(b[2])
@@ -222,7 +222,7 @@ return {ok, tostring(tokens)}
 // TakeTokens takes n tokens from a tenant's create bucket (shared by every gateway); it
 // reports whether there were enough and how many are left.
 func (s *Store) TakeTokens(ctx context.Context, tenant string, rate, burst float64, n int, now time.Time) (bool, float64, error) {
-	res, err := bucketScript.Run(ctx, s.rdb, []string{s.Key("tenant", tenant, "bucket")}, rate, burst, now.UnixMilli(), n).Slice()
+	res, err := bucketScript.Run(ctx, s, []string{s.Key("tenant", tenant, "bucket")}, rate, burst, now.UnixMilli(), n).Slice()
 	if err != nil {
 		return false, 0, wrap(err)
 	}
