@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -109,24 +110,38 @@ func BenchmarkPreviewInProcess(b *testing.B) {
 // benchPreviewAB runs the gateway/direct alternation of the preview benchmarks.
 func benchPreviewAB(b *testing.B, via string, hdr map[string]string, direct string) {
 	const rounds = 3
-	var cpu, n [2]int64
+	var cpu, n, allocs, bytes [2]int64
 	for round := 0; round < rounds; round++ {
 		for i, url := range []string{via, direct} {
 			h := hdr
 			if i == 1 {
 				h = nil
 			}
-			c0 := selfCPU()
+			c0, m0 := selfCPU(), heapAllocs()
 			runPreviewLoad(b, url, h, b.N)
+			m1 := heapAllocs()
 			cpu[i] += int64(selfCPU() - c0)
+			allocs[i] += int64(m1.Mallocs - m0.Mallocs)
+			bytes[i] += int64(m1.TotalAlloc - m0.TotalAlloc)
 			n[i] += int64(b.N)
 		}
 	}
-	viaUS := float64(cpu[0]) / float64(n[0]) / 1e3
-	directUS := float64(cpu[1]) / float64(n[1]) / 1e3
+	per := func(v [2]int64, i int) float64 { return float64(v[i]) / float64(n[i]) }
+	viaUS, directUS := per(cpu, 0)/1e3, per(cpu, 1)/1e3
 	b.ReportMetric(viaUS, "via-cpu-µs/req")
 	b.ReportMetric(directUS, "direct-cpu-µs/req")
 	b.ReportMetric(viaUS-directUS, "gw-cpu-µs/req")
+	// The same difference for the heap: the gateway's allocations per request (the
+	// client's and the upstream's are the same either way; the upstream is another process).
+	b.ReportMetric(per(allocs, 0)-per(allocs, 1), "gw-allocs/req")
+	b.ReportMetric(per(bytes, 0)-per(bytes, 1), "gw-B/req")
+}
+
+// heapAllocs reads this process's allocation counters (a stop of the world: once per run).
+func heapAllocs() runtime.MemStats {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
 }
 
 // runPreviewLoad sends n GETs to url from 8 goroutines on one keep-alive client.
