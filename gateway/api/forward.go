@@ -220,8 +220,10 @@ func flushesAtOnce(res *http.Response) bool {
 	if res.ContentLength == -1 {
 		return true
 	}
-	ct := res.Header.Get("Content-Type")
-	if ct == "" {
+	ct := strings.TrimLeft(res.Header.Get("Content-Type"), " \t")
+	// Only a text/ type can be text/event-stream: any other (JSON above all) is not
+	// parsed, which would cost a map per answer.
+	if len(ct) < len("text/") || !strings.EqualFold(ct[:len("text/")], "text/") {
 		return false
 	}
 	base, _, _ := mime.ParseMediaType(ct)

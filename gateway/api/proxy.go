@@ -439,9 +439,13 @@ func stripCredentials(r, orig *http.Request, h *Handler) {
 			r.Header.Del("Authorization")
 		}
 	}
-	if q := r.URL.Query(); q.Has(linkQueryParam) {
-		q.Del(linkQueryParam)
-		r.URL.RawQuery = q.Encode()
+	// A query that can hold no link token (without its name, and without escapes that
+	// could spell it) is not parsed: most requests have none.
+	if raw := r.URL.RawQuery; strings.Contains(raw, linkQueryParam) || strings.Contains(raw, "%") {
+		if q := r.URL.Query(); q.Has(linkQueryParam) {
+			q.Del(linkQueryParam)
+			r.URL.RawQuery = q.Encode()
+		}
 	}
 	if cookies := r.Cookies(); len(cookies) > 0 {
 		r.Header.Del("Cookie")
