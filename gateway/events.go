@@ -177,8 +177,8 @@ func (s *Service) publishEvent(ev store.Event) {
 	if id == "" {
 		id = uuid.NewString()
 	}
-	var data any = ev.Data
-	if ev.Data == nil {
+	data := ev.DataMap()
+	if data == nil {
 		data = map[string]any{}
 	}
 	body, err := plugins.MarshalEvent(plugins.Event{ID: id, Type: ev.Type, Tenant: ev.Tenant, SandboxID: ev.SandboxID, Time: ev.Time, Data: data})

@@ -46,7 +46,11 @@ type idleFlight struct {
 
 // idlePauseOf returns a sandbox's idle period, zero without one.
 func idlePauseOf(sb *store.Sandbox) time.Duration {
-	n, err := strconv.Atoi(sb.Extensions[ExtensionIdlePause])
+	v := sb.Extensions[ExtensionIdlePause]
+	if v == "" {
+		return 0 // most sandboxes: no parse error built on every proxied request
+	}
+	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		return 0
 	}

@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/store"
@@ -377,5 +379,47 @@ func TestActivityRecorded(t *testing.T) {
 				t.Errorf("activity moved within the throttle: %v, then %v", first, again)
 			}
 		})
+	}
+}
+
+// TestAccessEventsWritten: every proxied access becomes one preview.accessed event in
+// the tenant's stream, with the request's port, method, path, status, size, duration
+// and credential as data (the batched writer, runAccessLog, with typed data).
+func TestAccessEventsWritten(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	rec := &store.Sandbox{ID: uuid.NewString(), Tenant: DefaultTenant, State: StateRunning, Image: "img", CreatedAt: now, LastTransitionAt: now}
+	if err := c.store.CreateSandbox(ctx, rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300 // more than one batch (eventBatch)
+	for i := 0; i < n; i++ {
+		c.svc.RecordAccess(rec, AccessRecord{Port: 8000, Method: "GET", Path: fmt.Sprintf("/p/%d", i), Status: 200, Bytes: int64(i),
+			Duration: 1500 * time.Microsecond, Credential: CredSandboxToken})
+	}
+	var evs []store.Event
+	deadline := time.Now().Add(5 * time.Second)
+	for len(evs) < n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		var err error
+		if evs, err = c.store.ReadEvents(ctx, DefaultTenant, "", 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen int
+	for _, ev := range evs {
+		if ev.Type != "preview.accessed" || ev.SandboxID != rec.ID {
+			continue
+		}
+		want := map[string]any{"port": 8000.0, "method": "GET", "path": fmt.Sprintf("/p/%d", seen), "status": 200.0,
+			"bytes": float64(seen), "durationMs": 1.5, "credential": CredSandboxToken}
+		if diff := cmp.Diff(want, ev.Data); diff != "" {
+			t.Fatalf("event %d data (-want +got):\n%s", seen, diff)
+		}
+		seen++
+	}
+	if seen != n {
+		t.Fatalf("%d preview.accessed events written, want %d", seen, n)
 	}
 }

@@ -31,9 +31,10 @@ const activityThrottle = time.Second
 // may extend the sandbox's life.
 func (s *Service) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	s.noteProxied(rec)
-	ev := store.Event{Type: plugins.EventPreviewAccessed, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Data: map[string]any{
-		"port": rec.Port, "method": rec.Method, "path": rec.Path, "status": rec.Status, "bytes": rec.Bytes,
-		"durationMs": float64(rec.Duration.Microseconds()) / 1000, "credential": rec.Credential,
+	// Typed, not a map: one allocation for what was a dozen (store.Event.Access).
+	ev := store.Event{Type: plugins.EventPreviewAccessed, Tenant: sb.Tenant, SandboxID: sb.ID, Time: time.Now().UTC(), Access: &store.AccessData{
+		Port: rec.Port, Method: rec.Method, Path: rec.Path, Status: rec.Status, Bytes: rec.Bytes,
+		DurationMs: float64(rec.Duration.Microseconds()) / 1000, Credential: rec.Credential,
 	}}
 	s.queueEvent(ev)
 	now := s.now()

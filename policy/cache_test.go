@@ -66,6 +66,51 @@ func TestAccessCacheKeepsFullDecision(t *testing.T) {
 	}
 }
 
+func TestCheckAccessDecidesAsAccess(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, Options{Dir: t.TempDir()})
+	proxy := func(principal Principal, resourceTenant string) AccessInput {
+		return AccessInput{Principal: principal, Tenant: resourceTenant, Action: "sandbox.proxy",
+			Resource: Resource{Kind: "sandbox", ID: "sb-1", Tenant: resourceTenant, Port: 8000}, Request: Request{Method: "GET", Path: "/"}}
+	}
+	tests := []struct {
+		name  string
+		in    AccessInput
+		allow bool
+	}{
+		{"own sandbox token", proxy(Principal{Kind: "sandbox_token", Tenant: "t1", Sandbox: "sb-1"}, "t1"), true},
+		{"another sandbox's token", proxy(Principal{Kind: "sandbox_token", Tenant: "t1", Sandbox: "sb-2"}, "t1"), false},
+		{"own tenant's key", proxy(apiKey("member", "t1"), "t1"), true},
+		{"another tenant's key", proxy(apiKey("member", "t2"), "t1"), false},
+		{"anonymous", proxy(Principal{Kind: "anonymous"}, "t1"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// First uncached, then from the cache: the same answer as Access each time.
+			for i := 0; i < 2; i++ {
+				want, got := e.Access(ctx, tt.in), e.CheckAccess(ctx, tt.in)
+				if got.Allow != tt.allow || got.Allow != want.Allow || got.Code != want.Code || got.Message != want.Message || got.PolicyVersion != want.PolicyVersion {
+					t.Fatalf("round %d: CheckAccess %+v, Access %+v (want allow %v)", i, got, want, tt.allow)
+				}
+				if !got.Allow && (got.DecisionID == "" || got.InputHash != want.InputHash) {
+					t.Fatalf("round %d: a denial without its identity: %+v", i, got)
+				}
+			}
+		})
+	}
+	// A new policy version is asked anew, not answered from the old one's cache.
+	in := tests[0].in
+	if err := e.SetModule(ctx, "access.rego", `package sandgate.access
+
+decision := {"allow": false, "code": "DENIED", "message": "closed for maintenance"}
+`); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.CheckAccess(ctx, in); d.Allow || d.Message != "closed for maintenance" {
+		t.Fatalf("after the override: %+v, want the override's denial", d)
+	}
+}
+
 func TestNondeterministicPolicyIsNotCached(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEngine(t, Options{Dir: t.TempDir()})

@@ -240,12 +240,12 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 
 // ServeHTTP implements http.Handler: request id, panic safety, then the routes.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get("X-Request-ID")
+	id := r.Header.Get(headerRequestID)
 	if id == "" || len(id) > 200 {
 		id = newRequestID()
-		r.Header.Set("X-Request-ID", id)
+		r.Header.Set(headerRequestID, id)
 	}
-	w.Header().Set("X-Request-ID", id)
+	w.Header().Set(headerRequestID, id)
 	r, endSpan := tracing.StartRequest(r, id)
 	defer func() { endSpan(r.Pattern) }()
 	defer func() {
@@ -276,10 +276,12 @@ func newRequestID() string {
 	return hex.EncodeToString(b)
 }
 
-// The API key headers, canonical (as written, each lookup would canonicalize them anew).
+// The API key headers and X-Request-ID, canonical (as written, each lookup would
+// canonicalize them anew: an allocation per request and header).
 var (
-	headerAPIKey  = http.CanonicalHeaderKey("OPEN-SANDBOX-API-KEY")
-	headerXAPIKey = http.CanonicalHeaderKey("X-API-Key")
+	headerRequestID = http.CanonicalHeaderKey("X-Request-ID")
+	headerAPIKey    = http.CanonicalHeaderKey("OPEN-SANDBOX-API-KEY")
+	headerXAPIKey   = http.CanonicalHeaderKey("X-API-Key")
 )
 
 // apiKeyFrom returns the API key a request carries in any of the accepted headers.

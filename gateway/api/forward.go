@@ -21,23 +21,31 @@ import (
 // request, garbage at the next GC).
 const forwardBufferSize = 32 << 10
 
-// bufferPool lends NewForward its copy buffers (httputil.BufferPool).
+// bufferPool lends NewForward its copy buffers (httputil.BufferPool). It pools each
+// buffer's *[]byte: leanForward takes and returns those (get, put), while httputil's
+// Put of a bare slice costs a new one.
 type bufferPool struct{ pool sync.Pool }
 
-func (p *bufferPool) Get() []byte {
-	if b, ok := p.pool.Get().(*[]byte); ok {
-		return *b
-	}
-	return make([]byte, forwardBufferSize)
-}
+func (p *bufferPool) Get() []byte { return *p.get() }
 
 func (p *bufferPool) Put(b []byte) {
 	if cap(b) < forwardBufferSize {
 		return
 	}
 	b = b[:forwardBufferSize]
-	p.pool.Put(&b)
+	p.put(&b)
 }
+
+// get lends a buffer, returned with put.
+func (p *bufferPool) get() *[]byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, forwardBufferSize)
+	return &b
+}
+
+func (p *bufferPool) put(b *[]byte) { p.pool.Put(b) }
 
 var forwardBuffers = &bufferPool{}
 
@@ -78,6 +86,9 @@ type leanConn struct {
 	bw      *bufio.Writer
 	addr    string
 	idledAt time.Time
+	// breakOff makes a blocked read or write of conn return at once: made with the
+	// connection, not a closure per request.
+	breakOff func()
 }
 
 func newLeanForward(onError func(w http.ResponseWriter, r *http.Request, err error)) *leanForward {
@@ -156,7 +167,7 @@ func (f *leanForward) try(w http.ResponseWriter, r *http.Request, upstream strin
 		return false, err
 	}
 	// The client going away breaks the upstream connection off (a slow answer, a stream).
-	stop := context.AfterFunc(ctx, func() { _ = lc.conn.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, lc.breakOff)
 	res, informational, err := lc.roundTrip(w, r)
 	if err != nil {
 		stop()
@@ -220,8 +231,10 @@ func flushesAtOnce(res *http.Response) bool {
 	if res.ContentLength == -1 {
 		return true
 	}
-	ct := res.Header.Get("Content-Type")
-	if ct == "" {
+	ct := strings.TrimLeft(res.Header.Get("Content-Type"), " \t")
+	// Only a text/ type can be text/event-stream: any other (JSON above all) is not
+	// parsed, which would cost a map per answer.
+	if len(ct) < len("text/") || !strings.EqualFold(ct[:len("text/")], "text/") {
 		return false
 	}
 	base, _, _ := mime.ParseMediaType(ct)
@@ -231,8 +244,9 @@ func flushesAtOnce(res *http.Response) bool {
 // copyBody copies res's body to w through a pooled buffer, flushing after every write
 // when flush; it reports an error of either side (the body read to its end is nil).
 func copyBody(w http.ResponseWriter, res *http.Response, flush bool) error {
-	buf := forwardBuffers.Get()
-	defer forwardBuffers.Put(buf)
+	bp := forwardBuffers.get()
+	defer forwardBuffers.put(bp)
+	buf := *bp
 	var rc *http.ResponseController
 	if flush {
 		rc = http.NewResponseController(w)
@@ -277,7 +291,9 @@ func (f *leanForward) get(ctx context.Context, addr string) (*leanConn, bool, er
 	if err != nil {
 		return nil, false, err
 	}
-	return &leanConn{conn: conn, br: bufio.NewReaderSize(conn, 4<<10), bw: bufio.NewWriterSize(conn, 4<<10), addr: addr}, false, nil
+	lc := &leanConn{conn: conn, br: bufio.NewReaderSize(conn, 4<<10), bw: bufio.NewWriterSize(conn, 4<<10), addr: addr}
+	lc.breakOff = func() { _ = conn.SetDeadline(aLongTimeAgo) }
+	return lc, false, nil
 }
 
 // put makes lc idle for the next request to its address.

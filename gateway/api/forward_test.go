@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate/gateway"
 )
 
 // forwardVia serves every request to upstream with fwd (the rewriting done by proxyAs
@@ -221,6 +223,66 @@ func TestLeanForwardTakes(t *testing.T) {
 	} {
 		if got := lean.handles(tt.r); got != tt.want {
 			t.Errorf("%s: handles %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestLeanForwardFlushesEventStreams: an answer of unknown length or of type
+// text/event-stream (however written) is flushed at every write; others are not.
+func TestLeanForwardFlushesEventStreams(t *testing.T) {
+	for _, tt := range []struct {
+		contentType string
+		length      int64
+		want        bool
+	}{
+		{"text/event-stream", 10, true},
+		{"text/event-stream; charset=utf-8", 10, true},
+		{"Text/Event-Stream", 10, true},
+		{" text/event-stream", 10, true},
+		{"application/json", -1, true},
+		{"application/json", 10, false},
+		{"text/html; charset=utf-8", 10, false},
+		{"text/", 10, false},
+		{"tex", 10, false},
+		{"", 10, false},
+	} {
+		res := &http.Response{ContentLength: tt.length, Header: http.Header{}}
+		if tt.contentType != "" {
+			res.Header.Set("Content-Type", tt.contentType)
+		}
+		if got := flushesAtOnce(res); got != tt.want {
+			t.Errorf("%q, length %d: flushesAtOnce %v, want %v", tt.contentType, tt.length, got, tt.want)
+		}
+	}
+}
+
+// TestStripCredentialsFromQueryAndCookies: the link token leaves the query however its
+// name is spelled (escapes included), a query without one is sent as written, and the
+// gateway's cookies and headers never reach the sandbox.
+func TestStripCredentialsFromQueryAndCookies(t *testing.T) {
+	for _, tt := range []struct{ query, want string }{
+		{"", ""},
+		{"a=1", "a=1"},
+		{"a=%20b&c=d", "a=%20b&c=d"}, // no token: not re-encoded
+		{"a=1&" + linkQueryParam + "=tok", "a=1"},
+		{"a=1&sandgate%5Ftoken=tok", "a=1"},
+		{"%73andgate_token=tok", ""},
+	} {
+		r := httptest.NewRequest("GET", "/x?"+tt.query, nil)
+		r.Header.Set("Cookie", cookieName+"=c1; theirs=2; "+sessionCookie+"=s")
+		r.Header.Set(gateway.HeaderAccessToken, "sga1.k.mac")
+		r.Header.Set("X-API-Key", "key")
+		stripCredentials(r, r, nil) // no Authorization header: the handler is not asked
+		if r.URL.RawQuery != tt.want {
+			t.Errorf("query %q: sent %q, want %q", tt.query, r.URL.RawQuery, tt.want)
+		}
+		if got := r.Header.Values("Cookie"); len(got) != 1 || got[0] != "theirs=2" {
+			t.Errorf("query %q: cookies sent %q", tt.query, got)
+		}
+		for _, h := range []string{gateway.HeaderAccessToken, "X-API-Key"} {
+			if v := r.Header.Get(h); v != "" {
+				t.Errorf("%s sent: %q", h, v)
+			}
 		}
 	}
 }

@@ -138,7 +138,8 @@ func (h *Handler) servePathMode(w http.ResponseWriter, r *http.Request, id, port
 		r = r.WithContext(context.WithValue(r.Context(), pathTokenKey{}, tok))
 		prefix, rest = prefix+pathTokenSegment+tok, after
 	}
-	h.proxy(confineToOpaqueOrigin(w, prefix+"/"), r, id, portStr, prefix+"/", rest)
+	cookiePath := prefix + "/"
+	h.proxy(confineToOpaqueOrigin(w, cookiePath), r, id, portStr, cookiePath, rest)
 }
 
 // pathTokenSegment introduces a preview token in a path-mode URL:
@@ -249,11 +250,11 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	}
 	// A shallow copy with a URL of its own: the credentials are stripped from the
 	// incoming request's header map itself (nothing after reads them; Caddy logs its own
-	// copy), which spares a deep clone of the request per call.
-	out := new(http.Request)
-	*out = *r
-	u := *r.URL
-	out.URL = &u
+	// copy), which spares a deep clone of the request per call. The copy, its URL and
+	// the answer's recorder are one allocation (forwarded).
+	fw := &forwarded{req: *r, url: *r.URL}
+	out := &fw.req
+	out.URL = &fw.url
 	if rest == "" {
 		rest = "/"
 	}
@@ -274,7 +275,8 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	if port == agentproto.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)
 	}
-	rec := &recorder{ResponseWriter: w}
+	rec := &fw.rec
+	rec.ResponseWriter = w
 	start := time.Now()
 	if sb.Pool != "" {
 		out = out.WithContext(context.WithValue(out.Context(), upstreamFailedKey{}, func(err error) error {
@@ -439,9 +441,13 @@ func stripCredentials(r, orig *http.Request, h *Handler) {
 			r.Header.Del("Authorization")
 		}
 	}
-	if q := r.URL.Query(); q.Has(linkQueryParam) {
-		q.Del(linkQueryParam)
-		r.URL.RawQuery = q.Encode()
+	// A query that can hold no link token (without its name, and without escapes that
+	// could spell it) is not parsed: most requests have none.
+	if raw := r.URL.RawQuery; strings.Contains(raw, linkQueryParam) || strings.Contains(raw, "%") {
+		if q := r.URL.Query(); q.Has(linkQueryParam) {
+			q.Del(linkQueryParam)
+			r.URL.RawQuery = q.Encode()
+		}
 	}
 	if cookies := r.Cookies(); len(cookies) > 0 {
 		r.Header.Del("Cookie")
@@ -451,6 +457,14 @@ func stripCredentials(r, orig *http.Request, h *Handler) {
 			}
 		}
 	}
+}
+
+// forwarded is what proxyAs makes for a request it forwards: the request as sent, its
+// URL, and the recorder of the answer.
+type forwarded struct {
+	req http.Request
+	url url.URL
+	rec recorder
 }
 
 // recorder notes status and size of a proxied answer; it passes flushes and hijacks on.

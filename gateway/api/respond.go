@@ -64,7 +64,7 @@ func statusOf(k gateway.Kind) int {
 // the caller's own mistake, is not. The log names the route pattern, never the path,
 // which may hold a signed link's token.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	id := r.Header.Get("X-Request-ID")
+	id := r.Header.Get(headerRequestID)
 	e, ok := gateway.ErrorOf(err)
 	if !ok {
 		e = &gateway.Error{Kind: gateway.KindInternal, Code: gateway.CodeInternal, Message: "internal error (request " + id + ")", Cause: err}

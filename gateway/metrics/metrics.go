@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,8 +69,13 @@ type Set struct {
 	reconcile    *prometheus.CounterVec
 	proxied      *prometheus.CounterVec
 	proxiedBytes *prometheus.CounterVec
-	egressDenied prometheus.Counter
-	renewAccess  *prometheus.CounterVec
+	// proxiedBy and proxiedBytesBy hold the series of proxied and proxiedBytes once
+	// used, by kind (0 preview, 1 agent) and status class (0 other, 1-5 for 1xx-5xx):
+	// a lookup by label values hashed them under the vector's lock on every request.
+	proxiedBy      [2][6]atomic.Pointer[prometheus.Counter]
+	proxiedBytesBy [2]atomic.Pointer[prometheus.Counter]
+	egressDenied   prometheus.Counter
+	renewAccess    *prometheus.CounterVec
 
 	// recent keeps the last creates' total durations for the console's p50/p99.
 	recentMu sync.Mutex
@@ -251,14 +257,28 @@ func (s *Set) Proxied(agent bool, status int, bytes int64) {
 	if s == nil {
 		return
 	}
-	kind := ProxyPreview
+	kind, k := ProxyPreview, 0
 	if agent {
-		kind = ProxyAgent
+		kind, k = ProxyAgent, 1
 	}
-	s.proxied.WithLabelValues(kind, StatusClass(status)).Inc()
+	class := 0
+	if status >= 100 && status <= 599 {
+		class = status / 100
+	}
+	seriesOf(&s.proxiedBy[k][class], func() prometheus.Counter { return s.proxied.WithLabelValues(kind, StatusClass(status)) }).Inc()
 	if bytes > 0 {
-		s.proxiedBytes.WithLabelValues(kind).Add(float64(bytes))
+		seriesOf(&s.proxiedBytesBy[k], func() prometheus.Counter { return s.proxiedBytes.WithLabelValues(kind) }).Add(float64(bytes))
 	}
+}
+
+// seriesOf is the series *p holds, looked up with lookup (and kept in *p) on first use.
+func seriesOf(p *atomic.Pointer[prometheus.Counter], lookup func() prometheus.Counter) prometheus.Counter {
+	if c := p.Load(); c != nil {
+		return *c
+	}
+	c := lookup()
+	p.Store(&c)
+	return c
 }
 
 // EgressDenied counts n egress denials.

@@ -75,3 +75,47 @@ func TestStatusClass(t *testing.T) {
 		}
 	}
 }
+
+// TestProxiedCountsBySeries: each proxied request counts in the series of its kind and
+// status class, and its bytes in its kind's, however often a series is used.
+func TestProxiedCountsBySeries(t *testing.T) {
+	s := New()
+	for i := 0; i < 3; i++ {
+		s.Proxied(false, 200, 10)
+	}
+	s.Proxied(false, 204, 0)
+	s.Proxied(true, 503, 7)
+	s.Proxied(false, 42, 1)
+	s.Proxied(true, 200, 0)
+	want := map[string]float64{
+		"proxied 2xx preview": 4, "proxied 5xx agent": 1, "proxied other preview": 1, "proxied 2xx agent": 1, // labels by name: class, kind
+		"bytes preview": 31, "bytes agent": 7,
+	}
+	got := map[string]float64{}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.proxied, s.proxiedBytes)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := "proxied"
+			if strings.HasSuffix(f.GetName(), "bytes_total") {
+				name = "bytes"
+			}
+			for _, l := range m.GetLabel() {
+				name += " " + l.GetValue()
+			}
+			got[name] = m.GetCounter().GetValue()
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}

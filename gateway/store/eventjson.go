@@ -7,25 +7,71 @@ import (
 	"strconv"
 )
 
-// encodeEvent is json.Marshal(ev), byte for byte, without reflection when every value
-// is one the hot paths put in events (plain strings, integers, finite floats, bools):
-// the proxy queues an event per request, and reflecting over its data map was most of
-// the batched writer's CPU. Anything else (a string that needs escaping, a nested
-// value) goes to json.Marshal.
+// encodeEvent is json.Marshal(ev), byte for byte (with Access as Data), without
+// reflection when every value is one the hot paths put in events (plain strings,
+// integers, finite floats, bools): the proxy queues an event per request, and
+// reflecting over its data map was most of the batched writer's CPU. Anything else (a
+// string that needs escaping, a nested value) goes to json.Marshal.
 func encodeEvent(ev Event) ([]byte, error) {
+	if b, ok := appendEvent(make([]byte, 0, 160+32*max(len(ev.Data), accessDataFields)), ev); ok {
+		return b, nil
+	}
+	return json.Marshal(ev.withData())
+}
+
+// encodeEvents encodes each of evs as encodeEvent does, into one buffer made one
+// string, and returns each body as a *string into it, an argument go-redis writes as
+// that string and an interface holds without an allocation; nil for an event
+// encodeEvent refuses.
+func encodeEvents(evs []Event) []any {
+	buf := make([]byte, 0, 320*len(evs))
+	ends := make([]int, len(evs))
+	for i, ev := range evs {
+		start := len(buf)
+		var ok bool
+		if buf, ok = appendEvent(buf, ev); !ok {
+			body, err := json.Marshal(ev.withData())
+			if buf = buf[:start]; err != nil {
+				ends[i] = -1
+				continue
+			}
+			buf = append(buf, body...)
+		}
+		ends[i] = len(buf)
+	}
+	all := string(buf)
+	strs := make([]string, len(evs))
+	out := make([]any, len(evs))
+	start := 0
+	for i, end := range ends {
+		if end < 0 {
+			continue
+		}
+		strs[i], out[i] = all[start:end], &strs[i]
+		start = end
+	}
+	return out
+}
+
+// appendEvent appends encodeEvent's encoding of ev to b; false (and b as it may be,
+// grown) when ev needs json.Marshal.
+func appendEvent(b []byte, ev Event) ([]byte, bool) {
 	var keyArr [12]string
 	keys := keyArr[:0]
-	for k, v := range ev.Data {
-		if !plainJSONString(k) || !simpleJSONValue(v) {
-			return json.Marshal(ev)
+	if ev.Access == nil {
+		for k, v := range ev.Data {
+			if !plainJSONString(k) || !simpleJSONValue(v) {
+				return b, false
+			}
+			keys = append(keys, k)
 		}
-		keys = append(keys, k)
+	} else if !ev.Access.plain() {
+		return b, false
 	}
 	if !plainJSONString(ev.ID) || !plainJSONString(ev.Type) || !plainJSONString(ev.Tenant) || !plainJSONString(ev.SandboxID) {
-		return json.Marshal(ev)
+		return b, false
 	}
 	slices.Sort(keys)
-	b := make([]byte, 0, 160+32*len(keys))
 	b = append(b, '{')
 	if ev.ID != "" {
 		b = append(b, `"id":"`...)
@@ -45,10 +91,14 @@ func encodeEvent(ev Event) ([]byte, error) {
 	b = append(b, `,"time":"`...)
 	b, err := ev.Time.AppendText(b) // what Time.MarshalJSON quotes
 	if err != nil {
-		return json.Marshal(ev)
+		return b, false
 	}
 	b = append(b, '"')
-	if len(ev.Data) > 0 {
+	switch {
+	case ev.Access != nil:
+		b = append(b, `,"data":`...)
+		b = ev.Access.appendJSON(b)
+	case len(ev.Data) > 0:
 		b = append(b, `,"data":{`...)
 		for i, k := range keys {
 			if i > 0 {
@@ -61,7 +111,53 @@ func encodeEvent(ev Event) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
-	return append(b, '}'), nil
+	return append(b, '}'), true
+}
+
+// AccessData is the data of a preview.accessed event (Event.Access).
+type AccessData struct {
+	Port       int
+	Method     string
+	Path       string
+	Status     int
+	Bytes      int64
+	DurationMs float64
+	Credential string
+}
+
+// accessDataFields is how many values Map holds.
+const accessDataFields = 7
+
+// Map is d as an event's Data.
+func (d *AccessData) Map() map[string]any {
+	return map[string]any{
+		"port": d.Port, "method": d.Method, "path": d.Path, "status": d.Status, "bytes": d.Bytes,
+		"durationMs": d.DurationMs, "credential": d.Credential,
+	}
+}
+
+// plain reports whether appendJSON writes d as json.Marshal writes d.Map().
+func (d *AccessData) plain() bool {
+	return plainJSONString(d.Method) && plainJSONString(d.Path) && plainJSONString(d.Credential) && simpleJSONValue(d.DurationMs)
+}
+
+// appendJSON appends d.Map()'s JSON object, keys sorted as json.Marshal sorts them.
+func (d *AccessData) appendJSON(b []byte) []byte {
+	b = append(b, `{"bytes":`...)
+	b = strconv.AppendInt(b, d.Bytes, 10)
+	b = append(b, `,"credential":"`...)
+	b = append(b, d.Credential...)
+	b = append(b, `","durationMs":`...)
+	b = appendSimpleJSON(b, d.DurationMs)
+	b = append(b, `,"method":"`...)
+	b = append(b, d.Method...)
+	b = append(b, `","path":"`...)
+	b = append(b, d.Path...)
+	b = append(b, `","port":`...)
+	b = strconv.AppendInt(b, int64(d.Port), 10)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(d.Status), 10)
+	return append(b, '}')
 }
 
 // plainJSONString reports whether json.Marshal writes s as is between quotes: printable

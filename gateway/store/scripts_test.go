@@ -560,3 +560,49 @@ func TestClaimPreparesWithOthersAdding(t *testing.T) {
 		t.Error("b, prepared by the first claim and not popped, was not prepared again")
 	}
 }
+
+// TestAppendEventsReadsBack: a batch of events of several tenants and types, typed
+// access data among them, reads back as the events written one by one (AppendEvent)
+// with Data; an event that cannot be encoded is skipped, not the batch.
+func TestAppendEventsReadsBack(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	at := time.Now().UTC()
+	access := &AccessData{Port: 8000, Method: "GET", Path: "/a?b=<c>", Status: 200, Bytes: 512, DurationMs: 1.25, Credential: "cookie"}
+	batch := []Event{
+		{Type: "preview.accessed", Tenant: "e1", SandboxID: "s1", Time: at, Access: access},
+		{Type: "command.started", Tenant: "e2", SandboxID: "s2", Time: at, Data: map[string]any{"command": `echo "hi"`}},
+		{Type: "x", Tenant: "e1", Time: at, Data: map[string]any{"bad": make(chan int)}},
+		{Type: "preview.accessed", Tenant: "e1", SandboxID: "s3", Time: at, Access: &AccessData{Method: "HEAD", Path: "/", Status: 204}},
+		{Type: "sandbox.deleted", Tenant: "e2", SandboxID: "s2", Time: at},
+	}
+	if err := s.AppendEvents(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []Event{batch[0], batch[1], batch[3], batch[4]} {
+		one := ev.withData()
+		one.Tenant = "one-" + ev.Tenant
+		if _, err := s.AppendEvent(ctx, one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tenant := range []string{"e1", "e2"} {
+		got, err := s.ReadEvents(ctx, tenant, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.ReadEvents(ctx, "one-"+tenant, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			want[i].ID, want[i].Tenant = "", tenant
+		}
+		for i := range got {
+			got[i].ID = ""
+		}
+		if diff := cmp.Diff(want, got); diff != "" || len(got) != 2 {
+			t.Errorf("tenant %s: %d events (-one by one +batch):\n%s", tenant, len(got), diff)
+		}
+	}
+}
