@@ -1,8 +1,9 @@
 // Package docker runs sandboxes as containers of a local Docker engine. Each sandbox is
-// one container on a private bridge network, with the static sandbox-agent mounted
-// read-only from a shared volume (agentvolume.go) and run as PID 1 in front of the
-// user's entrypoint; no port is published:
-// the gateway reaches the agent at the container's address.
+// one container on a private bridge network (or in the network namespace of a spare
+// holder container on it, prepared before the create: holders.go), with the static
+// sandbox-agent mounted read-only from a shared volume (agentvolume.go) and run as PID 1
+// in front of the user's entrypoint; no port is published: the gateway reaches the agent
+// at the sandbox's address.
 package docker
 
 import (

@@ -4,11 +4,13 @@ package docker
 //
 // A sandbox with an EgressSpec is two containers. The workload container owns the
 // network namespace (it is the one on the sandbox network, so its address, listing and
-// cleanup work exactly as without enforcement); it starts with only the agent running,
-// not the user's entrypoint. The enforcer sidecar then joins the workload's network
-// namespace, and only that one, with NET_ADMIN (the workload has neither NET_ADMIN nor
-// NET_RAW), installs the nftables table and serves the DNS proxy and the /policy API on
-// 18080. Only once /healthz answers does the runtime start the entrypoint through the
+// cleanup work exactly as without enforcement), or, when the create found a spare ready,
+// a third container does: a namespace holder that both join (holders.go), so that
+// neither waits for the other's start. The workload starts with only the agent running,
+// not the user's entrypoint. The enforcer sidecar joins the same network namespace, and
+// only that one, with NET_ADMIN (the workload has neither NET_ADMIN nor NET_RAW),
+// installs the nftables table and serves the DNS proxy and the /policy API on 18080.
+// Only once it answers (signed) does the runtime start the entrypoint through the
 // agent, so no user process ever runs before the rules are in place.
 //
 // Why the sidecar has its own PID namespace (and mount namespace, as any container):

@@ -293,7 +293,10 @@ func (r *Runtime) closeSpares() {
 	if r.cancelBg == nil {
 		return
 	}
+	// Under spareMu: a refill either has added to spareWG already or sees bg cancelled.
+	r.spareMu.Lock()
 	r.cancelBg()
+	r.spareMu.Unlock()
 	r.spareWG.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -16,7 +16,8 @@ import (
 // TestCreateInSpareNamespace: a create with an egress policy takes a spare namespace
 // holder; the workload and its enforcer join the holder's namespace, the sandbox's
 // address is the holder's (in the create's answer, in Inspect and in List), the holder
-// is renamed for the sandbox and replaced by a new spare, the reconciler's RestoreEgress
+// is renamed for the sandbox and replaced by a new spare, its network counters are the
+// holder's interface's, the reconciler's RestoreEgress
 // still gives the running workload a new enforcer, and Delete and Close leave nothing.
 func TestCreateInSpareNamespace(t *testing.T) {
 	r, image := testRuntime(t)
@@ -74,6 +75,9 @@ func TestCreateInSpareNamespace(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("List lacks %s at %s: %+v", id, inst.Address, list)
+	}
+	if u, err := r.Usage(ctx, id, false); err != nil || !u.NetKnown {
+		t.Fatalf("Usage: network counters known %t (%v); the holder's interface is the sandbox's", u.NetKnown, err)
 	}
 	waitSpare(t, r) // the taken spare is replaced
 
@@ -193,5 +197,42 @@ func TestCreateWithDeadSpare(t *testing.T) {
 	}
 	if _, err := r.cli.ContainerInspect(ctx, holderName(id), client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("the sandbox is in the dead spare's namespace")
+	}
+}
+
+// TestHolderDeathReported: a sandbox whose namespace holder dies has lost its network
+// (its workload runs on, unreachable): WatchDeaths reports the sandbox dead, so that a
+// warm member in that state leaves its pool and a claimed one is marked Failed.
+func TestHolderDeathReported(t *testing.T) {
+	r, image := testRuntime(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waitSpare(t, r)
+	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
+	spec := runtimes.Spec{
+		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
+		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)},
+	}
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	if _, err := r.Create(ctx, spec); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	reported := make(chan string, 16)
+	go func() { _ = r.WatchDeaths(ctx, func(id string) { reported <- id }) }()
+	time.Sleep(300 * time.Millisecond) // the event stream is open
+	if out, err := exec.Command("docker", "kill", holderName(id)).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v: %s", err, out)
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case got := <-reported:
+			if got == id {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the holder's death was not reported as the sandbox's")
+		}
 	}
 }
