@@ -356,6 +356,7 @@ func (r *Runtime) sweepHolders(ctx context.Context, holders []container.Summary,
 		}
 		if gone {
 			if _, err := r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err == nil {
+				r.log.Info("removed a network namespace holder whose sandbox or gateway is gone", "names", c.Names)
 				removed++
 			}
 		}

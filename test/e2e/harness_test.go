@@ -413,3 +413,22 @@ func lastEvent(evs []event) event {
 	}
 	return evs[len(evs)-1]
 }
+
+// sandboxIP reads a sandbox's address from the engine: its workload's own on the network,
+// or, for one in a namespace holder's namespace (runtimes/docker/holders.go, where the
+// engine reports none for the workload), the address the workload is labelled with.
+func sandboxIP(t testing.TB, id string) string {
+	t.Helper()
+	out, err := exec.Command("docker", "inspect", "-f", `{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}|{{index .Config.Labels "sandgate.io/address"}}`, "sandgate-"+id).Output()
+	if err != nil {
+		t.Fatalf("docker inspect sandgate-%s: %v", id, err)
+	}
+	own, label, _ := strings.Cut(strings.TrimSpace(string(out)), "|")
+	if f := strings.Fields(own); len(f) > 0 {
+		return f[0]
+	}
+	if label == "" {
+		t.Fatalf("no address for sandbox %s", id)
+	}
+	return label
+}
