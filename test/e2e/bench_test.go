@@ -92,8 +92,9 @@ func (l latencies) ms() (p50, p99 float64) { return testenv.Quantiles(l, time.Mi
 //	8-15      1245 vs 876 raw (1.42×, session 8)  501 vs 882 (0.57×)
 //	34-49     -                                   2421 vs 5463 (0.44×)
 //	18-28     -                                   2101 vs 3778 (0.56×)
-//	24-70     its 10x runs failed; the warm-up    -
-//	          create: 12852 vs 9195, 8482 vs 7784
+//	20-25     5069 vs 4120 (1.23×, 5 creates)     -
+//	24-70     its 10x runs failed (create          -
+//	          timeouts); warm-up create 12852 vs 9195
 //
 // (The machine was shared with four other helpers' builds and e2e runs: raw docker
 // itself took 0.9-5.5 s. engine-cpu-ms counts whatever else used dockerd meanwhile.)
