@@ -42,6 +42,7 @@ func usage() {
   sandbox-agent init [-- entrypoint [args...]]   run as PID 1: API + entrypoint
   sandbox-agent serve                            run the API only
   sandbox-agent egress [args...]                 run the egress enforcer
+  sandbox-agent pause                            hold a network namespace: wait for SIGTERM
   sandbox-agent install DEST                     copy this binary to DEST
   sandbox-agent vault-trust DIR                  write the credential vault CA ($SANDGATE_VAULT_CA_CERT) and the image's roots plus it into DIR
   sandbox-agent version
@@ -72,6 +73,12 @@ func main() {
 			log.Print(err)
 			os.Exit(1)
 		}
+	case "pause":
+		// The only process of a spare network namespace holder (runtimes/docker/holders.go):
+		// it does nothing but exist, so that the namespace outlives enforcers that come and go.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		<-ctx.Done()
 	case "install":
 		if len(os.Args) != 3 {
 			usage()

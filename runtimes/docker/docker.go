@@ -1,8 +1,9 @@
 // Package docker runs sandboxes as containers of a local Docker engine. Each sandbox is
-// one container on a private bridge network, with the static sandbox-agent mounted
-// read-only from a shared volume (agentvolume.go) and run as PID 1 in front of the
-// user's entrypoint; no port is published:
-// the gateway reaches the agent at the container's address.
+// one container on a private bridge network (or in the network namespace of a spare
+// holder container on it, prepared before the create: holders.go), with the static
+// sandbox-agent mounted read-only from a shared volume (agentvolume.go) and run as PID 1
+// in front of the user's entrypoint; no port is published: the gateway reaches the agent
+// at the sandbox's address.
 package docker
 
 import (
@@ -80,6 +81,9 @@ type Options struct {
 	// NoEgress turns egress enforcement off: specs' EgressSpecs are ignored and sandboxes
 	// reach whatever the host's network lets them reach. Enforcement is on by default.
 	NoEgress bool
+	// Spares is how many spare network namespace holders the runtime keeps started for
+	// creates with an egress policy (holders.go): 0 means 2, a negative number none.
+	Spares int
 	// Pull says when a create pulls its image from a registry (empty: PullMissing).
 	Pull PullPolicy
 	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
@@ -105,6 +109,17 @@ type Runtime struct {
 	// shells remembers, per image id, whether the image has /bin/sh (the enforcer's
 	// restart loop): one engine call per image instead of one per create.
 	shells sync.Map
+
+	// Spare network namespace holders (holders.go), made in the background (bg).
+	spares        chan holder
+	spareMu       sync.Mutex
+	spareMaking   int
+	spareWG       sync.WaitGroup
+	bg            context.Context
+	cancelBg      context.CancelFunc
+	owner         string
+	holderImageMu sync.Mutex
+	holderImageOK bool
 }
 
 // capabilities the sandbox's processes keep: enough for a package manager and a
@@ -147,7 +162,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer (is dockerd running? `make deps` starts it): %w", host, err)
 	}
-	r := &Runtime{cli: cli, opts: opts, log: opts.Logger, agents: opts.Agents}
+	r := &Runtime{cli: cli, opts: opts, log: opts.Logger, agents: opts.Agents, owner: spareOwnerID()}
 	if err := r.ensureNetwork(ctx); err != nil {
 		cli.Close()
 		return nil, err
@@ -155,6 +170,19 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if _, err := os.Stat(opts.AgentBinary); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", opts.AgentBinary, err)
+	}
+	if n := r.spareCount(); n > 0 {
+		r.spares = make(chan holder, n)
+		r.bg, r.cancelBg = context.WithCancel(context.Background())
+		r.spareWG.Add(1)
+		go func() {
+			defer r.spareWG.Done()
+			// Spares left by a gateway process on this host that is gone go first.
+			if n := r.removeSpares(r.bg, false); n > 0 {
+				r.log.Info("removed spare network namespaces of a gone process", "count", n)
+			}
+			r.refillSpares()
+		}()
 	}
 	return r, nil
 }
@@ -165,8 +193,11 @@ func (r *Runtime) Name() string { return "docker" }
 // Client exposes the engine client for benchmarks and tests that need the raw baseline.
 func (r *Runtime) Client() *client.Client { return r.cli }
 
-// Close implements runtimes.Runtime.
-func (r *Runtime) Close() error { return r.cli.Close() }
+// Close implements runtimes.Runtime. It removes the runtime's spare namespace holders.
+func (r *Runtime) Close() error {
+	r.closeSpares()
+	return r.cli.Close()
+}
 
 func (r *Runtime) ensureNetwork(ctx context.Context) error {
 	if _, err := r.cli.NetworkInspect(ctx, r.opts.Network, client.NetworkInspectOptions{}); err == nil {
@@ -188,8 +219,34 @@ func (r *Runtime) ensureNetwork(ctx context.Context) error {
 
 func containerName(id string) string { return "sandgate-" + id }
 
-// Create implements runtimes.Runtime.
+// Create implements runtimes.Runtime. A sandbox with an egress policy is made in a
+// spare network namespace when one is ready (holders.go); should that fail, it is made
+// again without one.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Instance, error) {
+	withEgress := spec.Egress != nil && !r.opts.NoEgress
+	if !withEgress || r.spareCount() == 0 {
+		return r.create(ctx, spec, false)
+	}
+	// The spare taken is replaced once this create is done, not while it runs: making
+	// one is a network setup, the very cost the spare takes off this create.
+	defer r.refillSpares()
+	inst, err := r.create(ctx, spec, true)
+	var he holderError
+	if err != nil && errors.As(err, &he) && ctx.Err() == nil {
+		r.log.Warn("create in a spare network namespace failed; creating in a new one", "id", spec.ID, "err", he.err)
+		return r.create(ctx, spec, false)
+	}
+	return inst, err
+}
+
+// holderError is a create's failure after it took a spare namespace holder: Create tries
+// once more without one.
+type holderError struct{ err error }
+
+func (e holderError) Error() string { return e.err.Error() }
+func (e holderError) Unwrap() error { return e.err }
+
+func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (runtimes.Instance, error) {
 	steps := newCreateSteps()
 	imageID, err := r.ensureImage(ctx, spec.Image, spec.ImageAuth)
 	if err != nil {
@@ -207,6 +264,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	labels[runtimes.LabelID] = spec.ID
 	labels[runtimes.LabelTenant] = spec.Tenant
 	labels[runtimes.LabelCreatedAt] = spec.CreatedAt.UTC().Format(time.RFC3339Nano)
+	labels[labelNetwork] = r.opts.Network
 	if spec.Pool != "" {
 		labels[runtimes.LabelPool] = spec.Pool
 	}
@@ -306,12 +364,35 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 		Hostname:   "sandbox-" + shortID(spec.ID),
 		Volumes:    volumes,
 	}
+	// In a spare holder's namespace the workload and its enforcer start together; the
+	// workload's address is the holder's, and so is its hostname (holders.go).
+	var h holder
+	if spare && withEgress {
+		spare = false
+		if h, spare = r.takeSpare(); spare {
+			hostCfg.NetworkMode = container.NetworkMode("container:" + h.id)
+			cfg.Hostname = ""
+			labels[labelHolder] = holderName(spec.ID)
+			labels[labelAddress] = h.addr
+			steps.done("spare namespace")
+		}
+	}
+	// fail marks a failure of a create in a holder's namespace for Create's retry.
+	fail := func(err error) error {
+		if spare {
+			return holderError{err}
+		}
+		return err
+	}
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.ID), Config: cfg, HostConfig: hostCfg,
 	})
 	if err != nil {
 		r.removeVolumes(context.WithoutCancel(ctx), madeVolumes)
-		return runtimes.Instance{}, fmt.Errorf("create container: %w", err)
+		if spare {
+			r.removeContainer(h.id)
+		}
+		return runtimes.Instance{}, fail(fmt.Errorf("create container: %w", err))
 	}
 	steps.done("create workload")
 	cleanup := func() {
@@ -321,9 +402,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 			r.removeEgress(rmCtx, spec.ID)
 		}
 		_, _ = r.cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if spare {
+			_, _ = r.cli.ContainerRemove(rmCtx, h.id, client.ContainerRemoveOptions{Force: true})
+		}
 		r.removeVolumes(rmCtx, madeVolumes)
 	}
-	// The enforcer sidecar is created while the workload is prepared and started.
+	// The enforcer sidecar is created while the workload is prepared and started; in a
+	// holder's namespace it is also started and awaited meanwhile.
 	type prepared struct {
 		id  string
 		err error
@@ -331,38 +416,74 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	sidecar := make(chan prepared, 1)
 	if withEgress {
 		go func() {
-			id, err := r.prepareEgress(ctx, spec, created.ID, imageID, agentVol, ca)
+			netns := created.ID
+			if spare {
+				netns = h.id
+			}
+			id, err := r.prepareEgress(ctx, spec, netns, created.ID, imageID, agentVol, ca)
+			if err == nil && spare {
+				err = r.startEnforcer(ctx, spec, id, h.addr)
+			}
 			sidecar <- prepared{id, err}
 		}()
+	}
+	renamed := make(chan error, 1)
+	if spare {
+		// After the workload exists: SweepHelpers takes a holder so named whose workload
+		// it does not find for an orphan.
+		go func() {
+			_, err := r.cli.ContainerRename(ctx, h.id, client.ContainerRenameOptions{NewName: holderName(spec.ID)})
+			renamed <- err
+		}()
+	} else {
+		renamed <- nil
 	}
 	if ca != nil {
 		if err := r.installVaultTrust(ctx, created.ID, ca); err != nil {
 			if withEgress {
 				<-sidecar
 			}
+			<-renamed
 			cleanup()
-			return runtimes.Instance{}, err
+			return runtimes.Instance{}, fail(err)
 		}
 	}
 	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		if withEgress {
 			<-sidecar
 		}
+		<-renamed
 		cleanup()
-		return runtimes.Instance{}, fmt.Errorf("start container: %w", err)
+		return runtimes.Instance{}, fail(fmt.Errorf("start container: %w", err))
 	}
 	steps.done("start workload")
+	if err := <-renamed; err != nil {
+		if withEgress {
+			<-sidecar
+		}
+		cleanup()
+		return runtimes.Instance{}, fail(fmt.Errorf("rename namespace holder: %w", err))
+	}
 	if withEgress {
 		p := <-sidecar
-		steps.done("enforcer prepared")
+		if spare {
+			steps.done("enforcer started and healthy")
+		} else {
+			steps.done("enforcer prepared")
+		}
 		err := p.err
 		var inst runtimes.Instance
 		if err == nil {
-			inst, err = r.startEgress(ctx, spec, created.ID, p.id, steps)
+			if spare {
+				inst = r.startedInstance(spec, labels, h.addr)
+				err = r.startSandbox(ctx, spec, created.ID, &inst, steps)
+			} else {
+				inst, err = r.startEgress(ctx, spec, created.ID, p.id, steps)
+			}
 		}
 		if err != nil {
 			cleanup()
-			return runtimes.Instance{}, err
+			return runtimes.Instance{}, fail(err)
 		}
 		steps.log(r.log, spec.ID)
 		return inst, nil
@@ -375,6 +496,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	steps.done("inspect")
 	steps.log(r.log, spec.ID)
 	return inst, nil
+}
+
+// startedInstance is the instance of a workload created with labels and started at addr,
+// as an Inspect would read it: a create in a holder's namespace needs no inspect.
+func (r *Runtime) startedInstance(spec runtimes.Spec, labels map[string]string, addr string) runtimes.Instance {
+	inst := runtimes.Instance{Labels: labels, Image: spec.Image, AgentToken: spec.AgentToken, State: runtimes.StateRunning, Address: addr}
+	fillFromLabels(&inst, labels)
+	return inst
 }
 
 // createSteps times the steps of one create for the debug log (what each engine call
@@ -489,7 +618,16 @@ func (r *Runtime) instance(c container.InspectResponse) runtimes.Instance {
 			inst.Address = ep.IPAddress.String()
 		}
 	}
+	holderAddress(&inst)
 	return inst
+}
+
+// holderAddress gives a live workload in a holder's namespace (holders.go) the address
+// it was labelled with: the engine reports none of its own.
+func holderAddress(inst *runtimes.Instance) {
+	if inst.Address == "" && (inst.State == runtimes.StateRunning || inst.State == runtimes.StatePaused) {
+		inst.Address = inst.Labels[labelAddress]
+	}
 }
 
 func fillFromLabels(inst *runtimes.Instance, labels map[string]string) {
@@ -511,10 +649,8 @@ func fillFromLabels(inst *runtimes.Instance, labels map[string]string) {
 // are empty (Inspect one sandbox for them).
 func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All: true,
-		// One runtime owns one network: gateways on other networks (other deployments,
-		// test runs) never see, adopt or remove each other's sandboxes.
-		Filters: make(client.Filters).Add("label", runtimes.LabelID).Add("network", r.opts.Network),
+		All:     true,
+		Filters: make(client.Filters).Add("label", runtimes.LabelID),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
@@ -523,6 +659,12 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	for _, c := range res.Items {
 		if c.Labels[labelRole] != "" {
 			continue // a sandbox's helper (egress enforcer), not a sandbox
+		}
+		// One runtime owns one network: gateways on other networks (other deployments,
+		// test runs) never see, adopt or remove each other's sandboxes. (Not an engine
+		// filter: a workload in a holder's namespace is on the network by label only.)
+		if !r.onNetwork(c) {
+			continue
 		}
 		// The summary has labels, state and address; tokens and exit codes need Inspect.
 		inst := runtimes.Instance{Labels: c.Labels, Image: c.Image}
@@ -543,6 +685,7 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 				inst.Address = ep.IPAddress.String()
 			}
 		}
+		holderAddress(&inst)
 		out = append(out, inst)
 	}
 	return out, nil
@@ -565,13 +708,21 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	// the two, not their sum); Delete returns only when both are done, so no sidecar
 	// outlives a deleted sandbox. Either order is safe: the nftables table belongs to
 	// the network namespace, so the workload stays closed while its enforcer goes.
+	// A sandbox made in a holder's namespace (holders.go) has its holder removed at the
+	// same time; there is none (a not-found answer) otherwise.
 	egressRemoved := make(chan struct{})
 	go func() {
 		defer close(egressRemoved)
 		r.removeEgress(ctx, id)
 	}()
+	holderRemoved := make(chan struct{})
+	go func() {
+		defer close(holderRemoved)
+		_, _ = r.cli.ContainerRemove(context.WithoutCancel(ctx), holderName(id), client.ContainerRemoveOptions{Force: true})
+	}()
 	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	<-egressRemoved
+	<-holderRemoved
 	if err == nil || cerrdefs.IsNotFound(err) {
 		r.removeVolumesOf(ctx, id)
 	}

@@ -4,11 +4,13 @@ package docker
 //
 // A sandbox with an EgressSpec is two containers. The workload container owns the
 // network namespace (it is the one on the sandbox network, so its address, listing and
-// cleanup work exactly as without enforcement); it starts with only the agent running,
-// not the user's entrypoint. The enforcer sidecar then joins the workload's network
-// namespace, and only that one, with NET_ADMIN (the workload has neither NET_ADMIN nor
-// NET_RAW), installs the nftables table and serves the DNS proxy and the /policy API on
-// 18080. Only once /healthz answers does the runtime start the entrypoint through the
+// cleanup work exactly as without enforcement), or, when the create found a spare ready,
+// a third container does: a namespace holder that both join (holders.go), so that
+// neither waits for the other's start. The workload starts with only the agent running,
+// not the user's entrypoint. The enforcer sidecar joins the same network namespace, and
+// only that one, with NET_ADMIN (the workload has neither NET_ADMIN nor NET_RAW),
+// installs the nftables table and serves the DNS proxy and the /policy API on 18080.
+// Only once it answers (signed) does the runtime start the entrypoint through the
 // agent, so no user process ever runs before the rules are in place.
 //
 // Why the sidecar has its own PID namespace (and mount namespace, as any container):
@@ -85,9 +87,10 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
 // container, with the agent volume mounted, so that this work overlaps the workload's
-// own start. imageID is the id of spec.Image when known (""; not known). It returns the
-// sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloadID, imageID, agentVol string, ca *vaultCA) (string, error) {
+// own start. It joins the network namespace of container netns: the workload's own, or
+// the holder's the workload is in (holders.go). imageID is the id of spec.Image when
+// known (""; not known). It returns the sidecar's container id.
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, workloadID, imageID, agentVol string, ca *vaultCA) (string, error) {
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	env := []string{envEgressToken + "=" + spec.EgressToken}
 	if ca != nil {
@@ -122,7 +125,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, workloa
 		},
 		HostConfig: &container.HostConfig{
 			// The network namespace only: no PidMode (see the file comment).
-			NetworkMode: container.NetworkMode("container:" + workloadID),
+			NetworkMode: container.NetworkMode("container:" + netns),
 			CapDrop:     []string{"ALL"},
 			// NET_ADMIN for nftables and SO_MARK, NET_BIND_SERVICE for port 53.
 			CapAdd:        []string{"NET_ADMIN", "NET_BIND_SERVICE"},
@@ -190,15 +193,34 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		return runtimes.Instance{}, err
 	}
 	steps.done("enforcer healthy")
+	if err := r.startSandbox(ctx, spec, workloadID, &inst, steps); err != nil {
+		return runtimes.Instance{}, err
+	}
+	return inst, nil
+}
+
+// startEnforcer starts the prepared enforcer sidecar in a holder's namespace (holders.go)
+// and waits until its rules are installed; the workload may be starting meanwhile, its
+// entrypoint not (startSandbox runs after this).
+func (r *Runtime) startEnforcer(ctx context.Context, spec runtimes.Spec, sidecarID, addr string) error {
+	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("start egress enforcer: %w", err)
+	}
+	return r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken)
+}
+
+// startSandbox starts the entrypoint of a started workload whose enforcer is healthy
+// (or writes the start marker when there is none) and completes inst accordingly.
+func (r *Runtime) startSandbox(ctx context.Context, spec runtimes.Spec, workloadID string, inst *runtimes.Instance, steps *createSteps) error {
 	marked, settled, err := r.startEntrypoint(ctx, inst.Address, spec.AgentToken, spec.Entrypoint)
 	if err != nil {
-		return runtimes.Instance{}, err
+		return err
 	}
 	inst.Settled = settled
 	steps.done("entrypoint and start marker")
 	if len(spec.Entrypoint) == 0 {
 		if err := r.markStarted(ctx, workloadID); err != nil {
-			return runtimes.Instance{}, err
+			return err
 		}
 		marked = true
 		steps.done("start marker")
@@ -207,7 +229,7 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 	// Not marked: the entrypoint exited while the agent watched it, and the workload
 	// ends with it; the caller's wait for the sandbox reports why.
 	inst.Complete = marked
-	return inst, nil
+	return nil
 }
 
 // startedMarker is written into the workload once its entrypoint runs behind a healthy
@@ -287,7 +309,9 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		}
 	}
 	r.removeEgress(ctx, spec.ID)
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, res.Container.Image, agentVol, ca)
+	// Joining the workload's namespace by the workload's id works in a holder's namespace
+	// too: the engine resolves it to the namespace the workload is in.
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, res.Container.ID, res.Container.Image, agentVol, ca)
 	if err != nil {
 		return err
 	}
@@ -389,8 +413,19 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	sidecars, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		All: true, Filters: make(client.Filters).Add("label", labelRole+"="+roleEgress),
 	})
-	if err != nil || len(sidecars.Items) == 0 {
+	if err != nil {
 		return 0, err
+	}
+	// Namespace holders likewise (holders.go): renamed for a sandbox after its workload
+	// is made, so listed before the workloads too.
+	holders, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", labelRole+"="+roleNetns).Add("network", r.opts.Network),
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(sidecars.Items) == 0 && len(holders.Items) == 0 {
+		return 0, nil
 	}
 	workloads, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		All: true, Filters: make(client.Filters).Add("label", runtimes.LabelID),
@@ -404,7 +439,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 			live[c.Labels[runtimes.LabelID]] = true
 		}
 	}
-	removed := 0
+	removed := r.sweepHolders(ctx, holders.Items, live)
 	for _, c := range sidecars.Items {
 		if id := c.Labels[runtimes.LabelID]; id == "" || live[id] {
 			continue

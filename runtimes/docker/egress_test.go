@@ -50,10 +50,22 @@ func testRuntime(t *testing.T) (*Runtime, string) {
 		t.Skipf("docker runtime: %v", err)
 	}
 	t.Cleanup(func() {
+		r.Close() // first: it removes the spare namespace holders on the network
 		_ = exec.Command("docker", "network", "rm", network).Run()
-		r.Close()
 	})
 	return r, image
+}
+
+// waitSpare waits until the runtime has a spare namespace holder ready.
+func waitSpare(t *testing.T, r *Runtime) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for len(r.spares) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no spare network namespace within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // signedPolicy reads the enforcer's policy the way the gateway does, and checks that

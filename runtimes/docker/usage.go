@@ -50,6 +50,11 @@ func (r *Runtime) Usage(ctx context.Context, id string, withDisk bool) (runtimes
 		u.NetTxBytes += n.TxBytes
 		u.NetKnown = true
 	}
+	if !u.NetKnown {
+		// In a holder's namespace (holders.go) the engine counts the traffic on the
+		// holder, whose interface it is.
+		r.holderNetUsage(ctx, id, &u)
+	}
 	insp, err := r.cli.ContainerInspect(ctx, containerName(id), client.ContainerInspectOptions{Size: withDisk})
 	if err != nil {
 		return runtimes.Usage{}, mapErr(id, err)
@@ -61,4 +66,22 @@ func (r *Runtime) Usage(ctx context.Context, id string, withDisk bool) (runtimes
 		u.DiskBytes, u.DiskKnown = *insp.Container.SizeRw, true
 	}
 	return u, nil
+}
+
+// holderNetUsage adds the network counters of sandbox id's namespace holder, if it has one.
+func (r *Runtime) holderNetUsage(ctx context.Context, id string, u *runtimes.Usage) {
+	res, err := r.cli.ContainerStats(ctx, holderName(id), client.ContainerStatsOptions{})
+	if err != nil {
+		return
+	}
+	defer res.Body.Close()
+	var st container.StatsResponse
+	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
+		return
+	}
+	for _, n := range st.Networks {
+		u.NetRxBytes += n.RxBytes
+		u.NetTxBytes += n.TxBytes
+		u.NetKnown = true
+	}
 }

@@ -37,7 +37,7 @@ func (f sandboxFacts) complete() bool {
 func (e *env) facts() map[string]sandboxFacts {
 	e.t.Helper()
 	out := map[string]sandboxFacts{}
-	lines, err := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.Label "sandgate.io/id"}} {{.State}}`).Output()
+	lines, err := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/network="+e.Network, "--format", `{{.Label "sandgate.io/id"}} {{.State}}`).Output()
 	if err != nil {
 		e.t.Fatalf("docker ps: %v", err)
 	}
@@ -147,7 +147,7 @@ func killMidCreates(t *testing.T, e *env, extra ...string) (kept []string) {
 			}
 			// Kill once a workload has started while others are still being made: one
 			// docker call per look, so that the kill lands while creates are in flight.
-			out, _ := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", "{{.State}}").Output()
+			out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/network="+e.Network, "--format", "{{.State}}").Output()
 			running, others := 0, 0
 			for _, st := range strings.Fields(string(out)) {
 				if st == "running" {

@@ -200,7 +200,7 @@ func TestEnforcerAttacks(t *testing.T) {
 	})
 
 	t.Run("the workload cannot take port 18080 from a running enforcer", func(t *testing.T) {
-		addr := dockerInspect(t, "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", "sandgate-"+s.id)
+		addr := sandboxIP(t, s.id)
 		script := `import socket, sys
 out = []
 for host in ('0.0.0.0', '127.0.0.1', sys.argv[1]):
@@ -336,7 +336,7 @@ print(' '.join(out) or 'none')
 	t.Run("PTR of another sandbox's address names nothing", func(t *testing.T) {
 		neighbour := w.sandbox(map[string]any{"defaultAction": "allow"})
 		neighbour.install()
-		other := dockerInspect(t, "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", "sandgate-"+s.id)
+		other := sandboxIP(t, s.id)
 		octets := strings.Split(other, ".")
 		rev := octets[3] + "." + octets[2] + "." + octets[1] + "." + octets[0] + ".in-addr.arpa"
 		got := neighbour.probe("127.0.0.11", 53, rev, "PTR", "udp")

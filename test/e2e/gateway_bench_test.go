@@ -21,22 +21,7 @@ import (
 )
 
 // sandboxAddr reads a sandbox's address from the engine (the raw baseline's target).
-func sandboxAddr(b testing.TB, id string) string {
-	out, err := exec.Command("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", "sandgate-"+id).Output()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if ip := strings.Fields(string(out)); len(ip) > 0 {
-		return ip[0]
-	}
-	// Behind the egress sidecar the workload shares the sidecar's network.
-	out, _ = exec.Command("sh", "-c", "docker ps -q --filter label=sandgate.io/id="+id+" | xargs docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}'").Output()
-	for _, f := range strings.Fields(string(out)) {
-		return f
-	}
-	b.Fatalf("no address for %s", id)
-	return ""
-}
+func sandboxAddr(b testing.TB, id string) string { return sandboxIP(b, id) }
 
 // newBenchClient is the load generator's client: keep-alive, up to 64 idle connections
 // per host (more than the 8 goroutines of parallelGet ever hold).

@@ -421,7 +421,7 @@ func containerID(t *testing.T, sandboxID string) string {
 // containerIP returns a sandbox's address on the test's network.
 func containerIP(t *testing.T, sandboxID, network string) string {
 	t.Helper()
-	out, err := exec.Command("docker", "inspect", "-f", fmt.Sprintf("{{(index .NetworkSettings.Networks %q).IPAddress}}", network), "sandgate-"+sandboxID).CombinedOutput()
+	out, err := exec.Command("docker", "inspect", "-f", fmt.Sprintf(`{{with index .NetworkSettings.Networks %q}}{{.IPAddress}}{{else}}{{index .Config.Labels "sandgate.io/address"}}{{end}}`, network), "sandgate-"+sandboxID).CombinedOutput()
 	ip := strings.TrimSpace(string(out))
 	if err != nil || ip == "" {
 		t.Fatalf("address of sandgate-%s on %s: %v: %s", sandboxID, network, err, out)

@@ -137,21 +137,25 @@ func newEnv(t testing.TB, redis *redisServer, extra ...string) *env {
 	return e
 }
 
-// removeDockerObjects deletes every container on the test's network and the egress
-// enforcers that share their network namespace, then the network.
+// removeDockerObjects deletes every container on the test's network (workloads in their
+// own namespace, spare and used namespace holders, test servers), every workload labelled
+// with it (those in a holder's namespace) and the egress enforcers that share their
+// network namespace, then the network.
 func (e *env) removeDockerObjects() {
-	out, _ := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
 	var ids []string
 	ours := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			ids = append(ids, f[0])
-			if len(f) > 1 {
-				ours[f[1]] = true
+	for _, filter := range []string{"network=" + e.Network, "label=sandgate.io/network=" + e.Network} {
+		out, _ := exec.Command("docker", "ps", "-a", "--filter", filter, "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				ids = append(ids, f[0])
+				if len(f) > 1 {
+					ours[f[1]] = true
+				}
 			}
 		}
 	}
-	out, _ = exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/role=egress", "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
+	out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/role=egress", "--format", `{{.ID}} {{.Label "sandgate.io/id"}}`).Output()
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if f := strings.Fields(line); len(f) == 2 && ours[f[1]] {
 			ids = append(ids, f[0])
@@ -163,19 +167,34 @@ func (e *env) removeDockerObjects() {
 	_ = exec.Command("docker", "network", "rm", e.Network).Run()
 }
 
-// containers lists the containers on the test's network.
+// containers lists the test's containers: the sandboxes' workloads (on the network or
+// labelled with it: in a namespace holder's namespace) and the test's servers, not the
+// gateway's namespace holders (spares come and go in the background; a used one goes
+// with its sandbox, which TestEgress checks).
 func (e *env) containers() []string {
-	out, err := exec.Command("docker", "ps", "-aq", "--filter", "network="+e.Network).Output()
-	if err != nil {
-		e.t.Fatalf("docker ps: %v", err)
+	seen := map[string]bool{}
+	var ids []string
+	for _, filter := range []string{"network=" + e.Network, "label=sandgate.io/network=" + e.Network} {
+		out, err := exec.Command("docker", "ps", "-a", "--filter", filter, "--format", `{{.ID}} {{.Label "sandgate.io/role"}}`).Output()
+		if err != nil {
+			e.t.Fatalf("docker ps: %v", err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || seen[f[0]] || (len(f) > 1 && f[1] == "netns") {
+				continue
+			}
+			seen[f[0]] = true
+			ids = append(ids, f[0])
+		}
 	}
-	return strings.Fields(string(out))
+	return ids
 }
 
 // poolLabels lists the env's containers in one call: sandbox id → the pool it was made
 // for ("" for none).
 func (e *env) poolLabels() map[string]string {
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.Label "sandgate.io/id"}} {{.Label "sandgate.io/pool"}}`).Output()
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/network="+e.Network, "--format", `{{.Label "sandgate.io/id"}} {{.Label "sandgate.io/pool"}}`).Output()
 	if err != nil {
 		e.t.Errorf("docker ps: %v", err)
 		return nil
@@ -393,4 +412,23 @@ func lastEvent(evs []event) event {
 		return event{}
 	}
 	return evs[len(evs)-1]
+}
+
+// sandboxIP reads a sandbox's address from the engine: its workload's own on the network,
+// or, for one in a namespace holder's namespace (runtimes/docker/holders.go, where the
+// engine reports none for the workload), the address the workload is labelled with.
+func sandboxIP(t testing.TB, id string) string {
+	t.Helper()
+	out, err := exec.Command("docker", "inspect", "-f", `{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}|{{index .Config.Labels "sandgate.io/address"}}`, "sandgate-"+id).Output()
+	if err != nil {
+		t.Fatalf("docker inspect sandgate-%s: %v", id, err)
+	}
+	own, label, _ := strings.Cut(strings.TrimSpace(string(out)), "|")
+	if f := strings.Fields(own); len(f) > 0 {
+		return f[0]
+	}
+	if label == "" {
+		t.Fatalf("no address for sandbox %s", id)
+	}
+	return label
 }

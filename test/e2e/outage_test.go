@@ -302,7 +302,7 @@ func (g *gateway) createSandboxes(n int, req map[string]any) []string {
 
 // sandboxContainers maps the sandbox id of every container on the env's network to true.
 func (e *env) sandboxContainers() map[string]bool {
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "network="+e.Network, "--format", `{{.Label "sandgate.io/id"}}`).Output()
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/network="+e.Network, "--format", `{{.Label "sandgate.io/id"}}`).Output()
 	if err != nil {
 		e.t.Errorf("docker ps: %v", err)
 		return nil

@@ -15,7 +15,7 @@ import (
 // sandbox id → container id.
 func (e *env) poolMemberContainers(pool string) map[string]string {
 	e.t.Helper()
-	out, err := exec.Command("docker", "ps", "--filter", "network="+e.Network, "--filter", "label=sandgate.io/pool="+pool,
+	out, err := exec.Command("docker", "ps", "--filter", "label=sandgate.io/network="+e.Network, "--filter", "label=sandgate.io/pool="+pool,
 		"--format", `{{.Label "sandgate.io/id"}} {{.ID}}`).Output()
 	if err != nil {
 		e.t.Fatalf("docker ps: %v", err)

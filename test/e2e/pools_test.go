@@ -117,7 +117,7 @@ func TestPools(t *testing.T) {
 
 	t.Run("a killed warm sandbox is noticed and replaced", func(t *testing.T) {
 		g.waitAvailable("warm", 3, 30*time.Second)
-		out, _ := exec.Command("docker", "ps", "-q", "--filter", "network="+e.Network, "--filter", "label=sandgate.io/pool=warm").Output()
+		out, _ := exec.Command("docker", "ps", "-q", "--filter", "label=sandgate.io/network="+e.Network, "--filter", "label=sandgate.io/pool=warm").Output()
 		victim := strings.Fields(string(out))[0]
 		if err := exec.Command("docker", "kill", victim).Run(); err != nil {
 			t.Fatal(err)
