@@ -526,25 +526,35 @@ func BenchmarkBatch100(b *testing.B) {
 	tmpl := map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}}
 	g.createPool("hundred", 100, 100, 0, 100, nil)
 	type member struct {
-		ID     string
-		Status struct{ State string }
+		ID            string
+		Status        struct{ State string }
+		AgentEndpoint *struct {
+			Endpoint string
+			Headers  map[string]string
+		}
 	}
-	fanOut := func(b *testing.B, ids []string, run func(id string) []event) {
+	fanOut := func(b *testing.B, members []member, run func(m member) []event) {
 		var wg sync.WaitGroup
-		for _, id := range ids {
+		for _, m := range members {
 			wg.Add(1)
-			go func(id string) {
+			go func(m member) {
 				defer wg.Done()
-				if evs := run(id); lastEvent(evs).Type != "execution_complete" {
-					b.Errorf("member %s: %+v", id, evs)
+				if evs := run(m); lastEvent(evs).Type != "execution_complete" {
+					b.Errorf("member %s: %+v", m.ID, evs)
 				}
-			}(id)
+			}(m)
 		}
 		wg.Wait()
 	}
-	var bound, answered, endpoints, coldBound, direct latencies
-	var gwCPU time.Duration // the gateway's CPU from the claim to the last answer
-	b.Run("sandgate-warm", func(b *testing.B) {
+	var bound, answered, answeredCalls, coldBound, direct latencies
+	// warm runs the batch from the full pool and 100 clients at once, each as an SDK
+	// user reaches its member: with the agent endpoint the batch's answer carries
+	// (skipping the endpoint call; an old gateway gives none, and the client then calls
+	// as before), or, with endpointCalls, always through GET …/endpoints/44772 first.
+	warm := func(b *testing.B, endpointCalls bool, answered *latencies) {
+		var endpoints latencies
+		var gwCPU time.Duration // the gateway's CPU from the claim to the last answer
+		var fromAnswer int      // members reached with the endpoint of the batch's answer
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			g.waitAvailable("hundred", 100, 10*time.Minute)
@@ -561,47 +571,64 @@ func BenchmarkBatch100(b *testing.B) {
 				Members []member
 			}
 			json.Unmarshal(r.Body, &bt)
-			ids := make([]string, 0, len(bt.Members))
 			for _, m := range bt.Members {
 				if m.Status.State != "Running" {
 					b.Fatalf("member %s is %s in the response, want Running", m.ID, m.Status.State)
 				}
-				ids = append(ids, m.ID)
 			}
 			var epMu sync.Mutex
 			var lastEndpoint time.Duration
-			fanOut(b, ids, func(id string) []event {
-				a := g.agent(id)
+			fanOut(b, bt.Members, func(m member) []event {
+				var a *agent
+				if ep := m.AgentEndpoint; ep != nil && !endpointCalls {
+					a = &agent{t: b, base: "http://" + ep.Endpoint, headers: ep.Headers, client: &http.Client{Timeout: 5 * time.Minute}}
+					epMu.Lock()
+					fromAnswer++
+					epMu.Unlock()
+				} else {
+					a = g.agent(m.ID)
+				}
 				epMu.Lock()
 				lastEndpoint = max(lastEndpoint, time.Since(t0))
 				epMu.Unlock()
 				a.client.Transport = pooled
 				return a.run("true")
 			})
-			answered = append(answered, time.Since(t0))
-			bound = append(bound, tBound)
+			*answered = append(*answered, time.Since(t0))
+			if !endpointCalls {
+				bound = append(bound, tBound)
+			}
 			endpoints = append(endpoints, lastEndpoint)
 			gwCPU += processCPU(b, g.proc.Pid()) - cpu0
 			b.StopTimer()
-			agents := map[string]*agent{}
-			for _, id := range ids {
-				agents[id] = memberAgent(b, id)
-				agents[id].client.Transport = pooled
+			if !endpointCalls {
+				agents := map[string]*agent{}
+				for _, m := range bt.Members {
+					agents[m.ID] = memberAgent(b, m.ID)
+					agents[m.ID].client.Transport = pooled
+				}
+				t1 := time.Now()
+				fanOut(b, bt.Members, func(m member) []event { return agents[m.ID].run("true") })
+				direct = append(direct, time.Since(t1))
 			}
-			t1 := time.Now()
-			fanOut(b, ids, func(id string) []event { return agents[id].run("true") })
-			direct = append(direct, time.Since(t1))
 			g.do("DELETE", "/v1/batches/"+bt.ID, nil)
 			b.StartTimer()
 		}
 		answered.report(b)
-		p50, _ := testenv.Quantiles(bound, time.Millisecond)
-		b.ReportMetric(p50, "bound-ms")
+		if !endpointCalls {
+			p50, _ := testenv.Quantiles(bound, time.Millisecond)
+			b.ReportMetric(p50, "bound-ms")
+			b.ReportMetric(float64(fromAnswer)/float64(b.N), "endpoints-from-answer/batch")
+			p50, _ = testenv.Quantiles(direct, time.Millisecond)
+			b.ReportMetric(p50, "direct-agent-ms")
+		}
 		// When the last member had its endpoint: what of answered is not the commands.
-		p50, _ = testenv.Quantiles(endpoints, time.Millisecond)
+		p50, _ := testenv.Quantiles(endpoints, time.Millisecond)
 		b.ReportMetric(p50, "last-endpoint-ms")
 		b.ReportMetric(float64(gwCPU.Milliseconds())/float64(b.N), "gw-cpu-ms/batch")
-	})
+	}
+	b.Run("sandgate-warm", func(b *testing.B) { warm(b, false, &answered) })
+	b.Run("sandgate-warm-endpoint-calls", func(b *testing.B) { warm(b, true, &answeredCalls) })
 	b.Run("raw-cold", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
@@ -627,6 +654,10 @@ func BenchmarkBatch100(b *testing.B) {
 	ap50, ap99 := testenv.Quantiles(answered, time.Millisecond)
 	dp50, _ := testenv.Quantiles(direct, time.Millisecond)
 	testenv.RecordFigure(b, testenv.Figure{Name: "batch100_answered", Unit: "ms", P50: ap50, P99: ap99, BaselineP50: dp50, Target: "<= 300"})
+	// The same with an endpoint call per member first (a client that ignores the
+	// batch's agent endpoints, or an SDK that always asks).
+	cp50, cp99 := testenv.Quantiles(answeredCalls, time.Millisecond)
+	testenv.RecordFigure(b, testenv.Figure{Name: "batch100_answered_endpoint_calls", Unit: "ms", P50: cp50, P99: cp99, BaselineP50: dp50, Target: "<= 300"})
 }
 
 // BenchmarkAPIWithPolicy: API requests/s (GET /v1/sandboxes) with the default policy
