@@ -45,6 +45,10 @@ type currentMembers struct {
 // claimer sends through it does not wait for a connect.
 type ConnWarmer func(ctx context.Context, addr, agentToken string) error
 
+// DefaultAgentIdleTimeout is Config.AgentIdleTimeout's default, Caddy's own for
+// reverse_proxy's idle connections.
+const DefaultAgentIdleTimeout = 2 * time.Minute
+
 // SetConnWarmer gives the pool manager the proxy's ConnWarmer: each member this gateway
 // makes warm gets its connection then, off any claim's path. Without one (or past the
 // proxy's idle timeout, two minutes in Caddy) the first call connects.
