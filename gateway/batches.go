@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -140,7 +139,7 @@ func (s *Service) memberEndpoints(ctx context.Context, caller Caller, v *BatchVi
 			continue
 		}
 		path := "/v1/sandboxes/" + sb.ID + "/endpoints/" + agentPortString
-		if s.Authorize(ctx, caller, "sandbox.proxy", Resource{Kind: "sandbox", ID: sb.ID, Tenant: caller.Tenant}, http.MethodGet, path, nil) != nil {
+		if s.Authorize(ctx, caller, "sandbox.proxy", Resource{Kind: "sandbox", ID: sb.ID, Tenant: caller.Tenant}, "GET", path, nil) != nil {
 			continue
 		}
 		ep, err := s.endpointOf(ctx, caller, sb, runtimes.AgentPort, q)
