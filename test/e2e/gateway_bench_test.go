@@ -512,6 +512,32 @@ func BenchmarkPoolClaim(b *testing.B) {
 // answered 574 -> 431 ms, direct-agent 239 -> 186 ms (the agents are the new ones
 // there too), gw-cpu-ms/batch 190 -> 90. Left of the gap to direct-agent: the second
 // round trip per member (endpoint, then command) and the claim.
+//
+// Session 9: the batch's answer now carries each Running member's agent endpoint
+// (BatchMember.AgentEndpoint, minted for the reader's key after the endpoint route's own
+// Rego decision), so sandgate-warm reaches the members as an SDK does (MemberAgent),
+// without the 100 endpoint calls; sandgate-warm-endpoint-calls keeps the old flow
+// (figure batch100_answered_endpoint_calls). Against an older gateway, whose answer has
+// no endpoints, sandgate-warm falls back to the calls (endpoints-from-answer/batch 0).
+// What it costs the claim (gateway BenchmarkBatchClaim100 against …WithoutEndpoints,
+// same binary, 5 alternated runs of 30 batches, load 25): gateway CPU 1.29-1.93 ->
+// 2.28-2.46 ms per batch of 100, about 0.75 ms more (7-8 µs a member: the decision-cache
+// hit, its audit event, the key-bound HMAC), bound 2.7 -> 3.5-4.2 ms. What it saves: last-endpoint-ms (when the last member could send
+// its command) 57-331 -> 19-58 ms. Old binary (old flow) and new alternated, 3 pairs, at
+// load 22-67 (five helpers' builds and benchmarks; the direct-agent baseline of the same
+// runs swung 157-1919 ms): answered 354 / 1033 / 667 -> 444 / 970 / 360 ms, bound 26 /
+// 15 / 80 -> 23 / 9 / 6.5 ms, gw-cpu-ms/batch 100 / 70 / 90 -> 80 / 110 / 70; at that
+// load the commands themselves (the agents' 100 process starts) decide answered. In
+// process (gateway/api BenchmarkBatch100FirstCommands, old and new test binaries
+// alternated, 4-8 rounds each, load 20-35): cpu-ms/first 89-108 (old, endpoint calls)
+// -> 93-104 (from-answer), first-ms 170-287 -> 151-222; the gateway's own share of a
+// first command is about 0.2 ms of CPU, the agents' HTTP side and process starts the rest.
+//
+// Also: the proxy's keep-alive connections to agents close after 2 minutes idle (Caddy's
+// reverse_proxy default, now SANDGATE_AGENT_IDLE_TIMEOUT), so a warm member that had
+// waited longer paid a connect on its first command after a claim; the pool manager now
+// uses each warm member's connection again after half that (refreshWarmConns;
+// TestPoolWarmConnOutlivesIdleTimeout).
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()
