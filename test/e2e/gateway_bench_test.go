@@ -523,11 +523,12 @@ func BenchmarkPoolClaim(b *testing.B) {
 // same binary, 5 alternated runs of 30 batches, load 25): gateway CPU 1.29-1.93 ->
 // 2.28-2.46 ms per batch of 100, about 0.75 ms more (7-8 µs a member: the decision-cache
 // hit, its audit event, the key-bound HMAC), bound 2.7 -> 3.5-4.2 ms. What it saves: last-endpoint-ms (when the last member could send
-// its command) 57-331 -> 19-58 ms. Old binary (old flow) and new alternated, 3 pairs, at
+// its command) 57-331 -> 19-58 ms. Old binary (old flow) and new alternated, 4 pairs, at
 // load 22-67 (five helpers' builds and benchmarks; the direct-agent baseline of the same
-// runs swung 157-1919 ms): answered 354 / 1033 / 667 -> 444 / 970 / 360 ms, bound 26 /
-// 15 / 80 -> 23 / 9 / 6.5 ms, gw-cpu-ms/batch 100 / 70 / 90 -> 80 / 110 / 70; at that
-// load the commands themselves (the agents' 100 process starts) decide answered. In
+// runs swung 157-1919 ms): answered 354 / 1033 / 667 / 265 -> 444 / 970 / 360 / 1088 ms,
+// bound 26 / 15 / 80 / 10 -> 23 / 9 / 6.5 / 19 ms, gw-cpu-ms/batch 100 / 70 / 90 / 50 ->
+// 80 / 110 / 70 / 120; at that load the commands themselves (the agents' 100 process
+// starts, direct-agent) decide answered, and these runs cannot tell the flows apart. In
 // process (gateway/api BenchmarkBatch100FirstCommands, old and new test binaries
 // alternated, 4-8 rounds each, load 20-35): cpu-ms/first 89-108 (old, endpoint calls)
 // -> 93-104 (from-answer), first-ms 170-287 -> 151-222; the gateway's own share of a
