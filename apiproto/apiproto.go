@@ -78,6 +78,22 @@ type BatchMember struct {
 	Source string  `json:"source,omitempty"` // "pool" or "cold"
 	Status Status  `json:"status"`
 	Error  *Status `json:"error,omitempty"`
+	// AgentEndpoint is how to reach the member's agent (port 44772), exactly as
+	// GET /v1/sandboxes/{id}/endpoints/44772 answers it for the key that read the
+	// batch: set for a Running member when that key may reach the sandbox's ports
+	// (Rego action sandbox.proxy), so that a client of a batch of N need not make N
+	// endpoint calls before its first commands.
+	AgentEndpoint *Endpoint `json:"agentEndpoint,omitempty"`
+}
+
+// Endpoint is how to reach one port of a sandbox through the gateway: prepend the
+// scheme to Endpoint and send Headers with every request. URL is a signed browser link
+// (only when one was asked for, until ExpiresAt).
+type Endpoint struct {
+	Endpoint  string            `json:"endpoint"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	URL       string            `json:"url,omitempty"`
+	ExpiresAt *time.Time        `json:"expiresAt,omitempty"`
 }
 
 // BatchSummary counts a batch's members by outcome.

@@ -28,12 +28,25 @@ func (c *Client) Agent(ctx context.Context, sandboxID string) (*Agent, error) {
 	return c.portClient(ctx, sandboxID, AgentPort)
 }
 
+// MemberAgent returns a client of a batch member's agent: from the endpoint the batch's
+// answer carries (BatchMember.AgentEndpoint), without a call, or else from GetEndpoint.
+func (c *Client) MemberAgent(ctx context.Context, m BatchMember) (*Agent, error) {
+	if ep := m.AgentEndpoint; ep != nil && ep.Endpoint != "" {
+		return c.agentAt(m.ID, ep), nil
+	}
+	return c.Agent(ctx, m.ID)
+}
+
+func (c *Client) agentAt(sandboxID string, ep *Endpoint) *Agent {
+	return &Agent{c: c, id: sandboxID, base: c.base.Scheme + "://" + strings.TrimRight(ep.Endpoint, "/"), headers: ep.Headers}
+}
+
 func (c *Client) portClient(ctx context.Context, sandboxID string, port int) (*Agent, error) {
 	ep, err := c.GetEndpoint(ctx, sandboxID, port)
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{c: c, id: sandboxID, base: c.base.Scheme + "://" + strings.TrimRight(ep.Endpoint, "/"), headers: ep.Headers}, nil
+	return c.agentAt(sandboxID, ep), nil
 }
 
 // SandboxID is the sandbox this agent runs in.

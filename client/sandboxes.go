@@ -255,12 +255,7 @@ func (c *Client) WaitForState(ctx context.Context, id string, states ...string) 
 
 // Endpoint is how to reach one port of a sandbox: prepend the scheme to Endpoint and
 // send Headers with every request. URL is a signed browser link when one was asked for.
-type Endpoint struct {
-	Endpoint  string            `json:"endpoint"`
-	Headers   map[string]string `json:"headers,omitempty"`
-	URL       string            `json:"url,omitempty"`
-	ExpiresAt *time.Time        `json:"expiresAt,omitempty"`
-}
+type Endpoint = apiproto.Endpoint
 
 // GetEndpoint returns how to reach port of a sandbox through the gateway.
 func (c *Client) GetEndpoint(ctx context.Context, id string, port int) (*Endpoint, error) {

@@ -61,20 +61,32 @@ import (
 // the 3000 args in, about half of the script), the 1000 XADDs (about 4 ms with their Lua
 // splices); in the gateway, the splice and copy of each record, admission (Rego), the
 // route cache and the answer's encoding.
-func BenchmarkBatchClaim1000(b *testing.B) { benchBatchClaim(b, 1000) }
+//
+// The answer carries each member's agent endpoint (as POST /v1/batches answers it: a
+// Rego decision, through the decision cache, and a key-bound value per member);
+// WithoutEndpoints measures the claim without them, in the same binary.
+func BenchmarkBatchClaim1000(b *testing.B) { benchBatchClaim(b, 1000, true) }
 
 // BenchmarkBatchClaim100 is BenchmarkBatchClaim1000's claim at test/k8s's
 // k8s_batch100_bound size, where what a claim costs once (admission, the pool and
 // tenant reads, the batch record) weighs more than what it costs per member.
-func BenchmarkBatchClaim100(b *testing.B) { benchBatchClaim(b, 100) }
+func BenchmarkBatchClaim100(b *testing.B) { benchBatchClaim(b, 100, true) }
 
-func benchBatchClaim(b *testing.B, size int) {
+// BenchmarkBatchClaim100WithoutEndpoints is BenchmarkBatchClaim100 whose answer carries
+// no agent endpoints (CreateBatch, as before they were added).
+func BenchmarkBatchClaim100WithoutEndpoints(b *testing.B) { benchBatchClaim(b, 100, false) }
+
+// BenchmarkBatchClaim1000WithoutEndpoints is the same at 1000.
+func BenchmarkBatchClaim1000WithoutEndpoints(b *testing.B) { benchBatchClaim(b, 1000, false) }
+
+func benchBatchClaim(b *testing.B, size int, endpoints bool) {
 	ctx := context.Background()
 	// The store and the policy engine on a private redis-server; no runtime: admission
 	// and claims make no runtime call.
 	d := coredeps.Start(b)
 	st := d.Store
 	s := New(Config{}, st, nil, d.Policy, d.Log)
+	s.SetAdminKey("bench-admin-key")
 	tmpl := []byte(`{"image":{"uri":"sandgate/base:0.1.0"},"entrypoint":["sleep","infinity"],"resourceLimits":{"cpu":"50m","memory":"64Mi"}}`)
 	if err := st.PutPool(ctx, &store.Pool{Tenant: DefaultTenant, Name: "bench", Template: tmpl, Version: 1}, true); err != nil {
 		b.Fatal(err)
@@ -102,9 +114,16 @@ func benchBatchClaim(b *testing.B, size int) {
 		}
 		cpu0, rcpu0 := cpuNow(), redisCPU(b, st)
 		t0 := time.Now()
-		v, err := s.CreateBatch(ctx, caller, BatchRequest{Count: size, PoolRef: "bench"})
+		var at *EndpointQuery
+		if endpoints {
+			at = &EndpointQuery{RequestHost: "gateway.example:8080", Scheme: "http"}
+		}
+		v, err := s.CreateBatchWithEndpoints(ctx, caller, BatchRequest{Count: size, PoolRef: "bench"}, at)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if endpoints && v.Members[0].AgentEndpoint == nil {
+			b.Fatal("no agent endpoint in the answer")
 		}
 		if _, err := json.Marshal(v); err != nil {
 			b.Fatal(err)

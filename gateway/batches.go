@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // BatchRequest is the body of POST /v1/batches: count sandboxes of a template, or claimed
@@ -32,6 +34,13 @@ type (
 // script (and returned Running); the rest start cold in the background (Pending), each
 // failure recorded against its member.
 func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchRequest) (*BatchView, error) {
+	return s.CreateBatchWithEndpoints(ctx, caller, req, nil)
+}
+
+// CreateBatchWithEndpoints is CreateBatch whose answer gives, with agentAt (the
+// request's host and scheme), each Running member's agent endpoint as the caller would
+// get it from GetEndpoint (BatchMember.AgentEndpoint, memberEndpoints).
+func (s *Service) CreateBatchWithEndpoints(ctx context.Context, caller Caller, req BatchRequest, agentAt *EndpointQuery) (*BatchView, error) {
 	defer s.metrics.Batch(time.Now())
 	if req.Count < 1 || req.Count > s.cfg.MaxBatchSize {
 		return nil, invalid("count %d: want 1 to %d", req.Count, s.cfg.MaxBatchSize)
@@ -105,9 +114,43 @@ func (s *Service) CreateBatch(ctx context.Context, caller Caller, req BatchReque
 	if err != nil {
 		return nil, err
 	}
+	if agentAt != nil {
+		s.memberEndpoints(ctx, caller, view, warm, *agentAt)
+	}
 	// Members just queued for a cold start read as Pending until their record exists.
 	return view, nil
 }
+
+// memberEndpoints sets the agent endpoint of each Running member of v whose record is
+// in recs, for the caller's key: the same Rego decision as the endpoint route's
+// (sandbox.proxy on that sandbox) and the same key-bound value (accesstoken.go), so a
+// batch answer tells no reader more than the reader's own endpoint calls would. A member
+// the caller may not reach, or whose value cannot be derived now (the key's hash
+// unreadable), is left without one: the client asks GetEndpoint as before.
+func (s *Service) memberEndpoints(ctx context.Context, caller Caller, v *BatchView, recs []*store.Sandbox, q EndpointQuery) {
+	byID := make(map[string]*store.Sandbox, len(recs))
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	for i := range v.Members {
+		m := &v.Members[i]
+		sb := byID[m.ID]
+		if sb == nil || m.Status.State != StateRunning || (!caller.Admin && sb.Tenant != caller.Tenant) {
+			continue
+		}
+		path := "/v1/sandboxes/" + sb.ID + "/endpoints/" + agentPortString
+		if s.Authorize(ctx, caller, "sandbox.proxy", Resource{Kind: "sandbox", ID: sb.ID, Tenant: caller.Tenant}, "GET", path, nil) != nil {
+			continue
+		}
+		ep, err := s.endpointOf(ctx, caller, sb, runtimes.AgentPort, q)
+		if err != nil {
+			continue
+		}
+		m.AgentEndpoint = ep
+	}
+}
+
+var agentPortString = strconv.Itoa(runtimes.AgentPort)
 
 // startColdMembers creates the cold members in the background, bounded by BatchConcurrency.
 func (s *Service) startColdMembers(caller Caller, b *store.Batch, tmpl, req CreateRequest, ids []string) {
@@ -156,11 +199,28 @@ func MemberError(err error) store.MemberError {
 
 // GetBatch returns a batch with each member's current state.
 func (s *Service) GetBatch(ctx context.Context, caller Caller, id string) (*BatchView, error) {
+	return s.GetBatchWithEndpoints(ctx, caller, id, nil)
+}
+
+// GetBatchWithEndpoints is GetBatch whose answer gives, with agentAt, each Running
+// member's agent endpoint (memberEndpoints), for a client whose members came up cold.
+func (s *Service) GetBatchWithEndpoints(ctx context.Context, caller Caller, id string, agentAt *EndpointQuery) (*BatchView, error) {
 	b, errs, err := s.lookupBatch(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
-	return s.batchView(ctx, b, errs, nil, nil)
+	recs, err := s.store.GetSandboxes(ctx, b.Members)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.batchView(ctx, b, errs, nil, recs)
+	if err != nil {
+		return nil, err
+	}
+	if agentAt != nil {
+		s.memberEndpoints(ctx, caller, v, recs, *agentAt)
+	}
+	return v, nil
 }
 
 func (s *Service) lookupBatch(ctx context.Context, caller Caller, id string) (*store.Batch, map[string]store.MemberError, error) {

@@ -110,6 +110,9 @@ type Config struct {
 	PoolConcurrency int
 	// PoolInterval is how often the pool manager checks its pools.
 	PoolInterval time.Duration
+	// AgentIdleTimeout is how long the proxy keeps an idle connection to an agent
+	// (default 2m): warm members' connections are refreshed within it (refreshWarmConns).
+	AgentIdleTimeout time.Duration
 	// BatchConcurrency bounds cold creates of one batch running at once.
 	BatchConcurrency int
 	// MaxBatchSize caps a batch's count.
@@ -169,6 +172,9 @@ func (c *Config) Defaults() {
 	}
 	if c.PoolConcurrency == 0 {
 		c.PoolConcurrency = 4
+	}
+	if c.AgentIdleTimeout <= 0 {
+		c.AgentIdleTimeout = DefaultAgentIdleTimeout
 	}
 	if c.PoolInterval == 0 {
 		c.PoolInterval = 250 * time.Millisecond

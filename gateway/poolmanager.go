@@ -29,6 +29,9 @@ type poolState struct {
 	lastClaim atomic.Int64
 	// connWarmer opens the proxy's connection to a new warm member (SetConnWarmer).
 	connWarmer atomic.Pointer[ConnWarmer]
+	// warmConns is, per warm member (id), when the proxy's connection to it was last
+	// opened or used by the pool manager (refreshWarmConns); guarded by mu.
+	warmConns map[string]warmConn
 	// current holds, per pool key, the warm members already found built from the
 	// pool's version (outdatedMembers); only the pass's goroutine uses it.
 	current map[string]currentMembers
@@ -45,10 +48,21 @@ type currentMembers struct {
 // claimer sends through it does not wait for a connect.
 type ConnWarmer func(ctx context.Context, addr, agentToken string) error
 
+// DefaultAgentIdleTimeout is Config.AgentIdleTimeout's default, Caddy's own for
+// reverse_proxy's idle connections.
+const DefaultAgentIdleTimeout = 2 * time.Minute
+
 // SetConnWarmer gives the pool manager the proxy's ConnWarmer: each member this gateway
 // makes warm gets its connection then, off any claim's path. Without one (or past the
 // proxy's idle timeout, two minutes in Caddy) the first call connects.
 func (s *Service) SetConnWarmer(f ConnWarmer) { s.pools.connWarmer.Store(&f) }
+
+// warmConn is what refreshWarmConns needs of a warm member: where its agent is, and
+// when the proxy's connection to it was last used.
+type warmConn struct {
+	addr, token string
+	at          time.Time
+}
 
 // warmProxyConn opens the proxy's connection to a member that just became warm. A
 // failure costs nothing but the connect at the first call.
@@ -57,10 +71,103 @@ func (s *Service) warmProxyConn(ctx context.Context, sb *store.Sandbox) {
 	if f == nil || sb.Address == "" {
 		return
 	}
+	c := warmConn{addr: net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), token: sb.AgentToken, at: time.Now()}
+	s.pools.mu.Lock()
+	if s.pools.warmConns == nil {
+		s.pools.warmConns = map[string]warmConn{}
+	}
+	s.pools.warmConns[sb.ID] = c
+	s.pools.mu.Unlock()
+	s.useWarmConn(ctx, *f, sb.ID, c)
+}
+
+func (s *Service) useWarmConn(ctx context.Context, f ConnWarmer, id string, c warmConn) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := (*f)(ctx, net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), sb.AgentToken); err != nil {
-		s.log.Debug("open the proxy's connection to a warm member", "id", sb.ID, "err", err)
+	if err := f(ctx, c.addr, c.token); err != nil {
+		s.log.Debug("open the proxy's connection to a warm member", "id", id, "err", err)
+	}
+}
+
+// refreshWarmConns keeps the proxy's connections to a pool's warm members (ready) open:
+// the proxy closes a connection idle for AgentIdleTimeout (two minutes in Caddy), and a
+// member can wait in its pool far longer, so each is used again (a /ping through the
+// proxy's transport, which takes the idle connection and puts it back) once it has been
+// idle for half that. A member whose connection this gateway never opened (it started
+// under another gateway, or before this one restarted) gets one now: its record is read
+// once, with the others', in one pipelined call. The pings run beside the pass, a few
+// at a time; a failed one costs nothing but a connect at the member's first call.
+func (s *Service) refreshWarmConns(ctx context.Context, ready []string) {
+	fp := s.pools.connWarmer.Load()
+	if fp == nil || len(ready) == 0 {
+		return
+	}
+	now := time.Now()
+	due := now.Add(-s.cfg.AgentIdleTimeout / 2)
+	var use []string
+	var unknown []string
+	todo := map[string]warmConn{}
+	s.pools.mu.Lock()
+	if s.pools.warmConns == nil {
+		s.pools.warmConns = map[string]warmConn{}
+	}
+	for _, id := range ready {
+		c, ok := s.pools.warmConns[id]
+		switch {
+		case !ok:
+			unknown = append(unknown, id)
+		case c.at.Before(due):
+			c.at = now
+			s.pools.warmConns[id] = c
+			todo[id] = c
+			use = append(use, id)
+		}
+	}
+	s.pools.mu.Unlock()
+	if len(unknown) > 0 {
+		if recs, err := s.store.GetSandboxes(ctx, unknown); err == nil {
+			s.pools.mu.Lock()
+			for _, sb := range recs {
+				if sb.Address == "" {
+					continue
+				}
+				c := warmConn{addr: net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), token: sb.AgentToken, at: now}
+				s.pools.warmConns[sb.ID] = c
+				todo[sb.ID] = c
+				use = append(use, sb.ID)
+			}
+			s.pools.mu.Unlock()
+		}
+	}
+	if len(use) == 0 {
+		return
+	}
+	s.spawn(func() {
+		sem := make(chan struct{}, 4)
+		var wg sync.WaitGroup
+		for _, id := range use {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(id string) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				s.useWarmConn(context.Background(), *fp, id, todo[id])
+			}(id)
+		}
+		wg.Wait()
+	})
+}
+
+// forgetWarmConns drops the entries of members no longer warm in any pool, once they
+// are past their refresh (a member being made warm has its entry before it is ready).
+func (s *Service) forgetWarmConns(ready map[string]bool) {
+	due := time.Now().Add(-s.cfg.AgentIdleTimeout / 2)
+	s.pools.mu.Lock()
+	defer s.pools.mu.Unlock()
+	for id, c := range s.pools.warmConns {
+		if !ready[id] && c.at.Before(due) {
+			delete(s.pools.warmConns, id)
+		}
 	}
 }
 
@@ -156,10 +263,14 @@ func (s *Service) managePoolsOnce(ctx context.Context) {
 		}
 	}
 	listed := make(map[string]bool, len(pools))
+	ready := map[string]bool{}
 	for _, p := range pools {
 		listed[store.PoolKey(p.Tenant, p.Name)] = true
-		s.managePool(ctx, p, live)
+		for _, id := range s.managePool(ctx, p, live) {
+			ready[id] = true
+		}
 	}
+	s.forgetWarmConns(ready)
 	for key := range s.pools.current {
 		if !listed[key] {
 			delete(s.pools.current, key) // a deleted pool
@@ -167,15 +278,16 @@ func (s *Service) managePoolsOnce(ctx context.Context) {
 	}
 }
 
-func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string]runtimes.Instance) {
+// managePool keeps one pool within its bounds; it returns the pool's warm members.
+func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string]runtimes.Instance) (ready []string) {
 	key := store.PoolKey(p.Tenant, p.Name)
 	if pull := s.poolPull(key); pull != nil && pull.State != PoolImageReady {
 		// Members wait for the pool's one pull (and a failed pull makes none).
-		return
+		return nil
 	}
 	ready, err := s.store.ReadyMembers(ctx, p.Tenant, p.Name)
 	if err != nil {
-		return
+		return nil
 	}
 	// Dead or outdated warm sandboxes leave the pool and are replaced.
 	var stale []string
@@ -194,9 +306,10 @@ func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string
 		s.removeWarm(ctx, p, stale)
 		ready, _ = s.store.ReadyMembers(ctx, p.Tenant, p.Name) // on an error CountPool below fails too and ends this pass
 	}
+	s.refreshWarmConns(ctx, ready)
 	counts, err := s.store.CountPool(ctx, p.Tenant, p.Name)
 	if err != nil {
-		return
+		return ready
 	}
 	starting := int64(s.startingCount(key))
 	available := counts.Available + starting
@@ -214,7 +327,7 @@ func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string
 	}
 	if want > 0 {
 		s.fillPool(p, int(want))
-		return
+		return ready
 	}
 	// Too many idle: shrink to bufferMax, never below poolMin.
 	excess := counts.Available - int64(c.BufferMax)
@@ -224,6 +337,7 @@ func (s *Service) managePool(ctx context.Context, p *store.Pool, live map[string
 	if excess > 0 && int64(len(ready)) >= excess {
 		s.removeWarm(ctx, p, ready[len(ready)-int(excess):])
 	}
+	return ready
 }
 
 // outdatedMembers finds the warm records built from an older template. A warm record's

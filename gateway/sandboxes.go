@@ -56,14 +56,9 @@ type Sandbox struct {
 	CreatedAt  time.Time         `json:"createdAt"`
 }
 
-// Endpoint tells a client where one port of a sandbox is reached and with which headers.
-type Endpoint struct {
-	Endpoint string            `json:"endpoint"`
-	Headers  map[string]string `json:"headers,omitempty"`
-	// URL is a signed browser link (only when expires was asked for).
-	URL       string     `json:"url,omitempty"`
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-}
+// Endpoint tells a client where one port of a sandbox is reached and with which headers
+// (declared in apiproto, for the gateway and the Go SDK alike).
+type Endpoint = apiproto.Endpoint
 
 // Caller is who makes a request, as authenticated by the HTTP layer.
 type Caller struct {
@@ -352,6 +347,11 @@ func (s *Service) GetEndpoint(ctx context.Context, caller Caller, id string, por
 	if err != nil {
 		return nil, err
 	}
+	return s.endpointOf(ctx, caller, sb, port, q)
+}
+
+// endpointOf is GetEndpoint for a record in hand, which the caller may read.
+func (s *Service) endpointOf(ctx context.Context, caller Caller, sb *store.Sandbox, port int, q EndpointQuery) (*Endpoint, error) {
 	host := s.cfg.PublicAddress
 	if host == "" {
 		host = q.RequestHost

@@ -129,6 +129,10 @@ type App struct {
 	PoolFallback string `json:"pool_fallback,omitempty"`
 	// PoolConcurrency bounds warm sandboxes starting at once (default 4).
 	PoolConcurrency int `json:"pool_concurrency,omitempty"`
+	// AgentIdleTimeout is how long the proxy keeps an idle keep-alive connection to an
+	// agent (default 2m); the pool manager keeps warm members' connections from reaching
+	// it, so that a claim after a long wait does not connect.
+	AgentIdleTimeout caddy.Duration `json:"agent_idle_timeout,omitempty"`
 	// Egress is "on" (default: every sandbox runs behind an egress enforcer) or "off"
 	// (sandboxes reach whatever the host lets them; a networkPolicy is refused).
 	Egress string `json:"egress,omitempty"`
@@ -371,25 +375,26 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 	}
 	usageInterval, _ := a.usageInterval() // Validate checked it
 	svc := gateway.New(gateway.Config{
-		MinTimeout:      time.Duration(a.MinTimeout),
-		MaxTimeout:      time.Duration(a.MaxTimeout),
-		DefaultTimeout:  time.Duration(a.DefaultTimeout),
-		ReadyTimeout:    time.Duration(a.ReadyTimeout),
-		FailedRetention: time.Duration(a.FailedRetention),
-		SyncInterval:    time.Duration(a.SyncInterval),
-		PublicAddress:   a.PublicAddress,
-		PublicURL:       strings.TrimSuffix(a.PublicURL, "/"),
-		PreviewDomain:   a.PreviewDomain,
-		ClusterID:       a.ClusterID,
-		PoolWait:        time.Duration(a.PoolWait),
-		RenewCooldown:   time.Duration(a.RenewCooldown),
-		PoolFallback:    a.PoolFallback,
-		PoolConcurrency: a.PoolConcurrency,
-		PullImages:      a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
-		PullAlways:      a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
-		CheckRegistries: len(a.ImageRegistries) > 0,
-		UsageInterval:   usageInterval,
-		TestClock:       a.TestClock == "on",
+		MinTimeout:       time.Duration(a.MinTimeout),
+		MaxTimeout:       time.Duration(a.MaxTimeout),
+		DefaultTimeout:   time.Duration(a.DefaultTimeout),
+		ReadyTimeout:     time.Duration(a.ReadyTimeout),
+		FailedRetention:  time.Duration(a.FailedRetention),
+		SyncInterval:     time.Duration(a.SyncInterval),
+		PublicAddress:    a.PublicAddress,
+		PublicURL:        strings.TrimSuffix(a.PublicURL, "/"),
+		PreviewDomain:    a.PreviewDomain,
+		ClusterID:        a.ClusterID,
+		PoolWait:         time.Duration(a.PoolWait),
+		RenewCooldown:    time.Duration(a.RenewCooldown),
+		PoolFallback:     a.PoolFallback,
+		PoolConcurrency:  a.PoolConcurrency,
+		AgentIdleTimeout: time.Duration(a.AgentIdleTimeout),
+		PullImages:       a.Runtime == "docker" && a.ImagePull != string(docker.PullNever),
+		PullAlways:       a.Runtime == "docker" && a.ImagePull == string(docker.PullAlways),
+		CheckRegistries:  len(a.ImageRegistries) > 0,
+		UsageInterval:    usageInterval,
+		TestClock:        a.TestClock == "on",
 	}, st, rt, pol, log)
 	host, err := a.startPlugins(bg, svc, log)
 	if err != nil {

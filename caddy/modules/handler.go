@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/tracing"
@@ -36,14 +37,20 @@ type Handler struct {
 	plain api.Forward
 }
 
-// reverseProxyConfig keeps many idle connections to sandboxes. Flushing is Caddy's
-// default: at once for SSE, bodies of unknown length (chunked command output, streams)
-// and upgraded connections; a response of known length goes out in full writes, headers
-// and body together, rather than one write per upstream read.
-const reverseProxyConfig = `{
+// reverseProxyConfig keeps many idle connections to sandboxes, each for idle (the
+// agent_idle_timeout setting; the pool manager refreshes warm members' within it).
+// Flushing is Caddy's default: at once for SSE, bodies of unknown length (chunked
+// command output, streams) and upgraded connections; a response of known length goes
+// out in full writes, headers and body together, rather than one write per upstream read.
+func reverseProxyConfig(idle time.Duration) string {
+	if idle <= 0 {
+		idle = gateway.DefaultAgentIdleTimeout
+	}
+	return fmt.Sprintf(`{
 	"dynamic_upstreams": {"source": "sandgate"},
-	"transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": 64}, "dial_timeout": "5s"}
-}`
+	"transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": 64, "idle_timeout": %d}, "dial_timeout": "5s"}
+}`, idle.Nanoseconds())
+}
 
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
@@ -57,7 +64,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("load sandgate app: %w", err)
 	}
 	app := appIface.(*App)
-	rp, err := ctx.LoadModuleByID("http.handlers.reverse_proxy", json.RawMessage(reverseProxyConfig))
+	rp, err := ctx.LoadModuleByID("http.handlers.reverse_proxy", json.RawMessage(reverseProxyConfig(time.Duration(app.AgentIdleTimeout))))
 	if err != nil {
 		return fmt.Errorf("load reverse_proxy for sandboxes: %w", err)
 	}

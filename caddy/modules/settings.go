@@ -85,6 +85,7 @@ var settings = []setting{
 	{name: "pool_wait", env: "SANDGATE_POOL_WAIT", def: "2s", kind: kindDuration, doc: "wait of a claim from an empty pool", field: func(a *App) any { return &a.PoolWait }},
 	{name: "pool_fallback", env: "SANDGATE_POOL_FALLBACK", def: "cold", values: []string{"cold", "fail"}, doc: "cold|fail", field: func(a *App) any { return &a.PoolFallback }},
 	{name: "pool_concurrency", env: "SANDGATE_POOL_CONCURRENCY", def: "4", kind: kindInt, doc: "warm sandboxes starting at once", field: func(a *App) any { return &a.PoolConcurrency }},
+	{name: "agent_idle_timeout", env: "SANDGATE_AGENT_IDLE_TIMEOUT", def: "2m", kind: kindDuration, doc: "idle keep-alive connections to agents close after this (warm members' are kept open)", field: func(a *App) any { return &a.AgentIdleTimeout }},
 	{name: "egress", env: "SANDGATE_EGRESS", def: "on", values: []string{"on", "off"}, doc: "on|off", field: func(a *App) any { return &a.Egress }},
 	{name: "egress_default_action", env: "SANDGATE_EGRESS_DEFAULT_ACTION", values: []string{"allow", "deny"}, doc: "allow|deny", field: func(a *App) any { return &a.EgressDefaultAction }},
 	{name: "egress_always_deny", env: "SANDGATE_EGRESS_ALWAYS_DENY", kind: kindList, doc: "target,target,…", field: func(a *App) any { return &a.EgressAlwaysDeny }},

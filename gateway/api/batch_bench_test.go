@@ -21,7 +21,22 @@ import (
 // beyond any later one. cpu-ms/first is this process's CPU over the first round (the
 // gateway and the in-process agents' HTTP side; the commands' own processes are
 // children, not counted). Run with -cpuprofile to see where it goes.
+//
+// from-answer reaches each member with the agent endpoint the batch's answer carries, as
+// an SDK does (client.MemberAgent); endpoint-calls asks GET …/endpoints/44772 first, as
+// clients did before the answer carried it. An older gateway's answer has none: both
+// then make the endpoint calls.
 func BenchmarkBatch100FirstCommands(b *testing.B) {
+	for _, fromAnswer := range []bool{true, false} {
+		name := "from-answer"
+		if !fromAnswer {
+			name = "endpoint-calls"
+		}
+		b.Run(name, func(b *testing.B) { batch100FirstCommands(b, fromAnswer) })
+	}
+}
+
+func batch100FirstCommands(b *testing.B, fromAnswer bool) {
 	srv, _ := startTestAPI(b, nil)
 	admin := map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}}
@@ -99,7 +114,10 @@ func BenchmarkBatch100FirstCommands(b *testing.B) {
 		}
 		var bt struct {
 			ID      string
-			Members []struct{ ID string }
+			Members []struct {
+				ID            string
+				AgentEndpoint *ep
+			}
 		}
 		json.Unmarshal(body, &bt)
 		eps := make([]ep, len(bt.Members))
@@ -108,6 +126,11 @@ func BenchmarkBatch100FirstCommands(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if fromAnswer && m.AgentEndpoint != nil {
+					eps[j] = *m.AgentEndpoint
+					command(eps[j])
+					return
+				}
 				st, body := do("GET", "/v1/sandboxes/"+m.ID+"/endpoints/44772", nil, admin)
 				if st != 200 {
 					b.Errorf("endpoint: %d %s", st, body)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -77,16 +78,49 @@ func (h *Handler) renewSandbox(w http.ResponseWriter, r *http.Request, c gateway
 	writeJSON(w, http.StatusOK, map[string]time.Time{"expiresAt": exp})
 }
 
+// endpointQuery is how r reached the gateway, which the endpoints it answers name.
+func endpointQuery(r *http.Request) gateway.EndpointQuery {
+	q := gateway.EndpointQuery{RequestHost: r.Host, Scheme: "http"}
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		q.Scheme = "https"
+	}
+	return q
+}
+
+// createBatch is POST /batches: its answer gives each Running member's agent endpoint,
+// so that a client reaches the members without an endpoint call each.
+func (h *Handler) createBatch(w http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
+	q := endpointQuery(r)
+	return decodeAndCall(http.StatusAccepted, func(ctx context.Context, c gateway.Caller, req gateway.BatchRequest) (*gateway.BatchView, error) {
+		return h.svc.CreateBatchWithEndpoints(ctx, c, req, &q)
+	})(w, r, c)
+}
+
+// getBatch is GET /batches/{id}; with agentEndpoints=true the Running members' agent
+// endpoints too (for members that came up cold after the create answered).
+func (h *Handler) getBatch(_ http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
+	var at *gateway.EndpointQuery
+	if v := r.URL.Query().Get("agentEndpoints"); v != "" {
+		want, err := strconv.ParseBool(v)
+		if err != nil {
+			return 0, nil, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "agentEndpoints %q: want true or false", v)
+		}
+		if want {
+			q := endpointQuery(r)
+			at = &q
+		}
+	}
+	b, err := h.svc.GetBatchWithEndpoints(r.Context(), c, r.PathValue("id"), at)
+	return http.StatusOK, b, err
+}
+
 func (h *Handler) getEndpoint(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	port, err := gateway.ParsePort(r.PathValue("port"))
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	q := gateway.EndpointQuery{RequestHost: r.Host, Scheme: "http"}
-	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
-		q.Scheme = "https"
-	}
+	q := endpointQuery(r)
 	if e := r.URL.Query().Get("expires"); e != "" {
 		n, err := strconv.ParseInt(e, 10, 64)
 		if err != nil {
