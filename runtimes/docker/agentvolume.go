@@ -109,7 +109,8 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 		created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 			Name: name,
 			Config: &container.Config{
-				Image: image, Entrypoint: []string{"/nonexistent"}, Labels: map[string]string{labelRole: roleAgentVolume},
+				Image: image, Entrypoint: []string{"/nonexistent"},
+				Labels: map[string]string{labelRole: roleAgentVolume, labelSpareOwner: r.owner},
 			},
 			HostConfig: &container.HostConfig{
 				NetworkMode: "none",
@@ -123,7 +124,11 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 			return client.ContainerCreateResult{}, fmt.Errorf("create the agent volume's filler: %w", err)
 		}
 		if other, ierr := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); ierr == nil {
-			if at, perr := time.Parse(time.RFC3339Nano, other.Container.Created); perr == nil && time.Since(at) > fillerStale {
+			// The filler of a process of this host that is gone (killed while filling:
+			// every gateway fills at its start, for its spare holders) is removed at
+			// once; one of another host's process only once it is stale.
+			gone := other.Container.Config != nil && ownerGone(other.Container.Config.Labels[labelSpareOwner])
+			if at, perr := time.Parse(time.RFC3339Nano, other.Container.Created); gone || (perr == nil && time.Since(at) > fillerStale) {
 				_, _ = r.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 				continue
 			}

@@ -63,7 +63,8 @@ import (
 // Labels of namespace holders and of the workloads that join one.
 const (
 	roleNetns = "netns"
-	// labelSpareOwner names the process that made a spare (spareOwnerID).
+	// labelSpareOwner names the process that made a spare or an agent volume's filler
+	// (spareOwnerID), so that what a killed process left is known for its own.
 	labelSpareOwner = "sandgate.io/spare-owner"
 	// labelNetwork on every workload names the sandbox network its namespace is on
 	// (List's filter: a workload in a holder's namespace is not on it for the engine).

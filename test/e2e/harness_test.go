@@ -194,15 +194,20 @@ func (e *env) containers() []string {
 // poolLabels lists the env's containers in one call: sandbox id → the pool it was made
 // for ("" for none).
 func (e *env) poolLabels() map[string]string {
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.io/network="+e.Network, "--format", `{{.Label "sandgate.io/id"}} {{.Label "sandgate.io/pool"}}`).Output()
-	if err != nil {
-		e.t.Errorf("docker ps: %v", err)
-		return nil
-	}
 	m := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if id, pool, ok := strings.Cut(l, " "); ok {
-			m[id] = pool
+	// By label (every workload of this version, in its own namespace or a holder's) and
+	// by network (workloads of earlier versions, which have no such label).
+	for _, filter := range []string{"label=sandgate.io/network=" + e.Network, "network=" + e.Network} {
+		out, err := exec.Command("docker", "ps", "-a", "--filter", filter, "--filter", "label=sandgate.io/id", "--format", `{{.Label "sandgate.io/id"}}|{{.Label "sandgate.io/pool"}}|{{.Label "sandgate.io/role"}}`).Output()
+		if err != nil {
+			e.t.Errorf("docker ps: %v", err)
+			return nil
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Split(l, "|")
+			if len(f) == 3 && f[0] != "" && f[2] == "" { // a sandbox, not its helper
+				m[f[0]] = f[1]
+			}
 		}
 	}
 	return m
