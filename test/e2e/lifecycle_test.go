@@ -229,6 +229,10 @@ func lifecycleSuite(t *testing.T, redis *redisServer) {
 		if late := time.Since(exp); late > 4*time.Second {
 			t.Errorf("container removed %s after expiresAt, want about 2 s", late)
 		}
+		// The record goes once the runtime's Delete has returned (the workload's
+		// container goes first; its enforcer, its namespace holder and its volumes with
+		// it, before the record): moments after the container, never before it.
+		waitFor(t, 5*time.Second, func() bool { return g.do("GET", "/v1/sandboxes/"+short, nil).Status == 404 }, "the expired sandbox's record to go")
 		expectError(t, g.do("GET", "/v1/sandboxes/"+short, nil), 404, "SANDBOX::NOT_FOUND")
 	})
 
