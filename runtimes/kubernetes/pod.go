@@ -185,12 +185,12 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 	}
 
 	initContainers := []corev1.Container{{
-		Name:         InstallContainer,
-		Image:        r.opts.AgentImage,
-		Command:      []string{imageAgentPath, "install", agentPath},
-		Resources:    helperResources("100m", "64Mi"),
-		VolumeMounts: []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir}},
-		SecurityContext: oneShotHelperSecurity(),
+		Name:                     InstallContainer,
+		Image:                    r.opts.AgentImage,
+		Command:                  []string{imageAgentPath, "install", agentPath},
+		Resources:                helperResources("100m", "64Mi"),
+		VolumeMounts:             []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir}},
+		SecurityContext:          oneShotHelperSecurity(),
 		ImagePullPolicy:          r.opts.AgentImagePullPolicy,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}

@@ -52,13 +52,13 @@ func (r *Runtime) withCredentialProxy(pod *corev1.Pod, spec runtimes.Spec) error
 	}
 	pod.Annotations[annotationCredentialProxy] = "enabled"
 	trust := corev1.Container{
-		Name:         VaultTrustContainer,
-		Image:        spec.Image,
-		Command:      []string{agentPath, "vault-trust", vaultDir},
-		Env:          []corev1.EnvVar{{Name: EnvVaultCACert, Value: escapeExpansion(string(certPEM))}},
-		Resources:    helperResources("100m", "64Mi"),
-		VolumeMounts: []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir}},
-		SecurityContext: oneShotHelperSecurity(),
+		Name:                     VaultTrustContainer,
+		Image:                    spec.Image,
+		Command:                  []string{agentPath, "vault-trust", vaultDir},
+		Env:                      []corev1.EnvVar{{Name: EnvVaultCACert, Value: escapeExpansion(string(certPEM))}},
+		Resources:                helperResources("100m", "64Mi"),
+		VolumeMounts:             []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir}},
+		SecurityContext:          oneShotHelperSecurity(),
 		ImagePullPolicy:          r.opts.ImagePullPolicy,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
