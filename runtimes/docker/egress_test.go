@@ -56,6 +56,19 @@ func testRuntime(t *testing.T) (*Runtime, string) {
 	return r, image
 }
 
+// enforcedSpec is the spec of a test sandbox with egress policy policy (a new id and
+// tokens); the sandbox is deleted when the test ends.
+func enforcedSpec(t *testing.T, r *Runtime, image, policy string) runtimes.Spec {
+	t.Helper()
+	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	return runtimes.Spec{
+		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
+		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
+		Egress: &runtimes.EgressSpec{Policy: []byte(policy)},
+	}
+}
+
 // waitSpare waits until the runtime has a spare namespace holder ready.
 func waitSpare(t *testing.T, r *Runtime) {
 	t.Helper()
@@ -92,13 +105,8 @@ func signedPolicy(t *testing.T, addr, token string) string {
 func TestEgressSidecarLifecycle(t *testing.T) {
 	r, image := testRuntime(t)
 	ctx := context.Background()
-	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
-	spec := runtimes.Spec{
-		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
-		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
-		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)},
-	}
-	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)
+	id := spec.ID
 	inst, err := r.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("create: %v", err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -23,13 +22,8 @@ func TestCreateInSpareNamespace(t *testing.T) {
 	r, image := testRuntime(t)
 	ctx := context.Background()
 	waitSpare(t, r)
-	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
-	spec := runtimes.Spec{
-		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
-		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
-		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)},
-	}
-	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)
+	id := spec.ID
 	inst, err := r.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -115,13 +109,8 @@ func TestSweepHolders(t *testing.T) {
 	r, image := testRuntime(t)
 	ctx := context.Background()
 	waitSpare(t, r)
-	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
-	spec := runtimes.Spec{
-		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
-		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
-		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)},
-	}
-	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny"}`)
+	id := spec.ID
 	if _, err := r.Create(ctx, spec); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -178,13 +167,8 @@ func TestCreateWithDeadSpare(t *testing.T) {
 			t.Fatalf("docker kill: %v: %s", err, out)
 		}
 	}
-	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
-	spec := runtimes.Spec{
-		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
-		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
-		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)},
-	}
-	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)
+	id := spec.ID
 	inst, err := r.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("create with a dead spare: %v", err)
@@ -208,13 +192,8 @@ func TestHolderDeathReported(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	waitSpare(t, r)
-	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
-	spec := runtimes.Spec{
-		ID: id, Tenant: "t", Image: image, Entrypoint: []string{"tail", "-f", "/dev/null"}, CreatedAt: time.Now(),
-		AgentToken: testenv.RandomHex(16), EgressToken: testenv.RandomHex(16),
-		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)},
-	}
-	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny"}`)
+	id := spec.ID
 	if _, err := r.Create(ctx, spec); err != nil {
 		t.Fatalf("create: %v", err)
 	}
