@@ -109,7 +109,8 @@ func (s *Service) CreateBatchWithEndpoints(ctx context.Context, caller Caller, r
 	if len(cold) > 0 {
 		s.startColdMembers(caller, b, tmpl, claimReq, cold)
 	}
-	// The claimed records are in hand; cold members have none yet.
+	// The claimed records are in hand; cold members have none yet (members just queued
+	// for a cold start read as Pending until their record exists).
 	view, err := s.batchView(ctx, b, nil, sources, warm)
 	if err != nil {
 		return nil, err
@@ -117,7 +118,6 @@ func (s *Service) CreateBatchWithEndpoints(ctx context.Context, caller Caller, r
 	if agentAt != nil {
 		s.memberEndpoints(ctx, caller, view, warm, *agentAt)
 	}
-	// Members just queued for a cold start read as Pending until their record exists.
 	return view, nil
 }
 
