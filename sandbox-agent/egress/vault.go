@@ -6,9 +6,6 @@ package egress
 // sanitized view and request matching. vaultapi.go serves it, vaultproxy.go injects it.
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -16,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultproto"
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
 // Stable error codes of the credential vault API.
@@ -114,31 +112,10 @@ type (
 // decodeVaultJSON decodes strictly; the error never quotes the body (it may hold a
 // secret), only the decoder's position-free reason.
 func decodeVaultJSON(body []byte, v any) *VaultError {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return badVault(CodeVaultInvalid, "request body is not a valid vault document: %s", jsonReason(err))
-	}
-	if dec.More() {
-		return badVault(CodeVaultInvalid, "trailing data after the JSON document")
+	if err := strictjson.Decode(body, v); err != nil {
+		return badVault(CodeVaultInvalid, "request body is not a valid vault document: %s", strictjson.Reason(err))
 	}
 	return nil
-}
-
-// jsonReason describes a decode error without echoing input: a syntax error's text can
-// quote the offending character, which is harmless, but a type error names the field.
-func jsonReason(err error) string {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &te):
-		return fmt.Sprintf("field %q must be a %s", te.Field, te.Type)
-	case errors.As(err, &se):
-		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return err.Error()
-	}
-	return "malformed JSON"
 }
 
 // validVaultName: names appear in URL paths and audit records.
