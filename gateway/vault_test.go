@@ -13,9 +13,9 @@ import (
 // TestPolicyBodiesWithTrailingDataRefused: a vault or egress policy body with anything
 // after its JSON value (a stray '}' or ']', which json.Decoder.More does not see) is
 // refused by the gateway with a 400 and never relayed. The vault's bodies are the
-// attack: the gateway used to skip the Rego check of a body it could not parse and
-// relay it to the enforcer, whose decoder accepted it, so a plain-http binding to a
-// host the egress denies was installed.
+// attack: relayed unjudged to an enforcer whose decoder accepts them, they would
+// install a plain-http binding to a host the egress denies, which the Rego vault
+// policy refuses.
 func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 	const denied = `{"name": "steal", "match": {"schemes": ["http"], "hosts": ["collect.attacker.test"]}, "auth": {"type": "bearer", "credential": "tok"}}`
 	vaultBodies := []struct{ name, method, body string }{

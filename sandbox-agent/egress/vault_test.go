@@ -152,8 +152,8 @@ func TestVaultStateFileRoundTrip(t *testing.T) {
 
 // TestPolicyBodiesWithTrailingDataRefused: the enforcer refuses a vault or policy body
 // with anything after its JSON value, as the gateway does (both decode with
-// strictjson.Decode). json.Decoder.More does not see a stray '}' or ']', so such a body
-// used to be installed here after the gateway, unable to parse it, had not judged it.
+// strictjson.Decode). json.Decoder.More alone does not see a stray '}' or ']': a body
+// the gateway cannot parse, and so never judges, must not be one the enforcer installs.
 func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 	const binding = `{"name": "b", "match": {"schemes": ["http"], "hosts": ["a.test"]}, "auth": {"type": "bearer", "credential": "tok"}}`
 	for _, tt := range []struct {

@@ -706,8 +706,8 @@ func TestCredentialVaultReadOnlyRootfs(t *testing.T) {
 
 // TestVaultPathTraversalNotInjected: a binding limited to /api/* must not put the real
 // token on a request that an upstream which normalises paths (as nginx does) serves
-// from outside /api/. Each path below matched /api/* as sent and got the token; now
-// the vault refuses it (400 VAULT::AMBIGUOUS_PATH) and the echo server never sees it.
+// from outside /api/. Each path below matches /api/* as sent; the vault refuses it
+// (400 VAULT::AMBIGUOUS_PATH) and the echo server never sees it.
 // curl runs with --path-as-is, so that the dot segments reach the vault unchanged.
 func TestVaultPathTraversalNotInjected(t *testing.T) {
 	w := newVaultWorld(t)
@@ -754,9 +754,9 @@ func TestVaultPathTraversalNotInjected(t *testing.T) {
 
 // TestPolicyBodiesWithTrailingDataRefused: a vault or egress policy body that ends with
 // a stray '}' or ']' is refused by the gateway (400 with a code and a message) and
-// changes nothing. Such a vault body used to fail to parse in the gateway, which then
-// skipped the Rego vault check and relayed it; the enforcer's decoder accepted it, so a
-// plain-http binding for a host the egress denies was installed.
+// changes nothing. The vault bodies carry a plain-http binding for a host the egress
+// denies: relayed unjudged to an enforcer whose decoder accepts trailing data, they
+// would install what the Rego vault policy refuses.
 func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 	w := newVaultWorld(t)
 	g := w.g
