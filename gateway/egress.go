@@ -24,6 +24,7 @@ import (
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
 // egressEnforcing is implemented by runtimes that can run an egress enforcer; a runtime
@@ -119,22 +120,10 @@ func parseNetworkPolicy(raw json.RawMessage) (*policy.NetworkPolicy, error) {
 		return nil, nil
 	}
 	var np policy.NetworkPolicy
-	if err := strictJSON(trimmed, &np); err != nil {
+	if err := strictjson.Decode(trimmed, &np); err != nil {
 		return nil, invalid("networkPolicy: %v (want {\"defaultAction\": \"allow\"|\"deny\", \"egress\": [{\"action\", \"target\"}]})", err)
 	}
 	return &np, nil
-}
-
-func strictJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON value")
-	}
-	return nil
 }
 
 // effectiveEgress asks Rego for the policy a sandbox really gets; a denial (invalid
@@ -354,7 +343,7 @@ func replacedPolicy(body []byte) (policy.NetworkPolicy, error) {
 		return policy.NetworkPolicy{DefaultAction: policy.ActionDeny}, nil
 	}
 	var np policy.NetworkPolicy
-	if err := strictJSON(trimmed, &np); err != nil {
+	if err := strictjson.Decode(trimmed, &np); err != nil {
 		return np, invalidEgress("policy: %v (want {\"defaultAction\": \"allow\"|\"deny\", \"egress\": [{\"action\", \"target\"}]})", err)
 	}
 	return np, nil
@@ -371,10 +360,10 @@ func patchedPolicy(own policy.NetworkPolicy, body []byte) (policy.NetworkPolicy,
 		var wrapper struct {
 			Egress []policy.EgressRule `json:"egress"`
 		}
-		err = strictJSON(trimmed, &wrapper)
+		err = strictjson.Decode(trimmed, &wrapper)
 		rules = wrapper.Egress
 	} else {
-		err = strictJSON(trimmed, &rules)
+		err = strictjson.Decode(trimmed, &rules)
 	}
 	if err != nil {
 		return policy.NetworkPolicy{}, invalidEgress("PATCH body must be an array of rules: %v", err)
@@ -407,7 +396,7 @@ func deletedPolicy(own policy.NetworkPolicy, body []byte, query url.Values) (pol
 	targets := query["target"]
 	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 {
 		var fromBody []string
-		if err := strictJSON(trimmed, &fromBody); err != nil {
+		if err := strictjson.Decode(trimmed, &fromBody); err != nil {
 			return policy.NetworkPolicy{}, invalidEgress("DELETE body must be an array of targets: %v", err)
 		}
 		targets = append(targets, fromBody...)

@@ -20,6 +20,8 @@ import (
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultproto"
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
 // runsCredentialProxy reports whether the runtime can run the credential vault.
@@ -50,9 +52,10 @@ func IsVaultPath(path string) bool {
 // VaultRequest relays one request of a sandbox's vault API to its enforcer, signed
 // (the caller's credential never reaches the enforcer). A POST or PATCH is first
 // checked binding by binding against the Rego vault policy; a denial is a 403 with
-// the policy's code and nothing reaches the enforcer. A body the gateway cannot read
-// goes on unchanged, for the enforcer to refuse with its precise 400. method is the verb
-// of the vault API's request (its operations are named by their HTTP methods).
+// the policy's code and nothing reaches the enforcer, and so is a body the gateway
+// cannot decode (400 VAULT::INVALID_REQUEST): what is not judged is not relayed.
+// method is the verb of the vault API's request (its operations are named by their
+// HTTP methods).
 func (s *Service) VaultRequest(ctx context.Context, caller Caller, sb *store.Sandbox, method, path string, body []byte) (*EgressChange, error) {
 	if method == "POST" || method == "PATCH" {
 		if err := s.checkVaultBindings(ctx, sb, method, body); err != nil {
@@ -69,31 +72,39 @@ func (s *Service) VaultRequest(ctx context.Context, caller Caller, sb *store.San
 	return &EgressChange{Status: answer.Status, Body: answer.Body}, nil
 }
 
-// vaultBindingsOf returns the bindings a POST or PATCH body would create or replace.
-func vaultBindingsOf(method string, body []byte) ([]policy.VaultBinding, bool) {
-	var out []policy.VaultBinding
+// vaultBindingsOf returns the bindings a POST or PATCH body would create or replace. It
+// decodes the body into the enforcer's own request shapes (vaultproto) with the
+// enforcer's own decoder (strictjson), so that the bindings judged here are the ones the
+// enforcer installs; a body it cannot decode is refused (400 VAULT::INVALID_REQUEST)
+// and never relayed. The error names no value: the body holds credentials.
+func vaultBindingsOf(method string, body []byte) ([]policy.VaultBinding, error) {
+	var bindings []vaultproto.Binding
+	var err error
 	switch method {
 	case "POST":
-		var req struct {
-			Bindings []policy.VaultBinding `json:"bindings"`
-		}
-		if json.Unmarshal(body, &req) != nil {
-			return nil, false
-		}
-		out = req.Bindings
+		var req vaultproto.Create
+		err = strictjson.Decode(body, &req)
+		bindings = req.Bindings
 	case "PATCH":
-		var req struct {
-			Bindings *struct {
-				Add     []policy.VaultBinding `json:"add"`
-				Replace []policy.VaultBinding `json:"replace"`
-			} `json:"bindings"`
-		}
-		if json.Unmarshal(body, &req) != nil {
-			return nil, false
-		}
+		var req vaultproto.Patch
+		err = strictjson.Decode(body, &req)
 		if req.Bindings != nil {
-			out = append(req.Bindings.Add, req.Bindings.Replace...)
+			bindings = append(req.Bindings.Add, req.Bindings.Replace...)
 		}
+	}
+	if err != nil {
+		return nil, Errorf(KindInvalid, CodeVaultInvalidRequest, "request body is not a valid vault document: %s; the vault is unchanged", strictjson.Reason(err))
+	}
+	out := make([]policy.VaultBinding, len(bindings))
+	for i, b := range bindings {
+		out[i].Name = b.Name
+		out[i].Match.Schemes = b.Match.Schemes
+		out[i].Match.Ports = b.Match.Ports
+		out[i].Match.Hosts = b.Match.Hosts
+		out[i].Match.Methods = b.Match.Methods
+		out[i].Match.Paths = b.Match.Paths
+		out[i].Auth.Type = b.Auth.Type
+		out[i].Auth.Name = b.Auth.Name
 	}
 	for i := range out {
 		// The enforcer's defaults, so that the policy judges what will be in force.
@@ -123,13 +134,13 @@ func vaultBindingsOf(method string, body []byte) ([]policy.VaultBinding, bool) {
 			m.Paths = []string{"/*"}
 		}
 	}
-	return out, true
+	return out, nil
 }
 
 func (s *Service) checkVaultBindings(ctx context.Context, sb *store.Sandbox, method string, body []byte) error {
-	bindings, ok := vaultBindingsOf(method, body)
-	if !ok || len(bindings) == 0 {
-		return nil
+	bindings, err := vaultBindingsOf(method, body)
+	if err != nil || len(bindings) == 0 {
+		return err
 	}
 	current, err := s.getEgress(ctx, sb)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
 // AuthHeader is OpenSandbox's header for the egress API token. The enforcer does not
@@ -233,11 +234,11 @@ func (a *api) patched(current Policy, body []byte) (Policy, error) {
 		var wrapper struct {
 			Egress []Rule `json:"egress"`
 		}
-		if err := strictUnmarshal(trimmed, &wrapper); err != nil {
+		if err := strictjson.Decode([]byte(trimmed), &wrapper); err != nil {
 			return Policy{}, invalidf("PATCH body must be an array of rules: %v", err)
 		}
 		rules = wrapper.Egress
-	} else if err := strictUnmarshal(trimmed, &rules); err != nil {
+	} else if err := strictjson.Decode([]byte(trimmed), &rules); err != nil {
 		return Policy{}, invalidf("PATCH body must be an array of rules: %v", err)
 	}
 	patch, err := NormalizePolicy(Policy{DefaultAction: current.DefaultAction, Egress: rules}, 0)
@@ -253,7 +254,7 @@ func (a *api) deleted(current Policy, body []byte, r *http.Request) (Policy, err
 	targets := r.URL.Query()["target"]
 	if trimmed := strings.TrimSpace(string(body)); trimmed != "" {
 		var fromBody []string
-		if err := strictUnmarshal(trimmed, &fromBody); err != nil {
+		if err := strictjson.Decode([]byte(trimmed), &fromBody); err != nil {
 			return Policy{}, invalidf("DELETE body must be an array of targets: %v", err)
 		}
 		targets = append(targets, fromBody...)
@@ -279,18 +280,6 @@ func (a *api) response(p Policy) policyResponse {
 		resp.PlatformDeny = append(resp.PlatformDeny, r.Target)
 	}
 	return resp
-}
-
-func strictUnmarshal(s string, v any) error {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after JSON value")
-	}
-	return nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,12 +1,13 @@
 package egress
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
 // Actions a rule or the default may take.
@@ -53,13 +54,8 @@ func ParsePolicy(data []byte, maxRules int) (Policy, error) {
 		return Policy{DefaultAction: ActionDeny, Egress: []Rule{}}, nil
 	}
 	var p Policy
-	dec := json.NewDecoder(strings.NewReader(trimmed))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := strictjson.Decode([]byte(trimmed), &p); err != nil {
 		return Policy{}, invalidf("policy is not valid JSON: %v", err)
-	}
-	if dec.More() {
-		return Policy{}, invalidf("policy has trailing data after the JSON object")
 	}
 	return NormalizePolicy(p, maxRules)
 }

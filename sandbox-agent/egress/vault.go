@@ -6,9 +6,6 @@ package egress
 // sanitized view and request matching. vaultapi.go serves it, vaultproxy.go injects it.
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -16,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultproto"
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
 // Stable error codes of the credential vault API.
@@ -33,6 +31,7 @@ const (
 	CodeVaultStale         = "VAULT::REVISION_CONFLICT"
 	CodeVaultNotEnabled    = "VAULT::PROXY_NOT_ENABLED"
 	CodeVaultAmbiguous     = "VAULT::AMBIGUOUS_BINDING"
+	CodeVaultAmbiguousPath = "VAULT::AMBIGUOUS_PATH"
 	CodeVaultHostMismatch  = "VAULT::HOST_MISMATCH"
 	CodeVaultUpstreamError = "VAULT::UPSTREAM_UNAVAILABLE"
 )
@@ -114,31 +113,10 @@ type (
 // decodeVaultJSON decodes strictly; the error never quotes the body (it may hold a
 // secret), only the decoder's position-free reason.
 func decodeVaultJSON(body []byte, v any) *VaultError {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return badVault(CodeVaultInvalid, "request body is not a valid vault document: %s", jsonReason(err))
-	}
-	if dec.More() {
-		return badVault(CodeVaultInvalid, "trailing data after the JSON document")
+	if err := strictjson.Decode(body, v); err != nil {
+		return badVault(CodeVaultInvalid, "request body is not a valid vault document: %s", strictjson.Reason(err))
 	}
 	return nil
-}
-
-// jsonReason describes a decode error without echoing input: a syntax error's text can
-// quote the offending character, which is harmless, but a type error names the field.
-func jsonReason(err error) string {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &te):
-		return fmt.Sprintf("field %q must be a %s", te.Field, te.Type)
-	case errors.As(err, &se):
-		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return err.Error()
-	}
-	return "malformed JSON"
 }
 
 // validVaultName: names appear in URL paths and audit records.
@@ -615,6 +593,46 @@ func (r vaultRequest) matchedBy(m BindingMatch) bool {
 		return false
 	}
 	return slices.ContainsFunc(m.Paths, func(p string) bool { return globMatch(p, r.path) })
+}
+
+// namesAllButPath reports whether a binding's match selects the request on everything
+// but its path: a request whose path is ambiguous (ambiguousPath) is refused then, since
+// no one can tell which of the binding's paths the upstream will take it for.
+func (r vaultRequest) namesAllButPath(m BindingMatch) bool {
+	return slices.Contains(m.Schemes, r.scheme) && slices.Contains(m.Ports, r.port) && slices.Contains(m.Methods, r.method) &&
+		slices.ContainsFunc(m.Hosts, func(h string) bool { return hostMatches(h, r.host) })
+}
+
+// namedAllButPath reports whether some binding selects r on everything but its path.
+func (v *vaultState) namedAllButPath(r vaultRequest) bool {
+	return v != nil && slices.ContainsFunc(v.Bindings, func(b storedBinding) bool { return r.namesAllButPath(b.Match) })
+}
+
+// ambiguousPath reports whether a request path may name another resource once the
+// upstream normalises it (RFC 3986 dot-segment removal, percent-decoding, as nginx and
+// most frameworks do) than the path bindings are matched against. escaped is the path
+// as it goes on the wire, decoded its percent-decoding. Ambiguous are: a "." or ".."
+// segment, also with a ";" parameter ("..;", which servlet containers read as ".."); a
+// percent-encoded dot, slash or backslash, also encoded twice; and a backslash, which
+// some servers take for a slash. Bindings match the path as sent, so such a path is
+// refused rather than guessed at.
+func ambiguousPath(escaped, decoded string) bool {
+	lowerEscaped, lowerDecoded := strings.ToLower(escaped), strings.ToLower(decoded)
+	for _, enc := range []string{"%2e", "%2f", "%5c"} {
+		if strings.Contains(lowerEscaped, enc) || strings.Contains(lowerDecoded, enc) {
+			return true
+		}
+	}
+	if strings.ContainsRune(decoded, '\\') {
+		return true
+	}
+	for _, seg := range strings.Split(decoded, "/") {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // matching returns the bindings that match r.

@@ -3,6 +3,7 @@ package egress
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -146,5 +147,55 @@ func TestVaultStateFileRoundTrip(t *testing.T) {
 	sv := again.savedVault()
 	if sv == nil || sv.Revision != 1 || sv.value("tok") != "s3cret-value" || len(sv.Bindings) != 1 {
 		t.Fatalf("saved vault = %+v", sv)
+	}
+}
+
+// TestPolicyBodiesWithTrailingDataRefused: the enforcer refuses a vault or policy body
+// with anything after its JSON value, as the gateway does (both decode with
+// strictjson.Decode). json.Decoder.More alone does not see a stray '}' or ']': a body
+// the gateway cannot parse, and so never judges, must not be one the enforcer installs.
+func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
+	const binding = `{"name": "b", "match": {"schemes": ["http"], "hosts": ["a.test"]}, "auth": {"type": "bearer", "credential": "tok"}}`
+	for _, tt := range []struct {
+		name string
+		body string
+		into any
+	}{
+		{"vault POST with a stray brace", `{"credentials": [{"name": "tok", "source": {"value": "v"}}], "bindings": [` + binding + `]}}`, &VaultCreate{}},
+		{"vault POST with a stray bracket", `{"credentials": [{"name": "tok", "source": {"value": "v"}}], "bindings": [` + binding + `]}]`, &VaultCreate{}},
+		{"vault PATCH with a stray brace", `{"bindings": {"add": [` + binding + `]}}}`, &VaultMutation{}},
+		{"vault PATCH with a stray bracket after white space", "{\"bindings\": {\"add\": [" + binding + "]}}\n]", &VaultMutation{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := decodeVaultJSON([]byte(tt.body), tt.into)
+			if err == nil || err.Status != http.StatusBadRequest || err.Code != CodeVaultInvalid {
+				t.Fatalf("decodeVaultJSON = %v, want 400 %s", err, CodeVaultInvalid)
+			}
+		})
+	}
+
+	a := &api{maxRules: DefaultMaxRules}
+	current := Policy{DefaultAction: ActionDeny, Egress: []Rule{}}
+	for _, tt := range []struct {
+		name  string
+		parse func() (Policy, error)
+	}{
+		{"policy PUT with a stray brace", func() (Policy, error) { return ParsePolicy([]byte(`{"defaultAction": "allow"}}`), DefaultMaxRules) }},
+		{"policy PUT with a stray bracket", func() (Policy, error) { return ParsePolicy([]byte(`{"defaultAction": "allow"}]`), DefaultMaxRules) }},
+		{"policy PATCH array with a stray bracket", func() (Policy, error) {
+			return a.patched(current, []byte(`[{"action": "allow", "target": "a.test"}]]`))
+		}},
+		{"policy PATCH object with a stray brace", func() (Policy, error) {
+			return a.patched(current, []byte(`{"egress": [{"action": "allow", "target": "a.test"}]}}`))
+		}},
+		{"policy DELETE with a stray bracket", func() (Policy, error) {
+			return a.deleted(current, []byte(`["a.test"]]`), httptest.NewRequest(http.MethodDelete, "/policy", nil))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if p, err := tt.parse(); err == nil {
+				t.Fatalf("accepted as %+v", p)
+			}
+		})
 	}
 }

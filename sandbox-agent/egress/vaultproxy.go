@@ -15,6 +15,12 @@ package egress
 //   - plaintext HTTP (a binding with scheme http): proxied request by request, with
 //     injection only when the Host resolved to the destination.
 //
+// Bindings match the path as the workload sent it. A path the upstream may read as
+// another once it normalises it (a dot segment, an encoded dot, slash or backslash:
+// ambiguousPath) is refused with 400 VAULT::AMBIGUOUS_PATH, before any binding is
+// matched, whenever a binding names the request's scheme, host, port and method; it is
+// never normalised here, so the upstream gets what the workload sent or nothing.
+//
 // Secret values are redacted from response headers. Each injection is logged as an
 // audit record (binding, host, method, path, status), never with the value.
 
@@ -471,7 +477,13 @@ func (p *vaultProxy) forward(w http.ResponseWriter, r *http.Request, scheme, sni
 	}
 	v := p.enf.vault.Load()
 	port := int(dst.Port())
-	matched := v.matching(vaultRequest{scheme: scheme, host: host, port: port, method: r.Method, path: r.URL.Path})
+	req := vaultRequest{scheme: scheme, host: host, port: port, method: r.Method, path: r.URL.Path}
+	if ambiguousPath(r.URL.EscapedPath(), r.URL.Path) && v.namedAllButPath(req) {
+		p.log.Warn("vault refused a request whose path the upstream may read as another", "host", host, "method", r.Method, "path", r.URL.EscapedPath())
+		p.refuse(w, http.StatusBadRequest, CodeVaultAmbiguousPath, "the request path has a dot segment or an encoded dot, slash or backslash, which the server may read as another path than the one credential bindings are matched against; send the path normalised")
+		return
+	}
+	matched := v.matching(req)
 	if len(matched) > 1 {
 		names := make([]string, len(matched))
 		for i, b := range matched {

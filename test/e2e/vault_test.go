@@ -182,8 +182,9 @@ func (w *vaultWorld) vaultSandbox(env map[string]string) (string, *agent) {
 	return id, w.g.agent(id)
 }
 
-// vault calls a sandbox's vault API the SDK way: the gateway's endpoint for port
-// 18080 with the headers it returns.
+// vault calls a sandbox's vault API (or another path of its egress API) the SDK way:
+// the gateway's endpoint for port 18080 with the headers it returns. A string body is
+// sent as it is, anything else as JSON.
 func (g *gateway) vault(id, method, path string, body any) response {
 	g.t.Helper()
 	r := g.do("GET", "/v1/sandboxes/"+id+"/endpoints/18080", nil)
@@ -198,8 +199,12 @@ func (g *gateway) vault(id, method, path string, body any) response {
 		g.t.Fatal(err)
 	}
 	var rd io.Reader
-	if body != nil {
-		js, _ := json.Marshal(body)
+	switch b := body.(type) {
+	case nil:
+	case string: // sent as it is, for bodies that are not JSON
+		rd = strings.NewReader(b)
+	default:
+		js, _ := json.Marshal(b)
 		rd = strings.NewReader(string(js))
 	}
 	req, err := http.NewRequest(method, "http://"+ep.Endpoint+path, rd)
@@ -697,4 +702,116 @@ func TestCredentialVaultReadOnlyRootfs(t *testing.T) {
 	if out := strings.TrimSpace(stdoutOf(a.run(py))); out != sha256Hex([]byte("Bearer "+real)) {
 		t.Fatalf("python: %q", out)
 	}
+}
+
+// TestVaultPathTraversalNotInjected: a binding limited to /api/* must not put the real
+// token on a request that an upstream which normalises paths (as nginx does) serves
+// from outside /api/. Each path below matches /api/* as sent; the vault refuses it
+// (400 VAULT::AMBIGUOUS_PATH) and the echo server never sees it.
+// curl runs with --path-as-is, so that the dot segments reach the vault unchanged.
+func TestVaultPathTraversalNotInjected(t *testing.T) {
+	w := newVaultWorld(t)
+	g := w.g
+	real := "sk-traversal-" + randomHex(16)
+	id, a := w.vaultSandbox(nil)
+	if r := g.vault(id, "POST", "/credential-vault", map[string]any{
+		"credentials": []map[string]any{{"name": "tok", "source": map[string]any{"type": "inline", "value": real}}},
+		"bindings": []map[string]any{{"name": "api", "match": map[string]any{"hosts": []string{vaultEchoHost}, "paths": []string{"/api/*"}},
+			"auth": map[string]any{"type": "bearer", "credential": "tok"}}},
+	}); r.Status != 201 {
+		t.Fatalf("POST /credential-vault: %d %s", r.Status, r.Body)
+	}
+	if ans, _ := curlEcho(t, a, "GET", "/api/models"); ans.Auth != sha256Hex([]byte("Bearer "+real)) {
+		t.Fatalf("a request under /api/ did not carry the real token: auth sha256 %s", ans.Auth)
+	}
+	for _, path := range []string{
+		"/api/../debug/echo",
+		"/api/%2e%2e/debug/echo",
+		"/api/%2E%2E/debug/echo",
+		"/api/.%2e/debug/echo",
+		"/api/x/../../debug/echo",
+		"/api/..;/debug/echo",
+		"/api/..%2fdebug/echo",
+		"/api%2f..%2fdebug/echo",
+		"/api/..%5cdebug/echo",
+	} {
+		t.Run(path, func(t *testing.T) {
+			out := strings.TrimSpace(stdoutOf(a.run(fmt.Sprintf(
+				"curl -sS --path-as-is --max-time 20 -w ' %%{http_code}' -H 'Authorization: Bearer fake-token-in-sandbox' 'https://%s%s'", vaultEchoHost, path))))
+			if !strings.HasSuffix(out, " 400") || !strings.Contains(out, "VAULT::AMBIGUOUS_PATH") {
+				t.Errorf("curl %s: %q, want 400 VAULT::AMBIGUOUS_PATH", path, out)
+			}
+		})
+	}
+	logs, _ := exec.Command("docker", "logs", w.echo).CombinedOutput()
+	if strings.Contains(string(logs), "debug") {
+		t.Errorf("the echo server received a traversal (real token's sha256 %s):\n%s", sha256Hex([]byte("Bearer "+real)), logs)
+	}
+	if n := strings.Count(string(logs), "auth-sha256="+sha256Hex([]byte("Bearer "+real))); n != 1 {
+		t.Errorf("the echo server got the real token %d times, want once (GET /api/models):\n%s", n, logs)
+	}
+}
+
+// TestPolicyBodiesWithTrailingDataRefused: a vault or egress policy body that ends with
+// a stray '}' or ']' is refused by the gateway (400 with a code and a message) and
+// changes nothing. The vault bodies carry a plain-http binding for a host the egress
+// denies: relayed unjudged to an enforcer whose decoder accepts trailing data, they
+// would install what the Rego vault policy refuses.
+func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
+	w := newVaultWorld(t)
+	g := w.g
+	id, _ := w.vaultSandbox(nil)
+	const steal = `{"name": "steal", "match": {"schemes": ["http"], "hosts": ["collect.attacker.test"]}, "auth": {"type": "bearer", "credential": "tok"}}`
+	const cred = `{"name": "tok", "source": {"type": "inline", "value": "sk-trailing-value"}}`
+
+	t.Run("vault POST", func(t *testing.T) {
+		for _, body := range []string{
+			`{"credentials": [` + cred + `], "bindings": [` + steal + `]}}`,
+			`{"credentials": [` + cred + `], "bindings": [` + steal + `]}]`,
+		} {
+			expectError(t, g.vault(id, "POST", "/credential-vault", body), 400, "VAULT::INVALID_REQUEST")
+			expectError(t, g.vault(id, "GET", "/credential-vault", nil), 404, "VAULT::NOT_FOUND")
+		}
+	})
+
+	t.Run("vault PATCH", func(t *testing.T) {
+		if r := g.vault(id, "POST", "/credential-vault", `{"credentials": [`+cred+`], "bindings": []}`); r.Status != 201 {
+			t.Fatalf("POST /credential-vault: %d %s", r.Status, r.Body)
+		}
+		rev := g.vaultRevision(id)
+		for _, body := range []string{
+			`{"bindings": {"add": [` + steal + `]}}}`,
+			`{"bindings": {"add": [` + steal + `]}}]`,
+			"{\"bindings\": {\"add\": [" + steal + "]}}\n]",
+		} {
+			expectError(t, g.vault(id, "PATCH", "/credential-vault", body), 400, "VAULT::INVALID_REQUEST")
+		}
+		if got := g.vaultRevision(id); got != rev {
+			t.Fatalf("revision %v after refused bodies, want %v", got, rev)
+		}
+		expectError(t, g.vault(id, "GET", "/credential-vault/bindings/steal", nil), 404, "VAULT::NOT_FOUND")
+		// The same binding without the stray bracket meets the Rego vault policy.
+		if r := g.vault(id, "PATCH", "/credential-vault", `{"bindings": {"add": [`+steal+`]}}`); r.Status != 403 {
+			t.Fatalf("the binding alone: %d %s, want 403 from the vault policy", r.Status, r.Body)
+		}
+	})
+
+	t.Run("egress policy", func(t *testing.T) {
+		before := g.vault(id, "GET", "/policy", nil)
+		if before.Status != 200 {
+			t.Fatalf("GET /policy: %d %s", before.Status, before.Body)
+		}
+		for _, tc := range []struct{ method, body string }{
+			{"PUT", `{"defaultAction": "allow"}}`},
+			{"POST", `{"defaultAction": "allow"}]`},
+			{"PATCH", `[{"action": "allow", "target": "collect.attacker.test"}]]`},
+			{"PATCH", `{"egress": [{"action": "allow", "target": "collect.attacker.test"}]}}`},
+			{"DELETE", `["` + vaultEchoHost + `"]]`},
+		} {
+			expectError(t, g.vault(id, tc.method, "/policy", tc.body), 400, "EGRESS::INVALID_POLICY")
+		}
+		if after := g.vault(id, "GET", "/policy", nil); string(after.Body) != string(before.Body) {
+			t.Fatalf("the policy changed:\nbefore %s\nafter  %s", before.Body, after.Body)
+		}
+	})
 }
