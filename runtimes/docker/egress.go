@@ -27,7 +27,8 @@ package docker
 // closed) until a new enforcer replaces it in one transaction. The enforcer keeps the
 // policy in force in a state file on the sidecar's own filesystem (egressStateFile),
 // so a restarted enforcer installs the policy last set through the API, not the one it
-// was created with; the container has the unless-stopped restart policy.
+// was created with. It runs under the agent's restart loop (`sandbox-agent supervise`),
+// and the container has the unless-stopped restart policy for the rest.
 //
 // Nothing of the workload's image reaches the sidecar: it runs from the helpers' image
 // (helperimage.go), the agent binary from its read-only volume, with an environment the
@@ -120,8 +121,10 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: egressContainerName(spec.ID),
 		Config: &container.Config{
-			Image:      image,
-			Entrypoint: append([]string{agentPath}, args...),
+			Image: image,
+			// The agent's restart loop keeps the policy API and the DNS proxy up if the
+			// enforcer dies (the image has no shell to run one).
+			Entrypoint: append([]string{agentPath, "supervise", "--", agentPath}, args...),
 			User:       "0:0",
 			WorkingDir: "/",
 			Env:        append(env, envEgressPolicy+"="+string(policy)),
@@ -136,8 +139,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 			// NET_ADMIN for nftables and SO_MARK, NET_BIND_SERVICE for port 53.
 			CapAdd:      []string{"NET_ADMIN", "NET_BIND_SERVICE"},
 			SecurityOpt: []string{"no-new-privileges:true"},
-			// The engine restarts a dead enforcer in the same container: its writable
-			// layer, where the state file is, and the namespace stay.
+			// A restart keeps the container's writable layer, where the state file is.
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			Runtime:       r.opts.OCIRuntime,
 			Resources:     container.Resources{Memory: 128 << 20, PidsLimit: &pids},
