@@ -67,6 +67,9 @@ const (
 	// CodeEgressUnavailable: the sandbox's egress enforcer did not answer, or gave an
 	// answer it did not sign.
 	CodeEgressUnavailable = "EGRESS::UNAVAILABLE"
+	// CodeEnforcementMismatch: the sandbox's egress enforcer did not enforce the policy it
+	// was given (signed GET /policy at start); the sandbox was not started.
+	CodeEnforcementMismatch = "EGRESS::ENFORCEMENT_MISMATCH"
 	// CodeEgressMethodNotAllowed: the egress API's /policy takes GET, POST, PUT, PATCH
 	// and DELETE only (the enforcer's own code for it).
 	CodeEgressMethodNotAllowed = "EGRESS::METHOD_NOT_ALLOWED"

@@ -207,6 +207,10 @@ func runtimeCreateError(image string, err error) error {
 	if errors.Is(err, errors.ErrUnsupported) {
 		return &Error{Kind: KindInvalid, Code: CodeUnsupported, Message: err.Error(), Cause: err}
 	}
+	if errors.Is(err, runtimes.ErrEnforcementMismatch) {
+		return &Error{Kind: KindUnprocessable, Code: CodeEnforcementMismatch,
+			Message: "the sandbox's egress enforcer did not report the policy it was given, so the sandbox was not started; the image may not be one sandgate can enforce", Cause: err}
+	}
 	if errors.Is(err, runtimes.ErrImageNotFound) {
 		return &Error{Kind: KindInvalid, Code: CodeImageNotFound,
 			Message: fmt.Sprintf("image %q is not present on this host and this gateway does not pull (SANDGATE_PULL=never); build or load it first", image), Cause: err}

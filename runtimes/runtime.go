@@ -49,6 +49,9 @@ var (
 	ErrVolumeUnsupported = errors.New("volume not supported by this runtime")
 	// ErrInUse is an object (a snapshot's image) that sandboxes still use.
 	ErrInUse = errors.New("in use by sandboxes")
+	// ErrEnforcementMismatch is an egress enforcer whose signed report of the policy it
+	// enforces is not the policy it was given: the sandbox must not run behind it.
+	ErrEnforcementMismatch = errors.New("the egress enforcer does not enforce the policy it was given")
 )
 
 // Spec is what the core asks a runtime to start.

@@ -1,7 +1,8 @@
 // Command sandbox-agent is the daemon inside every sandgate sandbox. As PID 1
 // (`sandbox-agent init -- <entrypoint...>`) it serves the agent API, runs the sandbox's
 // entrypoint, forwards signals to it, reaps orphans and exits with the entrypoint's exit
-// code. `serve` runs only the API, `egress` the egress enforcer, and `install DEST`
+// code. `serve` runs only the API, `egress` the egress enforcer, `supervise` restarts a
+// command that exits (the enforcer's PID 1), and `install DEST`
 // copies this binary to DEST (how a Kubernetes init container, whose image has no shell
 // or cp, puts the agent into the volume the workload runs it from).
 //
@@ -43,6 +44,7 @@ func usage() {
   sandbox-agent serve                            run the API only
   sandbox-agent egress [args...]                 run the egress enforcer
   sandbox-agent pause                            hold a network namespace: wait for SIGTERM
+  sandbox-agent supervise -- command [args...]   run command, again a second after each exit
   sandbox-agent install DEST                     copy this binary to DEST
   sandbox-agent vault-trust DIR                  write the credential vault CA ($SANDGATE_VAULT_CA_CERT) and the image's roots plus it into DIR
   sandbox-agent version
@@ -73,6 +75,8 @@ func main() {
 			log.Print(err)
 			os.Exit(1)
 		}
+	case "supervise":
+		os.Exit(supervise(os.Args[2:]))
 	case "pause":
 		// The only process of a spare network namespace holder (runtimes/docker/holders.go):
 		// it does nothing but exist, so that the namespace outlives enforcers that come and go.

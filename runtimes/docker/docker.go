@@ -106,10 +106,6 @@ type Runtime struct {
 	pulls     pulls
 	pullCount atomic.Int64
 
-	// shells remembers, per image id, whether the image has /bin/sh (the enforcer's
-	// restart loop): one engine call per image instead of one per create.
-	shells sync.Map
-
 	// Spare network namespace holders (holders.go), made in the background (bg).
 	spares        chan holder
 	spareMu       sync.Mutex
@@ -118,8 +114,8 @@ type Runtime struct {
 	bg            context.Context
 	cancelBg      context.CancelFunc
 	owner         string
-	holderImageMu sync.Mutex
-	holderImageOK bool
+	helperImageMu sync.Mutex
+	helperImageID string // the helpers' image, once checked (helperimage.go)
 }
 
 // capabilities the sandbox's processes keep: enough for a package manager and a
@@ -248,7 +244,7 @@ func (e holderError) Unwrap() error { return e.err }
 
 func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (runtimes.Instance, error) {
 	steps := newCreateSteps()
-	imageID, err := r.ensureImage(ctx, spec.Image, spec.ImageAuth)
+	_, err := r.ensureImage(ctx, spec.Image, spec.ImageAuth)
 	if err != nil {
 		return runtimes.Instance{}, err
 	}
@@ -420,7 +416,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 			if spare {
 				netns = h.id
 			}
-			id, err := r.prepareEgress(ctx, spec, netns, created.ID, imageID, agentVol, ca)
+			id, err := r.prepareEgress(ctx, spec, netns, agentVol, ca)
 			if err == nil && spare {
 				err = r.startEnforcer(ctx, spec, id, h.addr)
 			}

@@ -27,8 +27,14 @@ package docker
 // closed) until a new enforcer replaces it in one transaction. The enforcer keeps the
 // policy in force in a state file on the sidecar's own filesystem (egressStateFile),
 // so a restarted enforcer installs the policy last set through the API, not the one it
-// was created with. It runs under a tiny restart loop when the image has /bin/sh, and
-// the container has the unless-stopped restart policy for the rest.
+// was created with. It runs under the agent's restart loop (`sandbox-agent supervise`),
+// and the container has the unless-stopped restart policy for the rest.
+//
+// Nothing of the workload's image reaches the sidecar: it runs from the helpers' image
+// (helperimage.go), the agent binary from its read-only volume, with an environment the
+// runtime writes whole. And the runtime believes only what the enforcer signs about the
+// policy it enforces: that must be the policy it was given (policyInForceMatches), or
+// the create fails.
 //
 // The workload shares the sidecar's network namespace, so while the enforcer restarts
 // it could bind port 18080 itself. The gateway never sends the enforcer's token there:
@@ -54,6 +60,7 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
+	"github.com/sandgate/sandgate/sandbox-agent/egress"
 )
 
 // Labels of the enforcer sidecar and of a workload that has one.
@@ -69,8 +76,9 @@ const (
 const envEgressPolicy = agentproto.EnvEgressPolicy
 
 // egressStateFile is where the enforcer keeps the policy in force, in the sidecar's own
-// writable layer: it survives the enforcer's restarts and the container's, and the
-// workload (another mount namespace, another PID namespace) cannot read or change it.
+// writable layer over the helpers' empty image: it starts empty with every sidecar,
+// survives the enforcer's restarts and the container's, and the workload (another mount
+// namespace, another PID namespace) cannot read or change it.
 const egressStateFile = "/var/lib/sandgate-egress/policy.json"
 
 // egressTimeout bounds the wait for the enforcer's /healthz and the agent's first answer.
@@ -88,24 +96,22 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 // prepareEgress creates the enforcer sidecar of a created (not yet started) workload
 // container, with the agent volume mounted, so that this work overlaps the workload's
 // own start. It joins the network namespace of container netns: the workload's own, or
-// the holder's the workload is in (holders.go). imageID is the id of spec.Image when
-// known (""; not known). It returns the sidecar's container id.
-func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, workloadID, imageID, agentVol string, ca *vaultCA) (string, error) {
+// the holder's the workload is in (holders.go). It runs from the helpers' image
+// (helperimage.go), never from the workload's, with an environment written here whole.
+// It returns the sidecar's container id.
+func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, agentVol string, ca *vaultCA) (string, error) {
+	image, err := r.helperImage(ctx)
+	if err != nil {
+		return "", err
+	}
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
-	env := []string{envEgressToken + "=" + spec.EgressToken}
+	env := []string{"PATH=" + agentBinDir, envEgressToken + "=" + spec.EgressToken}
 	if ca != nil {
 		args = append(args, "--credential-proxy")
 		env = append(env, ca.enforcerEnv(r.opts.VaultUpstreamCA)...)
 	}
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
-	}
-	entrypoint := append([]string{agentPath}, args...)
-	// A restart loop keeps the policy API and the DNS proxy up if the enforcer dies;
-	// without a shell the enforcer runs alone, and its death leaves the sandbox closed.
-	if r.imageHasShell(ctx, imageID, workloadID) {
-		loop := `while :; do "$0" "$@"; echo "sandgate: egress enforcer exited with status $?; restarting" >&2; sleep 1; done`
-		entrypoint = append([]string{"/bin/sh", "-c", loop, agentPath}, args...)
 	}
 	policy := spec.Egress.Policy
 	if len(policy) == 0 {
@@ -115,9 +121,12 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: egressContainerName(spec.ID),
 		Config: &container.Config{
-			Image:      spec.Image,
-			Entrypoint: entrypoint,
+			Image: image,
+			// The agent's restart loop keeps the policy API and the DNS proxy up if the
+			// enforcer dies (the image has no shell to run one).
+			Entrypoint: append([]string{agentPath, "supervise", "--", agentPath}, args...),
 			User:       "0:0",
+			WorkingDir: "/",
 			Env:        append(env, envEgressPolicy+"="+string(policy)),
 			Labels: map[string]string{
 				runtimes.LabelID: spec.ID, runtimes.LabelTenant: spec.Tenant, labelRole: roleEgress,
@@ -128,8 +137,9 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 			NetworkMode: container.NetworkMode("container:" + netns),
 			CapDrop:     []string{"ALL"},
 			// NET_ADMIN for nftables and SO_MARK, NET_BIND_SERVICE for port 53.
-			CapAdd:        []string{"NET_ADMIN", "NET_BIND_SERVICE"},
-			SecurityOpt:   []string{"no-new-privileges:true"},
+			CapAdd:      []string{"NET_ADMIN", "NET_BIND_SERVICE"},
+			SecurityOpt: []string{"no-new-privileges:true"},
+			// A restart keeps the container's writable layer, where the state file is.
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			Runtime:       r.opts.OCIRuntime,
 			Resources:     container.Resources{Memory: 128 << 20, PidsLimit: &pids},
@@ -140,22 +150,6 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 		return "", fmt.Errorf("create egress enforcer: %w", err)
 	}
 	return created.ID, nil
-}
-
-// imageHasShell reports whether the image of container (whose id is imageID, when
-// known) has /bin/sh, asking the engine once per image id.
-func (r *Runtime) imageHasShell(ctx context.Context, imageID, container string) bool {
-	if has, ok := r.shells.Load(imageID); ok && imageID != "" {
-		return has.(bool)
-	}
-	_, err := r.cli.ContainerStatPath(ctx, container, client.ContainerStatPathOptions{Path: "/bin/sh"})
-	if err != nil && !cerrdefs.IsNotFound(err) {
-		return false // not known: asked again next time
-	}
-	if imageID != "" {
-		r.shells.Store(imageID, err == nil)
-	}
-	return err == nil
 }
 
 // startEgress starts the prepared enforcer sidecar of a started workload container,
@@ -188,7 +182,7 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		r.removeEgress(ctx, spec.ID)
 		return runtimes.Instance{}, fmt.Errorf("workload container has no address on network %s", r.opts.Network)
 	}
-	if err := r.waitEgressHealthy(ctx, spec.ID, inst.Address, spec.EgressToken); err != nil {
+	if err := r.waitEgressHealthy(ctx, spec, inst.Address); err != nil {
 		r.removeEgress(ctx, spec.ID)
 		return runtimes.Instance{}, err
 	}
@@ -206,7 +200,7 @@ func (r *Runtime) startEnforcer(ctx context.Context, spec runtimes.Spec, sidecar
 	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("start egress enforcer: %w", err)
 	}
-	return r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken)
+	return r.waitEgressHealthy(ctx, spec, addr)
 }
 
 // startSandbox starts the entrypoint of a started workload whose enforcer is healthy
@@ -311,7 +305,7 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 	r.removeEgress(ctx, spec.ID)
 	// Joining the workload's namespace by the workload's id works in a holder's namespace
 	// too: the engine resolves it to the namespace the workload is in.
-	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, res.Container.ID, res.Container.Image, agentVol, ca)
+	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, agentVol, ca)
 	if err != nil {
 		return err
 	}
@@ -319,29 +313,34 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		r.removeEgress(ctx, spec.ID)
 		return fmt.Errorf("start egress enforcer: %w", err)
 	}
-	return r.waitEgressHealthy(ctx, spec.ID, addr, spec.EgressToken)
+	return r.waitEgressHealthy(ctx, spec, addr)
 }
 
-// waitEgressHealthy waits until the enforcer answers (it shares the workload's
+// waitEgressHealthy waits until the enforcer of spec answers (it shares the workload's
 // address): with a token, a signed GET /policy whose answer is signed too, so that a
 // workload holding port 18080 (RestoreEgress runs while user code does) cannot pass for
-// it; without one, /healthz.
-func (r *Runtime) waitEgressHealthy(ctx context.Context, id, addr, token string) error {
+// it, and whose policy in force must be spec's (egress.CheckPolicyInForce: a mismatch
+// is ErrEnforcementMismatch at once, not a retry); without one, /healthz.
+func (r *Runtime) waitEgressHealthy(ctx context.Context, spec runtimes.Spec, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, egressTimeout)
 	defer cancel()
 	// The enforcer is usually up within tens of milliseconds; a poll is one request on a
 	// kept-alive connection (or a refused dial), so polling often costs little.
 	delay := 2 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if token != "" {
-			if status, _, err := r.agents.Policy(ctx, addr, token, http.MethodGet, nil, egressCallTimeout); err == nil && status == http.StatusOK {
+		if spec.EgressToken != "" {
+			status, body, err := r.agents.Policy(ctx, addr, spec.EgressToken, http.MethodGet, nil, egressCallTimeout)
+			if err == nil && status == http.StatusOK {
+				if err := egress.CheckPolicyInForce(body, spec.Egress.Policy, spec.Egress.PlatformDeny); err != nil {
+					return fmt.Errorf("%w: %w", runtimes.ErrEnforcementMismatch, err)
+				}
 				return nil
 			}
 		} else if r.agents.EnforcerHealthy(ctx, addr, egressCallTimeout) == nil {
 			return nil
 		}
 		if attempt%50 == 49 {
-			if _, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+			if _, err := r.cli.ContainerInspect(ctx, egressContainerName(spec.ID), client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
 				return errors.New("the egress enforcer exited before its rules were installed")
 			}
 		}

@@ -121,11 +121,8 @@ func TestEgressSidecarLifecycle(t *testing.T) {
 	if rp := sc.Container.HostConfig.RestartPolicy.Name; rp != container.RestartPolicyUnlessStopped {
 		t.Fatalf("sidecar restart policy %q", rp)
 	}
-	if ep := sc.Container.Config.Entrypoint; len(ep) == 0 || ep[0] != "/bin/sh" {
-		t.Fatalf("sidecar entrypoint %q: the image has /bin/sh, the enforcer runs under its restart loop", ep)
-	}
-	if has, ok := r.shells.Load(sc.Container.Image); !ok || !has.(bool) {
-		t.Fatalf("the image's shell is not remembered (%v, %v): every create would ask again", has, ok)
+	if ep := sc.Container.Config.Entrypoint; len(ep) == 0 || ep[0] != agentPath {
+		t.Fatalf("sidecar entrypoint %q: the enforcer is the agent binary itself", ep)
 	}
 	if !inst.Settled || !inst.Complete {
 		t.Fatalf("tail -f /dev/null: Settled %t, Complete %t; want both (the agent saw it settle)", inst.Settled, inst.Complete)

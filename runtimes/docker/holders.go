@@ -8,7 +8,7 @@ package docker
 // 200-500 ms for a container that joins a running one's namespace). And an enforced
 // sandbox is two containers, the enforcer being able to start only once the namespace
 // exists. So the runtime keeps a few spare namespace holders: tiny containers on the
-// sandbox network whose only process is `sandbox-agent pause` (an empty image, the
+// sandbox network whose only process is `sandbox-agent pause` (the helpers' empty image, helperimage.go, the
 // agent volume mounted read-only, no capabilities). A create with an egress policy
 // takes one, and its workload and its enforcer both join the holder's namespace
 // (NetworkMode container:<holder>) and start at the same time; the entrypoint still
@@ -42,19 +42,15 @@ package docker
 // workload is gone is removed by SweepHelpers.
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -74,11 +70,6 @@ const (
 	// labelHolder on a workload names its holder container.
 	labelHolder = "sandgate.io/netns-holder"
 )
-
-// holderImage is the holders' image: an empty root filesystem imported once per engine.
-// Its tag carries a version so that a change of what a holder needs never reuses an
-// image made for another.
-const holderImage = "sandgate/netns-holder:1"
 
 // holderHostname is the hostname of every sandbox made in a holder's namespace.
 const holderHostname = "sandbox"
@@ -202,10 +193,11 @@ func (r *Runtime) refillSpares() {
 
 // makeSpare creates and starts one spare holder and reads its address.
 func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
-	if err := r.ensureHolderImage(ctx); err != nil {
+	image, err := r.helperImage(ctx)
+	if err != nil {
 		return holder{}, err
 	}
-	agentVol, err := r.agentVolume(ctx, holderImage)
+	agentVol, err := r.agentVolume(ctx, image)
 	if err != nil {
 		return holder{}, err
 	}
@@ -215,7 +207,7 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: sparePrefix + hex.EncodeToString(suffix[:]),
 		Config: &container.Config{
-			Image:      holderImage,
+			Image:      image,
 			Entrypoint: []string{agentPath, "pause"},
 			Hostname:   holderHostname,
 			User:       "65534:65534",
@@ -253,33 +245,6 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 		return holder{}, fmt.Errorf("namespace holder has no address on network %s", r.opts.Network)
 	}
 	return holder{id: created.ID, addr: addr}, nil
-}
-
-// ensureHolderImage imports the holders' empty image unless the engine has it.
-func (r *Runtime) ensureHolderImage(ctx context.Context) error {
-	r.holderImageMu.Lock()
-	defer r.holderImageMu.Unlock()
-	if r.holderImageOK {
-		return nil
-	}
-	if _, err := r.cli.ImageInspect(ctx, holderImage); err == nil {
-		r.holderImageOK = true
-		return nil
-	} else if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspect %s: %w", holderImage, err)
-	}
-	var empty bytes.Buffer
-	if err := tar.NewWriter(&empty).Close(); err != nil {
-		return err
-	}
-	out, err := r.cli.ImageImport(ctx, client.ImageImportSource{Source: &empty, SourceName: "-"}, holderImage, client.ImageImportOptions{})
-	if err != nil {
-		return fmt.Errorf("import %s: %w", holderImage, err)
-	}
-	_, _ = io.Copy(io.Discard, out)
-	_ = out.Close()
-	r.holderImageOK = true
-	return nil
 }
 
 // removeContainer force-removes a container, ignoring errors (a best-effort cleanup).

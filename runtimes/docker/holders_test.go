@@ -121,7 +121,7 @@ func TestSweepHolders(t *testing.T) {
 	// A spare left by a process that is gone (pid 1 of this host never had this start).
 	orphan := sparePrefix + "orphan" + testenv.RandomHex(3)
 	if out, err := exec.Command("docker", "create", "--name", orphan, "--network", r.opts.Network,
-		"--label", labelRole+"="+roleNetns, "--label", labelSpareOwner+"="+hostname(t)+"/1/0/x", holderImage, "/none").CombinedOutput(); err != nil {
+		"--label", labelRole+"="+roleNetns, "--label", labelSpareOwner+"="+hostname(t)+"/1/0/x", helperImageTag, "/none").CombinedOutput(); err != nil {
 		t.Fatalf("docker create: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", orphan).Run() })
