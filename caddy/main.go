@@ -38,6 +38,13 @@ func main() {
 		fmt.Printf("sandgate %s (Caddy %s)\n", gateway.Version, full)
 		return
 	}
+	// The gateway's files (the default Caddyfile, the embedded store's cluster id, Caddy's
+	// storage and its locks, a log file a Caddyfile names) are no other local user's to
+	// read. What sandboxes get from it goes through the engine, with modes of its own.
+	// The client subcommands keep the user's umask (a `cp` download is the user's file).
+	if len(os.Args) > 1 && (os.Args[1] == "run" || os.Args[1] == "start") {
+		ownerOnlyFiles()
+	}
 	// Help, usage lines and the shell completions (`sandgate completion bash`) name the
 	// binary as users call it.
 	caddy.CustomBinaryName = "sandgate"

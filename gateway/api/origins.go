@@ -89,6 +89,50 @@ func (c *confinedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (c *confinedWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
+// previewCookieOrigin admits a request that the preview cookie authenticates only when
+// a page of the preview's own origin could have sent it, unless it is a GET or a HEAD.
+// A browser attaches the cookie to requests other pages start: in host mode every
+// preview is under one registrable domain, so a page of another tenant's preview is
+// same-site and its POST (a no-cors fetch, a form, a beacon) carries this preview's
+// SameSite=Lax cookie; a WebSocket is opened cross-site with cookies and without CORS.
+// So a WebSocket, and every method but GET and HEAD (OPTIONS included: a browser's own
+// CORS preflight carries no cookie, so one that does was sent by a script), must say
+// where it comes from: Sec-Fetch-Site "same-origin", or, from a browser without Fetch
+// Metadata, an Origin naming the preview (host mode: its own host; path mode: the
+// gateway's, as a sandboxed path-mode page carries no cookie at all). A request without
+// either is refused too: a client that is no browser authenticates by API key or access
+// header, which this check does not concern.
+func (h *Handler) previewCookieOrigin(r *http.Request) error {
+	ws := isWebSocket(r)
+	if !ws && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		return nil
+	}
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site == "same-origin" && !ws {
+		return nil
+	}
+	if (site == "" || site == "same-origin") && h.previewOrigin(r) {
+		return nil
+	}
+	what := r.Method + " request"
+	if ws {
+		what = "WebSocket"
+	}
+	return gateway.Errorf(gateway.KindForbidden, gateway.CodeOriginRefused,
+		"a %s with a preview cookie must come from a page of the preview itself (Origin %q, Sec-Fetch-Site %q, Host %q)",
+		what, r.Header.Get("Origin"), site, r.Host)
+}
+
+// previewOrigin reports whether r's Origin is the origin of the preview it was sent to:
+// in host mode the preview's own host, never the console's; in path mode the gateway's
+// (sameOrigin: this host or the public URL's).
+func (h *Handler) previewOrigin(r *http.Request) bool {
+	if _, _, hostMode := h.previewHost(r.Host); hostMode {
+		return sameOrigin(r, "")
+	}
+	return h.sameOrigin(r)
+}
+
 // consoleProxyPrefix is the console's route into a sandbox's agent and enforcer:
 // /v1/console/sandboxes/{id}/ports/{port}/… .
 const consoleProxyPrefix = "/v1/console/sandboxes/"

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/test/coredeps"
 )
 
 func TestConfineToOpaqueOrigin(t *testing.T) {
@@ -63,5 +66,62 @@ func TestCutPathToken(t *testing.T) {
 		if tok != tt.token || after != tt.after || ok != (tt.token != "") {
 			t.Errorf("cutPathToken(%q) = %q, %q, %v; want %q, %q", tt.rest, tok, after, ok, tt.token, tt.after)
 		}
+	}
+}
+
+func TestPreviewCookieOrigin(t *testing.T) {
+	d := coredeps.Start(t)
+	svc := gateway.New(gateway.Config{PreviewDomain: "previews.test", PublicURL: "https://console.example"}, d.Store, d.Runtime, d.Policy, d.Log)
+	h := New(svc, Options{Logger: d.Log})
+	const (
+		preview      = "a1b2-8000.previews.test:8443"
+		otherPreview = "http://c3d4-8000.previews.test:8443"
+		gatewayHost  = "10.0.0.5:8080"
+	)
+	tests := []struct {
+		name, method, host    string
+		origin, site, upgrade string
+		admitted              bool
+	}{
+		{"host mode: a GET from any page", "GET", preview, otherPreview, "same-site", "", true},
+		{"host mode: a HEAD from any page", "HEAD", preview, otherPreview, "same-site", "", true},
+		{"host mode: a POST from the preview's own page", "POST", preview, "http://" + preview, "same-origin", "", true},
+		{"host mode: a POST the browser calls same-origin", "POST", preview, "", "same-origin", "", true},
+		{"host mode: a POST with the preview's Origin, no Fetch Metadata", "POST", preview, "http://" + preview, "", "", true},
+		{"host mode: a POST from another preview", "POST", preview, otherPreview, "same-site", "", false},
+		{"host mode: a POST from another preview, no Fetch Metadata", "POST", preview, otherPreview, "", "", false},
+		{"host mode: a POST the browser calls same-site, whatever its Origin", "POST", preview, "http://" + preview, "same-site", "", false},
+		{"host mode: a POST from an opaque origin", "POST", preview, "null", "", "", false},
+		{"host mode: a POST from the console's origin", "POST", preview, "https://console.example", "", "", false},
+		{"host mode: a POST saying nothing of where it comes from", "POST", preview, "", "", "", false},
+		{"host mode: a PUT from another site", "PUT", preview, "http://evil.example", "cross-site", "", false},
+		{"host mode: a DELETE from another preview", "DELETE", preview, otherPreview, "same-site", "", false},
+		{"host mode: an OPTIONS with the cookie from another preview", "OPTIONS", preview, otherPreview, "same-site", "", false},
+		{"host mode: a WebSocket from the preview's own page", "GET", preview, "http://" + preview, "same-origin", "websocket", true},
+		{"host mode: a WebSocket from another preview", "GET", preview, otherPreview, "same-site", "websocket", false},
+		{"host mode: a WebSocket without an Origin", "GET", preview, "", "same-origin", "websocket", false},
+		{"path mode: a POST from the gateway's origin", "POST", gatewayHost, "http://" + gatewayHost, "same-origin", "", true},
+		{"path mode: a POST from the public URL's origin", "POST", gatewayHost, "https://console.example", "", "", true},
+		{"path mode: a POST from a preview", "POST", gatewayHost, otherPreview, "cross-site", "", false},
+		{"path mode: a POST from an opaque origin", "POST", gatewayHost, "null", "cross-site", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(tt.method, "http://"+tt.host+"/note", nil)
+			for k, v := range map[string]string{"Origin": tt.origin, "Sec-Fetch-Site": tt.site, "Upgrade": tt.upgrade} {
+				if v != "" {
+					r.Header.Set(k, v)
+				}
+			}
+			err := h.previewCookieOrigin(r)
+			if got := err == nil; got != tt.admitted {
+				t.Fatalf("admitted = %v (%v), want %v", got, err, tt.admitted)
+			}
+			if err != nil {
+				if e, ok := gateway.AsError(err); !ok || e.Code != gateway.CodeOriginRefused || e.Kind != gateway.KindForbidden {
+					t.Fatalf("refusal %v, want 403 %s", err, gateway.CodeOriginRefused)
+				}
+			}
+		})
 	}
 }

@@ -370,12 +370,8 @@ func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, po
 		if c.Value == "" || h.svc.VerifyCookie(r.Context(), c.Value, sb.ID, port) != nil {
 			continue
 		}
-		// A browser opens a WebSocket cross-site with cookies and without CORS: only a
-		// page of the preview's own origin may (host mode: its own host; path mode: the
-		// gateway's, as a sandboxed preview page carries no cookies at all).
-		if isWebSocket(r) && !h.sameOrigin(r) {
-			return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeOriginRefused,
-				"a WebSocket opened with a preview cookie must come from a page of the preview itself (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
+		if err := h.previewCookieOrigin(r); err != nil {
+			return gateway.ProxyAccess{}, time.Time{}, err
 		}
 		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
 	}

