@@ -26,6 +26,9 @@ const (
 	// LabelCredentialProxy marks a sandbox whose enforcer runs the credential vault (a
 	// Docker label, a Kubernetes annotation; both in Instance.Labels).
 	LabelCredentialProxy = "sandgate.io/credential-proxy"
+	// LabelSnapshot marks an image that is a tenant's snapshot (its value the snapshot's
+	// id, beside LabelTenant): no other tenant's create runs it, whatever name reaches it.
+	LabelSnapshot = "sandgate.io/snapshot"
 )
 
 // AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.

@@ -68,22 +68,19 @@ func pullKey(image string, auth *runtimes.ImageAuth) string {
 	return image + "\x00" + base64.RawStdEncoding.EncodeToString(h[:12])
 }
 
-// ensureImage makes image present on the engine as the pull policy says, pulling it with
-// auth when it must. It returns the image's id when it was present (and not pulled
-// again), "" after a pull.
-func (r *Runtime) ensureImage(ctx context.Context, image string, auth *runtimes.ImageAuth) (string, error) {
-	present := true
-	inspect, err := r.cli.ImageInspect(ctx, image)
+// ensureImage makes image present on the engine for tenant as the pull policy says,
+// pulling it with auth when it must, and returns the id of the image the create is to
+// run. Another tenant's snapshot is absent for tenant (findImage), before a pull and
+// after one.
+func (r *Runtime) ensureImage(ctx context.Context, image, tenant string, auth *runtimes.ImageAuth) (string, error) {
+	inspect, present, err := r.findImage(ctx, image, tenant)
 	if err != nil {
-		if !cerrdefs.IsNotFound(err) {
-			return "", fmt.Errorf("inspect image %q: %w", image, err)
-		}
-		present = false
+		return "", err
 	}
 	switch r.opts.Pull {
 	case PullNever:
 		if !present {
-			return "", fmt.Errorf("image %q is not present on the engine and pulling is off: %w", image, runtimes.ErrImageNotFound)
+			return "", notPresent(image)
 		}
 		return inspect.ID, nil
 	case PullAlways:
@@ -92,7 +89,21 @@ func (r *Runtime) ensureImage(ctx context.Context, image string, auth *runtimes.
 			return inspect.ID, nil
 		}
 	}
-	return "", r.Pull(ctx, image, auth, nil)
+	if err := r.Pull(ctx, image, auth, nil); err != nil {
+		return "", err
+	}
+	inspect, present, err = r.findImage(ctx, image, tenant)
+	if err != nil {
+		return "", err
+	}
+	if !present {
+		return "", notPresent(image)
+	}
+	return inspect.ID, nil
+}
+
+func notPresent(image string) error {
+	return fmt.Errorf("image %q is not present on the engine: %w", image, runtimes.ErrImageNotFound)
 }
 
 // Pull pulls image with auth (nil for anonymous), sharing the pull with any concurrent
