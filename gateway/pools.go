@@ -131,9 +131,11 @@ func withoutImageAuth(t *CreateRequest) *CreateRequest {
 	return &c
 }
 
-// imagePuller is a runtime that pulls images itself (Docker).
+// imagePuller is a runtime that pulls images itself (Docker). CheckRegistry refuses, at
+// once, a pull Pull would refuse for its registry.
 type imagePuller interface {
 	HasImage(ctx context.Context, image, tenant string) (bool, error)
+	CheckRegistry(ctx context.Context, image string) error
 	Pull(ctx context.Context, image string, auth *runtimes.ImageAuth, progress func(runtimes.PullProgress)) error
 }
 
@@ -150,6 +152,9 @@ func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequ
 		if has, err := ip.HasImage(ctx, image, tenant); err == nil && has {
 			return nil, nil
 		}
+	}
+	if err := ip.CheckRegistry(ctx, image); err != nil {
+		return nil, runtimeCreateError(image, err)
 	}
 	return ip, nil
 }

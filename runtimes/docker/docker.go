@@ -99,6 +99,10 @@ type Options struct {
 	Spares int
 	// Pull says when a create pulls its image from a registry (empty: PullMissing).
 	Pull PullPolicy
+	// ImageRegistries are registries (host[:port]) the operator listed to pull from
+	// (SANDGATE_IMAGE_REGISTRIES): only a listed registry may be an address of the
+	// platform itself (registries.go).
+	ImageRegistries []string
 	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
 	// of the runtime's own). The gateway uses the same one (AgentClient).
 	Agents *agentclient.Client
