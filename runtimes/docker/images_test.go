@@ -81,22 +81,35 @@ func TestImagePrefixNamesNothing(t *testing.T) {
 		t.Errorf("tenant a: a prefix of its own snapshot's id names an image (%t, %v)", has, err)
 	}
 
-	// The owner runs it by full id; the sandbox reports the name it was given.
+	// The owner runs it (here by its tag); the sandbox reports the name it was given,
+	// though the engine was handed the image's id.
 	if has, err := r.HasImage(ctx, id, "a"); err != nil || !has {
 		t.Fatalf("tenant a: HasImage(its snapshot's id) = %t, %v", has, err)
 	}
-	spec := enforcedSpec(t, r, id, `{"defaultAction":"deny"}`)
+	spec := enforcedSpec(t, r, tag, `{"defaultAction":"deny"}`)
 	spec.Tenant = "a"
 	spec.CreatedAt = time.Now()
 	inst, err := r.Create(ctx, spec)
 	if err != nil {
-		t.Fatalf("tenant a: create from its snapshot's id: %v", err)
+		t.Fatalf("tenant a: create from its snapshot's tag: %v", err)
 	}
-	if inst.Image != id {
-		t.Fatalf("created instance's image %q, want %q", inst.Image, id)
+	if inst.Image != tag {
+		t.Fatalf("created instance's image %q, want %q", inst.Image, tag)
 	}
 	got, err := r.Inspect(ctx, spec.ID)
-	if err != nil || got.Image != id {
-		t.Fatalf("Inspect: image %q, %v; want %q", got.Image, err, id)
+	if err != nil || got.Image != tag {
+		t.Fatalf("Inspect: image %q, %v; want %q", got.Image, err, tag)
+	}
+	list, err := r.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range list {
+		if l.Labels[runtimes.LabelID] == spec.ID && l.Image != tag {
+			t.Fatalf("List: image %q, want %q", l.Image, tag)
+		}
+	}
+	if out, err := exec.Command("docker", "container", "inspect", "--format", "{{.Config.Image}}", containerName(spec.ID)).Output(); err != nil || strings.TrimSpace(string(out)) != id {
+		t.Fatalf("the engine was handed %q (%v), want the checked image's id %s", out, err, id)
 	}
 }
