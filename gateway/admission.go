@@ -58,7 +58,7 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 	}
 	if req.Image != "" {
 		req.ImageRegistry = imageRegistry(req.Image)
-		req.ImageLocal = s.imageWillNotBePulled(ctx, req.Image)
+		req.ImageLocal = s.imageWillNotBePulled(ctx, req.Image, caller.Tenant)
 	}
 	if req.MemoryBytes == 0 {
 		req.MemoryBytes = q.DefaultMemoryBytes
@@ -133,7 +133,7 @@ func imageRegistry(image string) string {
 // imageWillNotBePulled reports whether a create of image uses what the engine holds:
 // always when the gateway never pulls, never when it always pulls, else when the engine
 // has the image. The engine is asked only when the registries rule needs the answer.
-func (s *Service) imageWillNotBePulled(ctx context.Context, image string) bool {
+func (s *Service) imageWillNotBePulled(ctx context.Context, image, tenant string) bool {
 	switch {
 	case !s.cfg.PullImages && !s.cfg.PullAlways:
 		return true
@@ -143,10 +143,10 @@ func (s *Service) imageWillNotBePulled(ctx context.Context, image string) bool {
 		return false
 	}
 	type imageChecker interface {
-		HasImage(ctx context.Context, image string) (bool, error)
+		HasImage(ctx context.Context, image, tenant string) (bool, error)
 	}
 	if ic, ok := s.runtime.(imageChecker); ok {
-		has, err := ic.HasImage(ctx, image)
+		has, err := ic.HasImage(ctx, image, tenant)
 		return err == nil && has
 	}
 	return false

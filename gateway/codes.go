@@ -33,6 +33,10 @@ const (
 	CodeConflict        = "SANDBOX::CONFLICT"
 	CodeImageNotFound   = "SANDBOX::IMAGE_NOT_FOUND"
 	CodeImagePullFailed = "SANDBOX::IMAGE_PULL_FAILED"
+	// CodeImageRegistryRefused: the image's registry is an address of the platform
+	// itself (loopback, link-local, private, the host's own) the operator did not list
+	// in SANDGATE_IMAGE_REGISTRIES; refused before any pull.
+	CodeImageRegistryRefused = "SANDBOX::IMAGE_REGISTRY_REFUSED"
 	// CodeStartFailed: the sandbox's process exited, or did not become ready, at start.
 	CodeStartFailed  = "SANDBOX::START_FAILED"
 	CodeRuntimeError = "SANDBOX::RUNTIME_ERROR"

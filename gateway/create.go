@@ -215,10 +215,15 @@ func runtimeCreateError(image string, err error) error {
 		return &Error{Kind: KindInvalid, Code: CodeImageNotFound,
 			Message: fmt.Sprintf("image %q is not present on this host and this gateway does not pull (SANDGATE_PULL=never); build or load it first", image), Cause: err}
 	}
+	var rr *runtimes.RegistryRefusedError
+	if errors.As(err, &rr) {
+		return &Error{Kind: KindForbidden, Code: CodeImageRegistryRefused, Message: fmt.Sprintf(
+			"image %q would be pulled from registry %s, an address of the platform itself (loopback, link-local, private or this host's); the operator lists such registries in SANDGATE_IMAGE_REGISTRIES", image, rr.Registry), Cause: err}
+	}
 	var pe *runtimes.PullError
 	if errors.As(err, &pe) {
-		// The registry's reason goes to the caller: it is what they need to fix the
-		// name or the credentials (which it never contains).
+		// The reason is one of the runtime's fixed ones: enough to fix the name or the
+		// credentials, never the registry's (or whatever answered for it) own text.
 		kind := KindUpstream
 		if pe.Denied {
 			kind = KindInvalid

@@ -40,18 +40,25 @@ func ParsePort(s string) (int, error) {
 	return 0, Errorf(KindInvalid, CodeInvalidParameter, "port %q: want a number from 1 to 65535, written without sign, spaces or leading zeros", s)
 }
 
-// hexImageIDRe matches an image given by its ID (with or without the sha256: prefix),
-// which reference parsing refuses but the engine accepts.
-var hexImageIDRe = regexp.MustCompile(`^(sha256:)?[a-f0-9]{12,64}$`)
+// imageIDRe matches an image given by its full id, which reference parsing refuses but
+// the engine accepts. A shorter id (a prefix) is not an id here: the engine would match
+// it against every image it holds.
+var imageIDRe = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 
-// validateImageRef refuses image references the engine could not parse, before any
-// record or container exists.
+// validateImageRef accepts a full reference (name[:tag][@digest]) or a full
+// sha256:<64 hex> id, before any record or container exists. A name that looks like hex
+// ("b2") is a name (docker.io/library/b2), which the runtime hands the engine in full so
+// that it is never read as an id prefix.
 func validateImageRef(uri string) error {
-	if hexImageIDRe.MatchString(uri) {
+	if imageIDRe.MatchString(uri) {
 		return nil
 	}
+	if strings.HasPrefix(uri, "sha256:") {
+		// Also a reference (repository "sha256", a tag), but meant as a short id.
+		return invalid("image.uri %q: an image id must be given in full, \"sha256:<64 hex>\"", uri)
+	}
 	if _, err := reference.ParseNormalizedNamed(uri); err != nil {
-		return invalid("image.uri %q is not a valid image reference (%v); want e.g. \"python:3.11-slim\" or \"registry.example.com/team/app:1.2\"", uri, err)
+		return invalid("image.uri %q is not a valid image reference (%v); want a name such as \"python:3.11-slim\" or \"registry.example.com/team/app:1.2\", or a full id \"sha256:<64 hex>\"", uri, err)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package gateway
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParsePort(t *testing.T) {
 	tests := []struct {
@@ -25,12 +28,18 @@ func TestParsePort(t *testing.T) {
 
 func TestValidateImageRef(t *testing.T) {
 	for _, ok := range []string{"sandgate/base:0.1.0", "python:3.11-slim", "127.0.0.1:5000/sandgate/base:test", "busybox",
-		"ghcr.io/org/app@sha256:" + "a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1", "sha256:0123456789ab"} {
+		"ghcr.io/org/app@sha256:" + "a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1",
+		"sha256:a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1",
+		// Hex-looking names are names (docker.io/library/b2), handed to the engine in full.
+		"b2", "0123456789ab"} {
 		if err := validateImageRef(ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"Not A/Valid::Image", "library/UPPER", "a\x00b", "image:", ":tag", "a//b"} {
+	for _, bad := range []string{"Not A/Valid::Image", "library/UPPER", "a\x00b", "image:", ":tag", "a//b",
+		// An id is a full one: a prefix could match any image the engine holds.
+		"sha256:b2", "sha256:0123456789ab", "sha256:" + strings.Repeat("a", 63),
+		strings.Repeat("a", 64)} {
 		if err := validateImageRef(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

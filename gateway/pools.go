@@ -99,7 +99,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err := s.validatePool(req); err != nil {
 		return nil, err
 	}
-	pull, err := s.poolImage(ctx, req.Template)
+	pull, err := s.poolImage(ctx, caller.Tenant, req.Template)
 	if err != nil {
 		return nil, err
 	}
@@ -131,25 +131,30 @@ func withoutImageAuth(t *CreateRequest) *CreateRequest {
 	return &c
 }
 
-// imagePuller is a runtime that pulls images itself (Docker).
+// imagePuller is a runtime that pulls images itself (Docker). CheckRegistry refuses, at
+// once, a pull Pull would refuse for its registry.
 type imagePuller interface {
-	HasImage(ctx context.Context, image string) (bool, error)
+	HasImage(ctx context.Context, image, tenant string) (bool, error)
+	CheckRegistry(ctx context.Context, image string) error
 	Pull(ctx context.Context, image string, auth *runtimes.ImageAuth, progress func(runtimes.PullProgress)) error
 }
 
 // poolImage decides how a new pool gets its image: nil when it is on the engine (or the
 // runtime pulls on its own nodes), a puller when this gateway must pull it first, and
 // IMAGE_NOT_FOUND when it is missing and pulling is off.
-func (s *Service) poolImage(ctx context.Context, tmpl *CreateRequest) (imagePuller, error) {
+func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequest) (imagePuller, error) {
 	image := tmpl.Image.URI
 	ip, ok := s.runtime.(imagePuller)
 	if !ok || !s.cfg.PullImages {
-		return nil, s.checkImage(ctx, image)
+		return nil, s.checkImage(ctx, image, tenant)
 	}
 	if !s.cfg.PullAlways {
-		if has, err := ip.HasImage(ctx, image); err == nil && has {
+		if has, err := ip.HasImage(ctx, image, tenant); err == nil && has {
 			return nil, nil
 		}
+	}
+	if err := ip.CheckRegistry(ctx, image); err != nil {
+		return nil, runtimeCreateError(image, err)
 	}
 	return ip, nil
 }
@@ -206,12 +211,12 @@ func (s *Service) poolPull(key string) *PoolImagePull {
 }
 
 // checkImage fails early when a pool's image is not on the host.
-func (s *Service) checkImage(ctx context.Context, image string) error {
+func (s *Service) checkImage(ctx context.Context, image, tenant string) error {
 	type imageChecker interface {
-		HasImage(ctx context.Context, image string) (bool, error)
+		HasImage(ctx context.Context, image, tenant string) (bool, error)
 	}
 	if ic, ok := s.runtime.(imageChecker); ok {
-		has, err := ic.HasImage(ctx, image)
+		has, err := ic.HasImage(ctx, image, tenant)
 		if err == nil && !has {
 			return runtimeCreateError(image, runtimes.ErrImageNotFound)
 		}
@@ -242,7 +247,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	var pull imagePuller
 	changed := string(tmpl) != string(p.Template)
 	if changed {
-		if pull, err = s.poolImage(ctx, req.Template); err != nil {
+		if pull, err = s.poolImage(ctx, caller.Tenant, req.Template); err != nil {
 			return nil, err
 		}
 		p.Version++

@@ -169,7 +169,7 @@ func (s *Service) commitSnapshot(ctx context.Context, snap *store.Snapshot) {
 	sn, err := s.snapshotter()
 	if err == nil {
 		err = sn.Snapshot(ctx, snap.SandboxID, snap.Image, map[string]string{
-			"sandgate.io/snapshot": snap.ID, runtimes.LabelTenant: snap.Tenant,
+			runtimes.LabelSnapshot: snap.ID, runtimes.LabelTenant: snap.Tenant,
 		})
 	}
 	now := time.Now().UTC()

@@ -26,6 +26,9 @@ const (
 	// LabelCredentialProxy marks a sandbox whose enforcer runs the credential vault (a
 	// Docker label, a Kubernetes annotation; both in Instance.Labels).
 	LabelCredentialProxy = "sandgate.io/credential-proxy"
+	// LabelSnapshot marks an image that is a tenant's snapshot (its value the snapshot's
+	// id, beside LabelTenant): no other tenant's create runs it, whatever name reaches it.
+	LabelSnapshot = "sandgate.io/snapshot"
 )
 
 // AgentPort is the port of the in-sandbox agent API; EgressPort the egress enforcer's.
@@ -117,8 +120,9 @@ type ImageAuth struct {
 	Password string
 }
 
-// PullError is a pull that failed: Reason is the registry's (or the engine's) own
-// explanation, safe to show the caller (it never holds the credentials). Denied is true
+// PullError is a pull that failed: Reason is one of a fixed set of explanations the
+// runtime maps the engine's error to (never the engine's text, which quotes what the
+// registry answered), safe to show the caller. Denied is true
 // when the registry refused (bad credentials, unknown repository or tag), false when it
 // could not be reached or the pull broke off.
 type PullError struct {
@@ -131,6 +135,18 @@ func (e *PullError) Error() string { return fmt.Sprintf("pull %s: %s", e.Image, 
 
 // Unwrap makes errors.Is(err, ErrImagePull) true.
 func (e *PullError) Unwrap() error { return ErrImagePull }
+
+// RegistryRefusedError is a pull refused before it started: the image's registry is an
+// address of the platform itself (loopback, link-local, private, the host's own) that
+// the operator did not list among the registries to pull from.
+type RegistryRefusedError struct {
+	Image    string
+	Registry string
+}
+
+func (e *RegistryRefusedError) Error() string {
+	return fmt.Sprintf("pull %s: registry %s is an address of the platform itself and is not listed among the registries to pull from", e.Image, e.Registry)
+}
 
 // PullProgress is what a pull reports while it runs: its layers, how many are done, and
 // the bytes so far of those whose size the engine knows.

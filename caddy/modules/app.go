@@ -153,7 +153,9 @@ type App struct {
 	ImagePull string `json:"image_pull,omitempty"`
 	// ImageRegistries are the registry hosts images may be pulled from (empty: any),
 	// enforced by the Rego admission rule on platform data allowed_registries
-	// (SANDGATE_IMAGE_REGISTRIES, comma-separated).
+	// (SANDGATE_IMAGE_REGISTRIES, comma-separated). They are also the only registries on
+	// an address of the platform itself (loopback, private, link-local, the host's own)
+	// the Docker runtime pulls from.
 	ImageRegistries []string `json:"image_registries,omitempty"`
 	// VaultUpstreamCA is a PEM file of extra roots the credential vault verifies
 	// upstream TLS against, besides the sandbox image's system roots
@@ -227,7 +229,7 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		}
 		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-			Pull: docker.PullPolicy(a.ImagePull), VaultUpstreamCA: upstreamCA, Logger: log})
+			Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA, Logger: log})
 	},
 	"kubernetes": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
 		upstreamCA, err := a.vaultUpstreamCA()

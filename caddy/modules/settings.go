@@ -93,7 +93,7 @@ var settings = []setting{
 	{name: "egress_gateway_addresses", env: "SANDGATE_EGRESS_GATEWAY_ADDRESSES", kind: kindList, doc: "ip-or-cidr,…, beside the host's own addresses and its Docker bridges'", field: func(a *App) any { return &a.EgressGatewayAddresses }},
 	{name: "vault_upstream_ca", env: "SANDGATE_VAULT_UPSTREAM_CA", doc: "PEM roots the credential vault trusts upstream, besides the system's", field: func(a *App) any { return &a.VaultUpstreamCA }},
 	{name: "image_pull", env: "SANDGATE_PULL", def: "missing", values: []string{"never", "missing", "always"}, doc: "docker: when a create pulls its image", field: func(a *App) any { return &a.ImagePull }},
-	{name: "image_registries", env: "SANDGATE_IMAGE_REGISTRIES", kind: kindList, doc: "registries images may be pulled from (empty: any)", field: func(a *App) any { return &a.ImageRegistries }},
+	{name: "image_registries", env: "SANDGATE_IMAGE_REGISTRIES", kind: kindList, doc: "registries images may be pulled from (empty: any but those on addresses of the platform itself)", field: func(a *App) any { return &a.ImageRegistries }},
 	{name: "volume_host_prefixes", env: "SANDGATE_VOLUME_HOST_PREFIXES", kind: kindList, doc: "host directories sandboxes may bind-mount (empty: none)", field: func(a *App) any { return &a.VolumeHostPrefixes }},
 	{name: "plugin_cache_dir", env: "SANDGATE_PLUGIN_CACHE_DIR", doc: "compiled WASM plugins survive restarts", field: func(a *App) any { return &a.PluginCacheDir }},
 	{name: "plugin_timeout", env: "SANDGATE_PLUGIN_TIMEOUT", def: "100ms", kind: kindDuration, doc: "default deadline of a plugin hook call", field: func(a *App) any { return &a.PluginTimeout }},

@@ -49,6 +49,19 @@ const (
 // Label holding the sandbox's entrypoint (JSON) so that adoption can rebuild the record.
 const labelEntrypoint = "sandgate.io/entrypoint"
 
+// labelImage keeps the image name a sandbox was created with: the engine is handed the
+// image's id (see create), so the container's own image field holds the id.
+const labelImage = "sandgate.io/image"
+
+// imageOf is the image name of a sandbox's container: its labelImage, else the
+// container's image field.
+func imageOf(labels map[string]string, engineImage string) string {
+	if name := labels[labelImage]; name != "" {
+		return name
+	}
+	return engineImage
+}
+
 // Options configure the Docker runtime.
 type Options struct {
 	// Host is the engine address (DOCKER_HOST form); empty uses the environment or the default socket.
@@ -86,6 +99,10 @@ type Options struct {
 	Spares int
 	// Pull says when a create pulls its image from a registry (empty: PullMissing).
 	Pull PullPolicy
+	// ImageRegistries are registries (host[:port]) the operator listed to pull from
+	// (SANDGATE_IMAGE_REGISTRIES): only a listed registry may be an address of the
+	// platform itself (registries.go).
+	ImageRegistries []string
 	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
 	// of the runtime's own). The gateway uses the same one (AgentClient).
 	Agents *agentclient.Client
@@ -244,10 +261,14 @@ func (e holderError) Unwrap() error { return e.err }
 
 func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (runtimes.Instance, error) {
 	steps := newCreateSteps()
-	_, err := r.ensureImage(ctx, spec.Image, spec.ImageAuth)
+	imageID, err := r.ensureImage(ctx, spec.Image, spec.Tenant, spec.ImageAuth)
 	if err != nil {
 		return runtimes.Instance{}, err
 	}
+	// From here the engine is given the id of the image that was checked, never the
+	// name again (which it would resolve anew); the name the caller gave stays in a label.
+	imageName := spec.Image
+	spec.Image = imageID
 	agentVol, err := r.agentVolume(ctx, spec.Image)
 	if err != nil {
 		return runtimes.Instance{}, err
@@ -261,6 +282,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 	labels[runtimes.LabelTenant] = spec.Tenant
 	labels[runtimes.LabelCreatedAt] = spec.CreatedAt.UTC().Format(time.RFC3339Nano)
 	labels[labelNetwork] = r.opts.Network
+	labels[labelImage] = imageName
 	if spec.Pool != "" {
 		labels[runtimes.LabelPool] = spec.Pool
 	}
@@ -497,7 +519,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 // startedInstance is the instance of a workload created with labels and started at addr,
 // as an Inspect would read it: a create in a holder's namespace needs no inspect.
 func (r *Runtime) startedInstance(spec runtimes.Spec, labels map[string]string, addr string) runtimes.Instance {
-	inst := runtimes.Instance{Labels: labels, Image: spec.Image, AgentToken: spec.AgentToken, State: runtimes.StateRunning, Address: addr}
+	inst := runtimes.Instance{Labels: labels, Image: imageOf(labels, spec.Image), AgentToken: spec.AgentToken, State: runtimes.StateRunning, Address: addr}
 	fillFromLabels(&inst, labels)
 	return inst
 }
@@ -578,7 +600,7 @@ func (r *Runtime) instance(c container.InspectResponse) runtimes.Instance {
 	inst := runtimes.Instance{State: runtimes.StateMissing}
 	if c.Config != nil {
 		inst.Labels = c.Config.Labels
-		inst.Image = c.Config.Image
+		inst.Image = imageOf(c.Config.Labels, c.Config.Image)
 		for _, kv := range c.Config.Env {
 			if v, ok := strings.CutPrefix(kv, envAgentToken+"="); ok {
 				inst.AgentToken = v
@@ -663,7 +685,7 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 			continue
 		}
 		// The summary has labels, state and address; tokens and exit codes need Inspect.
-		inst := runtimes.Instance{Labels: c.Labels, Image: c.Image}
+		inst := runtimes.Instance{Labels: c.Labels, Image: imageOf(c.Labels, c.Image)}
 		fillFromLabels(&inst, c.Labels)
 		switch c.State {
 		case "running":
@@ -685,15 +707,6 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 		out = append(out, inst)
 	}
 	return out, nil
-}
-
-// HasImage reports whether the engine holds image locally.
-func (r *Runtime) HasImage(ctx context.Context, image string) (bool, error) {
-	_, err := r.cli.ImageInspect(ctx, image)
-	if cerrdefs.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // Delete implements runtimes.Runtime.

@@ -272,7 +272,7 @@ func (r *Runtime) enforcement(ctx context.Context, id string) (complete bool, to
 // RestoreEgress gives a running workload a new enforcer sidecar (removing the old one,
 // if any) with spec's egress policy (the sandbox's current policy, not its create-time
 // one) and token, and waits until its rules are installed. The workload's entrypoint is
-// not touched. spec needs ID, Tenant, Image, EgressToken and Egress. For the
+// not touched. spec needs ID, Tenant, EgressToken and Egress. For the
 // reconciler, when a sandbox's sidecar is gone. It succeeds only on a signed answer of
 // the new enforcer (a workload holding port 18080 cannot pass for it); on a timeout the
 // new sidecar stays, its rules installed and its restart loop trying again.
@@ -284,6 +284,9 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 	if err != nil {
 		return mapErr(spec.ID, err)
 	}
+	// The agent volume's filler is made from the image the workload runs (its id), not
+	// from the name, which the engine would resolve anew.
+	spec.Image = res.Container.Image
 	agentVol, err := r.agentVolume(ctx, spec.Image)
 	if err != nil {
 		return err

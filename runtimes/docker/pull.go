@@ -68,22 +68,19 @@ func pullKey(image string, auth *runtimes.ImageAuth) string {
 	return image + "\x00" + base64.RawStdEncoding.EncodeToString(h[:12])
 }
 
-// ensureImage makes image present on the engine as the pull policy says, pulling it with
-// auth when it must. It returns the image's id when it was present (and not pulled
-// again), "" after a pull.
-func (r *Runtime) ensureImage(ctx context.Context, image string, auth *runtimes.ImageAuth) (string, error) {
-	present := true
-	inspect, err := r.cli.ImageInspect(ctx, image)
+// ensureImage makes image present on the engine for tenant as the pull policy says,
+// pulling it with auth when it must, and returns the id of the image the create is to
+// run. Another tenant's snapshot is absent for tenant (findImage), before a pull and
+// after one.
+func (r *Runtime) ensureImage(ctx context.Context, image, tenant string, auth *runtimes.ImageAuth) (string, error) {
+	inspect, present, err := r.findImage(ctx, image, tenant)
 	if err != nil {
-		if !cerrdefs.IsNotFound(err) {
-			return "", fmt.Errorf("inspect image %q: %w", image, err)
-		}
-		present = false
+		return "", err
 	}
 	switch r.opts.Pull {
 	case PullNever:
 		if !present {
-			return "", fmt.Errorf("image %q is not present on the engine and pulling is off: %w", image, runtimes.ErrImageNotFound)
+			return "", notPresent(image)
 		}
 		return inspect.ID, nil
 	case PullAlways:
@@ -92,14 +89,33 @@ func (r *Runtime) ensureImage(ctx context.Context, image string, auth *runtimes.
 			return inspect.ID, nil
 		}
 	}
-	return "", r.Pull(ctx, image, auth, nil)
+	if err := r.Pull(ctx, image, auth, nil); err != nil {
+		return "", err
+	}
+	inspect, present, err = r.findImage(ctx, image, tenant)
+	if err != nil {
+		return "", err
+	}
+	if !present {
+		return "", notPresent(image)
+	}
+	return inspect.ID, nil
+}
+
+func notPresent(image string) error {
+	return fmt.Errorf("image %q is not present on the engine: %w", image, runtimes.ErrImageNotFound)
 }
 
 // Pull pulls image with auth (nil for anonymous), sharing the pull with any concurrent
 // one of the same image and credentials. progress, when set, is called as the engine
-// reports layers (only by the caller that started the pull). A refusal or failure is a
-// *runtimes.PullError carrying the registry's reason.
+// reports layers (only by the caller that started the pull). A registry that is an
+// address of the platform is refused before the engine is asked
+// (*runtimes.RegistryRefusedError); a pull the engine fails is a *runtimes.PullError
+// with one of the fixed reasons (pullReason).
 func (r *Runtime) Pull(ctx context.Context, image string, auth *runtimes.ImageAuth, progress func(PullProgress)) error {
+	if err := r.CheckRegistry(ctx, image); err != nil {
+		return err
+	}
 	key := pullKey(image, auth)
 	r.pulls.mu.Lock()
 	if r.pulls.inFlight == nil {
@@ -151,7 +167,8 @@ func (r *Runtime) pull(ctx context.Context, image string, auth *runtimes.ImageAu
 			return pullError(image, err)
 		}
 		if msg.Error != nil {
-			return &runtimes.PullError{Image: image, Reason: msg.Error.Message, Denied: deniedReason(msg.Error.Code, msg.Error.Message)}
+			reason, denied := pullReason(msg.Error.Code, msg.Error.Message)
+			return &runtimes.PullError{Image: image, Reason: reason, Denied: denied}
 		}
 		if progress == nil || msg.ID == "" {
 			continue
@@ -202,27 +219,68 @@ func (r *Runtime) pull(ctx context.Context, image string, auth *runtimes.ImageAu
 // image count once).
 func (r *Runtime) PullCount() int64 { return r.pullCount.Load() }
 
-// pullError turns an engine error into a PullError with the engine's message (which
-// carries the registry's reason).
+// pullError turns an engine error into a PullError with one of the fixed reasons.
 func pullError(image string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	denied := cerrdefs.IsUnauthorized(err) || cerrdefs.IsNotFound(err) || cerrdefs.IsPermissionDenied(err) ||
-		cerrdefs.IsInvalidArgument(err) || deniedReason(0, err.Error())
-	return &runtimes.PullError{Image: image, Reason: err.Error(), Denied: denied}
+	code := 0
+	switch {
+	case cerrdefs.IsUnauthorized(err):
+		code = 401
+	case cerrdefs.IsPermissionDenied(err):
+		code = 403
+	case cerrdefs.IsNotFound(err):
+		code = 404
+	case cerrdefs.IsInvalidArgument(err):
+		code = 400
+	}
+	reason, denied := pullReason(code, err.Error())
+	return &runtimes.PullError{Image: image, Reason: reason, Denied: denied}
 }
 
-// deniedReason tells a registry's refusal (the caller's to fix) from an outage.
-func deniedReason(code int, msg string) bool {
-	if code == 401 || code == 403 || code == 404 {
-		return true
-	}
+// The reasons a failed pull is answered with. The engine's own text is never passed on:
+// it quotes what the registry answered (a body's first bytes among it), and whatever
+// answered under the registry's name is not the caller's to read.
+const (
+	ReasonUnauthorized = "unauthorized: authentication required (the registry refused the credentials, or wants some)"
+	ReasonDenied       = "denied: the registry refused access to the repository"
+	ReasonNotFound     = "not found: manifest unknown (the registry has no such repository or tag)"
+	ReasonInvalidName  = "invalid reference format: the registry does not accept the image's name"
+	ReasonNoPlatform   = "no matching manifest: the image has no variant for this host's platform"
+	ReasonUnreachable  = "unreachable: the registry could not be reached"
+	ReasonBadAnswer    = "bad answer: the registry's answer is not a usable image"
+)
+
+// pullReason maps the engine's error (its HTTP-like code, 0 when none, and its message)
+// to one of the fixed reasons, and tells a refusal (the caller's to fix) from an outage
+// or an answer that is no image.
+func pullReason(code int, msg string) (reason string, denied bool) {
 	m := strings.ToLower(msg)
-	for _, s := range []string{"unauthorized", "authentication required", "denied", "not found", "manifest unknown", "no basic auth credentials", "invalid reference format", "repository name must"} {
-		if strings.Contains(m, s) {
-			return true
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(m, s) {
+				return true
+			}
 		}
+		return false
 	}
-	return false
+	switch {
+	case code == 401 || has("unauthorized", "authentication required", "no basic auth credentials", "incorrect username or password"):
+		return ReasonUnauthorized, true
+	case code == 404 || has("manifest unknown", "not found", "name unknown", "repository does not exist"):
+		return ReasonNotFound, true
+	case code == 403 || has("denied", "forbidden"):
+		return ReasonDenied, true
+	case has("invalid reference format", "repository name must", "name invalid"):
+		return ReasonInvalidName, true
+	case has("no matching manifest"):
+		return ReasonNoPlatform, true
+	case code == 400:
+		return ReasonInvalidName, true
+	case has("connection refused", "no such host", "i/o timeout", "timeout", "network is unreachable",
+		"no route to host", "connection reset", "tls:", "x509:", "server gave http response to https client"):
+		return ReasonUnreachable, false
+	}
+	return ReasonBadAnswer, false
 }

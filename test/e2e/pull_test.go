@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -10,11 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/sandgate/sandgate/runtimes/docker"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -173,7 +176,8 @@ func TestImagePull(t *testing.T) {
 	open.push(t, "", "", "open")
 
 	e := newEnv(t, startRedis(t))
-	g := e.startGateway("SANDGATE_PULL=missing")
+	// Both registries are on loopback, an address of the platform: the operator lists them.
+	g := e.startGateway("SANDGATE_PULL=missing", "SANDGATE_IMAGE_REGISTRIES="+reg.Addr+","+open.Addr)
 	create := func(image string, auth map[string]string) response {
 		t.Helper()
 		img := map[string]any{"uri": image}
@@ -365,4 +369,89 @@ func TestImagePullRegistries(t *testing.T) {
 	removeImageAtCleanup(t, ref)
 	id = g.createSandbox(map[string]any{"image": map[string]any{"uri": ref}})
 	g.do("DELETE", "/v1/sandboxes/"+id, nil)
+}
+
+// loopbackServer serves handler on a free loopback port until the test ends, and counts
+// the connections it is offered.
+func loopbackServer(t *testing.T, handler http.Handler) (string, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int64
+	srv := &http.Server{Handler: handler, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String(), &conns
+}
+
+// TestPullRefusesPlatformHosts: a tenant member names a "registry" on loopback (or
+// "localhost") as a create's or a pool's image, with credentials, to make the engine
+// (root, in the host's network) send requests to the platform's own services. Refused
+// with a 4xx before any request is sent: the listener there sees no connection. A
+// registry the operator lists that redirects to a listener serving metrics is the
+// engine's to follow, and its answer reaches the caller only as one of the fixed reasons
+// (nothing of the body it was sent).
+func TestPullRefusesPlatformHosts(t *testing.T) {
+	marker := "platform_metric_" + randomHex(4)
+	metrics, _ := loopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("# HELP " + marker + " a platform secret\n" + marker + " 1\n"))
+	}))
+	registry, conns := loopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		http.Redirect(w, r, "http://"+metrics+"/metrics", http.StatusTemporaryRedirect)
+	}))
+	_, port, _ := net.SplitHostPort(registry)
+	e := newEnv(t, startRedis(t))
+	auth := map[string]string{"username": "tenant-user", "password": "tenant-pass-" + randomHex(4)}
+
+	g := e.startGateway("SANDGATE_PULL=missing")
+	before := len(e.containers())
+	for _, reg := range []string{registry, "localhost:" + port} {
+		image := reg + "/team/app:1"
+		r := g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": image, "auth": auth}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+		expectError(t, r, http.StatusForbidden, "SANDBOX::IMAGE_REGISTRY_REFUSED")
+		if msg := r.JSON(t)["message"].(string); !strings.Contains(msg, "SANDGATE_IMAGE_REGISTRIES") {
+			t.Fatalf("the refusal does not say how an operator allows the registry: %q", msg)
+		}
+		r = g.do("POST", "/v1/pools", map[string]any{"name": "p-" + randomHex(3),
+			"template":     map[string]any{"image": map[string]any{"uri": image, "auth": auth}, "entrypoint": []string{"tail", "-f", "/dev/null"}},
+			"capacitySpec": map[string]int{"bufferMax": 1, "poolMax": 1}})
+		expectError(t, r, http.StatusForbidden, "SANDBOX::IMAGE_REGISTRY_REFUSED")
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("the loopback registry saw %d connections from refused pulls", n)
+	}
+	if strings.Contains(g.proc.Logs(), `"msg":"pulling image"`) {
+		t.Fatal("a refused registry was pulled from")
+	}
+	if n := len(e.containers()); n != before {
+		t.Fatalf("containers %d → %d", before, n)
+	}
+	g.Stop()
+
+	g = e.startGateway("SANDGATE_PULL=missing", "SANDGATE_IMAGE_REGISTRIES="+registry)
+	r := g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": registry + "/team/app:1", "auth": auth}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+	if r.Status/100 != 4 && r.Status/100 != 5 {
+		t.Fatalf("a pull redirected to metrics: %d %s", r.Status, r.Body)
+	}
+	if conns.Load() == 0 {
+		t.Fatal("the listed registry was not asked")
+	}
+	msg, _ := r.JSON(t)["message"].(string)
+	fixed := false
+	for _, reason := range []string{docker.ReasonUnauthorized, docker.ReasonDenied, docker.ReasonNotFound, docker.ReasonInvalidName,
+		docker.ReasonNoPlatform, docker.ReasonUnreachable, docker.ReasonBadAnswer} {
+		fixed = fixed || strings.HasSuffix(msg, ": "+reason)
+	}
+	if !fixed || strings.Contains(msg, marker) || strings.Contains(msg, "#") || strings.Contains(msg, auth["password"]) {
+		t.Fatalf("the answer is not one of the fixed reasons: %d %s", r.Status, r.Body)
+	}
 }
