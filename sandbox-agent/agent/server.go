@@ -259,7 +259,14 @@ func (w *signingWriter) Flush() {
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
+// Hijack takes the connection over for a protocol switch. A handler that hijacks
+// without writing a status first (httputil.ReverseProxy relaying an upgrade) writes the
+// 101 itself, with this writer's header: it is signed as a 101 here.
 func (w *signingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if !w.wrote {
+		w.wrote = true
+		w.Header().Set(agentauth.Scheme.HeaderResponseSignature, agentauth.SignAnswer(w.token, w.nonce, http.StatusSwitchingProtocols))
+	}
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 

@@ -90,6 +90,32 @@ func TestSignedCalls(t *testing.T) {
 		}
 	})
 
+	t.Run("a WebSocket upgrade through the port proxy is signed", func(t *testing.T) {
+		port := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := websocket.Accept(w, r, nil)
+			if err == nil {
+				c.Close(websocket.StatusNormalClosure, "")
+			}
+		}))
+		path := fmt.Sprintf("/proxy/%d/ws", port)
+		probe, _ := http.NewRequest("GET", a.url(path), nil)
+		nonce := agentauth.Sign(probe, testToken, time.Now())
+		h := http.Header{}
+		for _, k := range []string{agentauth.Scheme.HeaderTimestamp, agentauth.Scheme.HeaderNonce, agentauth.Scheme.HeaderSignature} {
+			h.Set(k, probe.Header.Get(k))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.srv.URL, "http")+path, &websocket.DialOptions{HTTPHeader: h})
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer conn.CloseNow()
+		if !agentauth.Answered(resp, testToken, nonce) {
+			t.Fatal("the proxied upgrade's 101 is not signed")
+		}
+	})
+
 	t.Run("no signature reaches a server of the sandbox", func(t *testing.T) {
 		seen := make(chan http.Header, 1)
 		port := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
