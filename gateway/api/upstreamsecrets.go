@@ -6,16 +6,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/sandbox-agent/agentauth"
 )
 
-// upstreamSecretsKey carries the credential headers a forwarded request must present to
-// the sandbox (the agent's or the enforcer's token).
+// upstreamSecretsKey carries the credentials a forwarded request must present to the
+// sandbox: the agent's token, with which the transport signs the request.
 type upstreamSecretsKey struct{}
 
-// withUpstreamSecret marks r to reach the sandbox with header name: value. The header is
-// not set on r itself: a Forward adds it in its transport (AddUpstreamSecrets), below
+// withUpstreamSecret marks r to reach the sandbox with credential name: value. Nothing
+// is set on r itself: a Forward's transport signs with it (SignForUpstream), below
 // every layer that logs requests (Caddy's reverse_proxy logs the request it hands to the
 // transport, headers included, on every upstream error and at debug level).
 func withUpstreamSecret(r *http.Request, name, value string) *http.Request {
@@ -27,13 +29,19 @@ func withUpstreamSecret(r *http.Request, name, value string) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), upstreamSecretsKey{}, h))
 }
 
-// AddUpstreamSecrets returns req with the credential headers withUpstreamSecret put in its
-// context, on a copy with its own header map (a RoundTripper must not change the request
-// it is given, and the caller may log that one); req itself when there are none.
-func AddUpstreamSecrets(req *http.Request) *http.Request {
+// SignForUpstream returns req signed with the agent token withUpstreamSecret put in its
+// context (package agentauth: the token itself never travels), on a copy with its own
+// header map (a RoundTripper must not change the request it is given, and the caller
+// may log that one), and the token and nonce its answer must be verified with; req
+// itself and "" when it carries none.
+func SignForUpstream(req *http.Request) (signed *http.Request, token, nonce string) {
 	secrets, ok := req.Context().Value(upstreamSecretsKey{}).(http.Header)
-	if !ok || len(secrets) == 0 {
-		return req
+	if !ok {
+		return req, "", ""
+	}
+	token = secrets.Get(gateway.HeaderAgentToken)
+	if token == "" {
+		return req, "", ""
 	}
 	out := new(http.Request)
 	*out = *req
@@ -41,40 +49,34 @@ func AddUpstreamSecrets(req *http.Request) *http.Request {
 	if out.Header == nil {
 		out.Header = http.Header{}
 	}
-	for name, values := range secrets {
-		out.Header[name] = values
-	}
-	return out
+	return out, token, agentauth.Sign(out, token, time.Now())
 }
 
-// SecretHeaderTransport wraps next so that each request leaves with its upstream
-// credential headers (AddUpstreamSecrets). Every Forward's transport must be one.
+// SecretHeaderTransport wraps next so that each request to an agent leaves signed
+// (SignForUpstream) and its answer is believed only if the agent signed it. Every
+// Forward's transport must be one.
 type SecretHeaderTransport struct{ Next http.RoundTripper }
 
 // RoundTrip implements http.RoundTripper.
 func (t SecretHeaderTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.Next.RoundTrip(AddUpstreamSecrets(req))
-	if err == nil && resp.StatusCode == http.StatusUnauthorized && notThisAgentMatters(req) {
-		// The gateway sends the sandbox's own agent token: an agent refusing it is another
-		// sandbox's, which took over the address of a pool member that died. The forward's
-		// error handler then tells the caller (upstreamFailedKey).
+	out, token, nonce := SignForUpstream(req)
+	resp, err := t.Next.RoundTrip(out)
+	if err != nil || token == "" {
+		return resp, err
+	}
+	if !agentauth.Answered(resp, token, nonce) {
+		// Not the sandbox's agent: another sandbox's, which took over the address of a
+		// pool member that died (the forward's error handler then tells the caller,
+		// upstreamFailedKey), or something that took the address. Nothing of its answer
+		// is relayed.
 		resp.Body.Close()
 		return nil, errNotThisAgent
 	}
-	return resp, err
+	resp.Header.Del(agentauth.Scheme.HeaderResponseSignature)
+	return resp, nil
 }
 
-var errNotThisAgent = errors.New("the agent at the sandbox's address refused its token: another sandbox holds the address")
-
-// notThisAgentMatters reports whether req went to a claimed pool member's agent (the
-// only sandboxes whose death after a claim is looked for; see Service.UpstreamFailed).
-func notThisAgentMatters(req *http.Request) bool {
-	if _, ok := req.Context().Value(upstreamFailedKey{}).(func(error) error); !ok {
-		return false
-	}
-	secrets, _ := req.Context().Value(upstreamSecretsKey{}).(http.Header)
-	return secrets.Get(gateway.HeaderAgentToken) != ""
-}
+var errNotThisAgent = errors.New("the answer at the sandbox's address is not signed by its agent: another sandbox holds the address")
 
 // AgentConnWarmer returns a gateway.ConnWarmer for a Forward's transport rt: a /ping to
 // the agent through rt, with the agent's token added as for any forwarded call, leaves

@@ -6,12 +6,14 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,10 +21,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/sandbox-agent/agentauth"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 	"github.com/sandgate/sandgate/sandbox-agent/ptyhub"
 	"github.com/sandgate/sandgate/sandbox-agent/shellsession"
+	"github.com/sandgate/sandgate/sandbox-agent/signedhttp"
 )
 
 // TokenHeader carries the access token on every request when one is configured.
@@ -30,7 +34,9 @@ const TokenHeader = agentproto.HeaderAgentToken
 
 // Config configures a Server. The zero value is usable.
 type Config struct {
-	// Token, when set, is required in TokenHeader on every request.
+	// Token, when set, authenticates every request: signed with it (package agentauth,
+	// how the gateway calls; the answer is signed back), or carrying it in TokenHeader
+	// (a direct caller on the host, such as an operator's curl).
 	Token string
 	// Env is the default environment of started processes; nil means a fresh scrubbed
 	// copy of the agent's own environment.
@@ -62,6 +68,8 @@ type Server struct {
 	ptys     *registry[*ptyhub.Session]
 	code     *codeInterpreter
 	metrics  *metricsSampler
+	// verifier checks signed requests (nil: no token, the API is open).
+	verifier *signedhttp.Verifier
 
 	// shellTraits enables running plain commands without the shell (directexec.go)
 	// once probeDone is closed and the probe found what it needs.
@@ -95,6 +103,9 @@ func New(cfg Config) (*Server, error) {
 		logger:    cfg.Logger,
 		metrics:   newMetricsSampler(),
 		probeDone: make(chan struct{}),
+	}
+	if cfg.Token != "" {
+		s.verifier = agentauth.NewVerifier(cfg.Token, time.Now())
 	}
 	s.commands = newCommandRegistry(s)
 	s.sessions = newRegistry[*shellsession.Session]()
@@ -189,14 +200,78 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if s.cfg.Token != "" {
-		got := r.Header.Get(TokenHeader)
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid "+TokenHeader+" header")
-			return
+		if got := r.Header.Get(TokenHeader); got != "" && r.Header.Get(agentauth.Scheme.HeaderSignature) == "" {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+				writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid "+TokenHeader+" header")
+				return
+			}
+		} else {
+			nonce, err := s.verifier.Verify(r, nil, time.Now())
+			if nonce != "" {
+				// Every answer to a signed request is signed, refusals included.
+				w = &signingWriter{ResponseWriter: w, token: s.cfg.Token, nonce: nonce}
+			}
+			if err != nil {
+				writeError(w, http.StatusUnauthorized, CodeUnauthorized, "the request is not signed with this sandbox's key: "+err.Error())
+				return
+			}
+			agentauth.StripRequest(r.Header)
 		}
 	}
 	s.mux.ServeHTTP(w, r)
 }
+
+// signingWriter signs the answer to a signed request: the status and the request's
+// nonce (agentauth.SignAnswer), in a header set as the status is written (101 for a
+// WebSocket included). It passes Flush, Hijack and ReadFrom through.
+type signingWriter struct {
+	http.ResponseWriter
+	token, nonce string
+	wrote        bool
+}
+
+func (w *signingWriter) WriteHeader(status int) {
+	if !w.wrote && (status >= 200 || status == http.StatusSwitchingProtocols) {
+		w.wrote = true
+		w.Header().Set(agentauth.Scheme.HeaderResponseSignature, agentauth.SignAnswer(w.token, w.nonce, status))
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *signingWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *signingWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return io.Copy(w.ResponseWriter, r)
+}
+
+func (w *signingWriter) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack takes the connection over for a protocol switch. A handler that hijacks
+// without writing a status first (httputil.ReverseProxy relaying an upgrade) writes the
+// 101 itself, with this writer's header: it is signed as a 101 here.
+func (w *signingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if !w.wrote {
+		w.wrote = true
+		w.Header().Set(agentauth.Scheme.HeaderResponseSignature, agentauth.SignAnswer(w.token, w.nonce, http.StatusSwitchingProtocols))
+	}
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *signingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type envRequest struct {
 	Envs map[string]string `json:"envs"`

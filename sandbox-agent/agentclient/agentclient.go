@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandgate/sandgate/sandbox-agent/agentauth"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 )
@@ -34,6 +35,11 @@ var ErrUnreachable = errors.New("sandbox unreachable")
 // signature: whatever listens on the enforcer port is not the enforcer (or it is
 // restarting), and nothing it said may be believed.
 var ErrUnsigned = errors.New("egress answer not signed by the enforcer")
+
+// ErrNotTheAgent is an answer that does not carry the signature of the sandbox's agent:
+// whatever answered at its address is not its agent (another sandbox holds the address,
+// or something took it), and nothing it said may be believed.
+var ErrNotTheAgent = errors.New("the answer is not signed by the sandbox's agent")
 
 // StatusError is an answer that was not a 2xx; Body is its first bytes.
 type StatusError struct {
@@ -115,8 +121,9 @@ func (c *Client) Metrics(ctx context.Context, addr, token string, timeout time.D
 	return c.Agent(ctx, addr, token, http.MethodGet, agentproto.PathMetrics, nil, timeout)
 }
 
-// Agent sends one request to the agent at addr with token, body (when not nil) as
-// JSON, and returns the answer's body when it is a 2xx.
+// Agent sends one request to the agent at addr, signed with token, body (when not nil)
+// as JSON, and returns the answer's body when it is a 2xx signed by the agent
+// (ErrNotTheAgent otherwise).
 func (c *Client) Agent(ctx context.Context, addr, token, method, path string, body any, timeout time.Duration) ([]byte, error) {
 	var js []byte
 	if body != nil {
@@ -131,12 +138,23 @@ func (c *Client) Agent(ctx context.Context, addr, token, method, path string, bo
 	if err != nil {
 		return nil, err
 	}
+	nonce := ""
 	if token != "" {
-		req.Header.Set(agentproto.HeaderAgentToken, token)
+		// Signed, never the token itself (package agentauth).
+		nonce = agentauth.Sign(req, token, time.Now())
 	}
-	status, data, err := c.do(req)
+	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if token != "" && !agentauth.Answered(resp, token, nonce) {
+		return nil, fmt.Errorf("%w: %s %s answered %d", ErrNotTheAgent, method, path, resp.StatusCode)
+	}
+	status := resp.StatusCode
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	if status < 200 || status > 299 {
 		return nil, &StatusError{Method: method, Path: path, Status: status, Body: string(truncate(data, maxErrorBody))}
