@@ -102,8 +102,8 @@ func errAntiSpoof(err error) error {
 	return fmt.Errorf("anti-spoofing on the sandbox bridge: %w (the gateway must run as root on the Docker engine's host, in its network namespace; SANDGATE_ANTISPOOF=off runs without it, letting a sandbox with NET_ADMIN in its namespace take a neighbour's address: docs/security.md)", err)
 }
 
-// startAntiSpoof finds the network's bridge, installs the table, pins every running
-// sandbox namespace on the network and drops ports whose interface is gone.
+// startAntiSpoof finds the network's bridge, installs the table, pins every running or
+// paused sandbox namespace on the network and drops ports whose interface is gone.
 func (r *Runtime) startAntiSpoof(ctx context.Context) error {
 	res, err := r.cli.NetworkInspect(ctx, r.opts.Network, client.NetworkInspectOptions{})
 	if err != nil {
@@ -131,7 +131,8 @@ func (r *Runtime) startAntiSpoof(ctx context.Context) error {
 	r.antiSpoof = a
 
 	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		Filters: make(client.Filters).Add("network", r.opts.Network).Add("status", "running"),
+		// Paused too: a sandbox frozen by idle pause sends again once resumed.
+		Filters: make(client.Filters).Add("network", r.opts.Network).Add("status", "running", "paused"),
 	})
 	if err != nil {
 		return errAntiSpoof(fmt.Errorf("list containers on %s: %w", r.opts.Network, err))

@@ -88,7 +88,8 @@ while True:
 // starts receives B's control datagram but nothing from A's address. Shown on a network
 // the runtime creates (A in a spare holder's namespace, B in its own) and on one the
 // operator made and names (A in its own, B in a holder's); the pins of A and B go when
-// they are deleted, and the table when the runtime is closed on an empty network.
+// they are deleted, and the table when the runtime is closed on an empty network. A
+// restarted gateway pins A and B again and drops the pins of gone ports.
 func TestSandboxCannotTakeANeighboursAddress(t *testing.T) {
 	agent, image := antiSpoofPrerequisites(t)
 	for _, tc := range []struct {
@@ -149,6 +150,32 @@ func TestSandboxCannotTakeANeighboursAddress(t *testing.T) {
 			if err != nil || !slices.Contains(ports, portA) || !slices.Contains(ports, portB) {
 				t.Fatalf("pinned ports %v (err %v): want A's %s and B's %s", ports, err, portA, portB)
 			}
+
+			// A restarted gateway (a second runtime on the network) finds the table lost
+			// and replaced by one pinning only a port that no longer exists: it pins A and
+			// B again and drops the stale port, and the attack below meets its rules.
+			table := AntiSpoofTable(bridge)
+			for _, cmd := range [][]string{
+				{"delete", "table", "bridge", table},
+				{"add", "table", "bridge", table},
+				{"add", "map", "bridge", table, "ports", "{ type ifname : verdict; }"},
+				{"add", "chain", "bridge", table, "port_sgstale0"},
+				{"add", "element", "bridge", table, "ports", `{ "sgstale0" : jump port_sgstale0 }`},
+			} {
+				if out, err := exec.Command("nft", cmd...).CombinedOutput(); err != nil {
+					t.Fatalf("nft %v: %v: %s", cmd, err, out)
+				}
+			}
+			restarted, err := New(ctx, Options{Network: network, AgentBinary: agent, Spares: -1})
+			if err != nil {
+				t.Fatalf("restarted runtime: %v", err)
+			}
+			restarted.Close()
+			ports, err = portsOf(bridge)
+			if err != nil || !slices.Contains(ports, portA) || !slices.Contains(ports, portB) || slices.Contains(ports, "sgstale0") {
+				t.Fatalf("pinned ports after a restart %v (err %v): want A's %s and B's %s, not sgstale0", ports, err, portA, portB)
+			}
+
 			if err := pingAgent(ctx, a.Address, specA.AgentToken); err != nil {
 				t.Fatalf("A's agent before the attack: %v", err)
 			}
