@@ -69,9 +69,9 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 )
 
-// AntiSpoofTablePrefix starts the name of every nftables table (family bridge) the
+// antiSpoofTablePrefix starts the name of every nftables table (family bridge) the
 // runtime owns; the rest is the name of the network's bridge interface.
-const AntiSpoofTablePrefix = "sandgate_antispoof_"
+const antiSpoofTablePrefix = "sandgate_antispoof_"
 
 const (
 	antiSpoofMap       = "ports"
@@ -82,7 +82,7 @@ const (
 )
 
 // AntiSpoofTable returns the name of the table that pins the ports of bridge.
-func AntiSpoofTable(bridge string) string { return AntiSpoofTablePrefix + bridge }
+func AntiSpoofTable(bridge string) string { return antiSpoofTablePrefix + bridge }
 
 // antiSpoof is the runtime's part of the table: its network's bridge.
 type antiSpoof struct {
@@ -445,7 +445,7 @@ func (a *antiSpoof) dropGonePorts() int {
 	return removed
 }
 
-// portsOf lists the ports the table of bridge pins (for tests and the docs' checks).
+// portsOf lists the ports the table of bridge pins.
 func portsOf(bridge string) ([]string, error) {
 	c, err := nftables.New()
 	if err != nil {
@@ -476,7 +476,7 @@ func removeGoneBridgeTables() {
 		return
 	}
 	for _, t := range tables {
-		bridge, ok := strings.CutPrefix(t.Name, AntiSpoofTablePrefix)
+		bridge, ok := strings.CutPrefix(t.Name, antiSpoofTablePrefix)
 		if !ok {
 			continue
 		}
