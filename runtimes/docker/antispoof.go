@@ -38,7 +38,8 @@ package docker
 // right after its start, before its enforcer starts. A port whose interface is gone (its
 // namespace was removed) is dropped by Delete, and at start the runtime pins every
 // running sandbox namespace on the network and drops the rest, so a restarted gateway
-// keeps the rules of the sandboxes it adopts. Several gateways on one network share the
+// keeps the rules of the sandboxes it adopts; the reconciler's helper sweep does the same
+// should the table itself be gone (a firewall reload). Several gateways on one network share the
 // table: each only adds ports it pins and removes ports whose interface is gone, so none
 // removes another's. Close removes the table once no container is left on the network,
 // and a runtime's start removes tables whose bridge no longer exists.
@@ -56,6 +57,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -129,15 +131,25 @@ func (r *Runtime) startAntiSpoof(ctx context.Context) error {
 		return errAntiSpoof(err)
 	}
 	r.antiSpoof = a
+	pinned, dropped, err := r.resyncAntiSpoof(ctx)
+	if err != nil {
+		return errAntiSpoof(err)
+	}
+	r.log.Info("anti-spoofing on the sandbox bridge", "table", "bridge "+AntiSpoofTable(bridge), "pinned", pinned, "dropped", dropped)
+	return nil
+}
 
+// resyncAntiSpoof pins every running or paused sandbox namespace on the network, from
+// the engine's state, and drops the ports whose interface is gone. A namespace that
+// cannot be pinned is logged as an error and the others are pinned still.
+func (r *Runtime) resyncAntiSpoof(ctx context.Context) (pinned, dropped int, err error) {
 	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		// Paused too: a sandbox frozen by idle pause sends again once resumed.
 		Filters: make(client.Filters).Add("network", r.opts.Network).Add("status", "running", "paused"),
 	})
 	if err != nil {
-		return errAntiSpoof(fmt.Errorf("list containers on %s: %w", r.opts.Network, err))
+		return 0, 0, fmt.Errorf("list containers on %s: %w", r.opts.Network, err)
 	}
-	pinned := 0
 	for _, c := range list.Items {
 		if !ownsSandboxNamespace(c.Labels) {
 			continue
@@ -148,9 +160,40 @@ func (r *Runtime) startAntiSpoof(ctx context.Context) error {
 		}
 		pinned++
 	}
-	dropped := a.dropGonePorts()
-	r.log.Info("anti-spoofing on the sandbox bridge", "table", "bridge "+AntiSpoofTable(bridge), "pinned", pinned, "dropped", dropped)
-	return nil
+	return pinned, r.antiSpoof.dropGonePorts(), nil
+}
+
+// repairAntiSpoof drops the pins of gone ports and, should the table itself be gone (a
+// firewall reload that flushed the whole ruleset, an operator's `nft delete`), makes it
+// again and pins every sandbox namespace anew. The reconciler's helper sweep calls it.
+func (r *Runtime) repairAntiSpoof(ctx context.Context) {
+	a := r.antiSpoof
+	if a == nil {
+		return
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyBridge)
+	if err != nil {
+		return
+	}
+	name := AntiSpoofTable(a.bridge)
+	if slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == name }) {
+		a.dropGonePorts()
+		return
+	}
+	r.log.Warn("the anti-spoofing table is gone; making it again and pinning every sandbox namespace", "table", "bridge "+name)
+	if err := a.ensureTable(); err != nil {
+		r.log.Error("anti-spoofing table not made again", "table", "bridge "+name, "err", err)
+		return
+	}
+	if pinned, dropped, err := r.resyncAntiSpoof(ctx); err != nil {
+		r.log.Error("sandbox namespaces not pinned again", "err", err)
+	} else {
+		r.log.Info("anti-spoofing table made again", "table", "bridge "+name, "pinned", pinned, "dropped", dropped)
+	}
 }
 
 // ownsSandboxNamespace reports whether a container on the network, by its labels, holds

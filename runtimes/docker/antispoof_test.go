@@ -89,7 +89,8 @@ while True:
 // the runtime creates (A in a spare holder's namespace, B in its own) and on one the
 // operator made and names (A in its own, B in a holder's); the pins of A and B go when
 // they are deleted, and the table when the runtime is closed on an empty network. A
-// restarted gateway pins A and B again and drops the pins of gone ports.
+// restarted gateway pins A and B again and drops the pins of gone ports, and a running
+// one makes the table again when it is removed under it.
 func TestSandboxCannotTakeANeighboursAddress(t *testing.T) {
 	agent, image := antiSpoofPrerequisites(t)
 	for _, tc := range []struct {
@@ -174,6 +175,18 @@ func TestSandboxCannotTakeANeighboursAddress(t *testing.T) {
 			ports, err = portsOf(bridge)
 			if err != nil || !slices.Contains(ports, portA) || !slices.Contains(ports, portB) || slices.Contains(ports, "sgstale0") {
 				t.Fatalf("pinned ports after a restart %v (err %v): want A's %s and B's %s, not sgstale0", ports, err, portA, portB)
+			}
+			// The table removed under a running gateway (a firewall reload flushing the
+			// ruleset): the reconciler's helper sweep makes it again with A and B.
+			if out, err := exec.Command("nft", "delete", "table", "bridge", table).CombinedOutput(); err != nil {
+				t.Fatalf("nft delete table: %v: %s", err, out)
+			}
+			if _, err := r.SweepHelpers(ctx); err != nil {
+				t.Fatalf("sweep: %v", err)
+			}
+			ports, err = portsOf(bridge)
+			if err != nil || !slices.Contains(ports, portA) || !slices.Contains(ports, portB) {
+				t.Fatalf("pinned ports after the sweep %v (err %v): want A's %s and B's %s", ports, err, portA, portB)
 			}
 
 			if err := pingAgent(ctx, a.Address, specA.AgentToken); err != nil {
@@ -356,4 +369,50 @@ func startSink(t *testing.T, network, image string) (name, addr string) {
 func sinkLines(name string) []string {
 	out, _ := exec.Command("docker", "logs", name).CombinedOutput()
 	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// TestRuntimeRefusesToStartWithoutAntiSpoof: a gateway that cannot pin sandbox ports
+// (here: the test binary again, as root without CAP_NET_ADMIN and CAP_SYS_ADMIN) does
+// not start, and says which setting starts it without the protection; with that
+// setting it starts.
+func TestRuntimeRefusesToStartWithoutAntiSpoof(t *testing.T) {
+	agent, _ := antiSpoofPrerequisites(t)
+	ctx := context.Background()
+	if network := os.Getenv("SANDGATE_TEST_ANTISPOOF_NETWORK"); network != "" {
+		_, err := New(ctx, Options{Network: network, AgentBinary: agent, Spares: -1})
+		if err == nil || !strings.Contains(err.Error(), "SANDGATE_ANTISPOOF=off") {
+			t.Fatalf("New without the privilege: %v; want a refusal naming SANDGATE_ANTISPOOF=off", err)
+		}
+		t.Logf("refused: %v", err)
+		r, err := New(ctx, Options{Network: network, AgentBinary: agent, Spares: -1, NoAntiSpoof: true})
+		if err != nil {
+			t.Fatalf("New with NoAntiSpoof: %v", err)
+		}
+		r.Close()
+		return
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv command")
+	}
+	network := "sg-as-" + testenv.RandomHex(4)
+	if out, err := exec.Command("docker", "network", "create", network).CombinedOutput(); err != nil {
+		t.Fatalf("create network: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", network).Run() })
+	cmd := exec.Command(setpriv, "--bounding-set", "-net_admin,-sys_admin", "--",
+		os.Args[0], "-test.run", "^TestRuntimeRefusesToStartWithoutAntiSpoof$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SANDGATE_TEST_ANTISPOOF_NETWORK="+network)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "refused: ") {
+		t.Fatalf("the unprivileged run: %v\n%s", err, out)
+	}
+	t.Logf("the unprivileged run:\n%s", out)
+	id, err := exec.Command("docker", "network", "inspect", "-f", "{{.Id}}", network).Output()
+	if err != nil || len(id) < 12 {
+		t.Fatalf("inspect network: %v", err)
+	}
+	if tables, _ := exec.Command("nft", "list", "tables", "bridge").CombinedOutput(); strings.Contains(string(tables), AntiSpoofTable("br-"+string(id[:12]))) {
+		t.Errorf("a table was left:\n%s", tables)
+	}
 }
