@@ -29,20 +29,22 @@ package docker
 // IPv6 the sandboxes speak IPv4 only (docs/security.md).
 //
 // The addresses come from the engine (the endpoint's IP and MAC), never from the
-// sandbox. The port is found from inside the namespace: the one veth there whose peer
-// lives in another namespace (IFLA_LINK, IFLA_LINK_NETNSID; a process in the sandbox can
-// make neither), and whose peer is a port of the network's bridge on this host.
+// sandbox. The port is found from inside the namespace: a veth there whose peer lives in
+// another namespace (IFLA_LINK, IFLA_LINK_NETNSID; a process in the sandbox can make no
+// such pair, only pairs within its own namespace), and whose peer is a port of the
+// network's bridge on this host.
 //
 // When: a namespace is pinned as soon as it exists, before anything with NET_ADMIN runs
 // in it: a spare holder when it is made (holders.go), a workload in its own namespace
 // right after its start, before its enforcer starts. A port whose interface is gone (its
 // namespace was removed) is dropped by Delete, and at start the runtime pins every
-// running sandbox namespace on the network and drops the rest, so a restarted gateway
-// keeps the rules of the sandboxes it adopts; the reconciler's helper sweep does the same
-// should the table itself be gone (a firewall reload). Several gateways on one network share the
-// table: each only adds ports it pins and removes ports whose interface is gone, so none
-// removes another's. Close removes the table once no container is left on the network,
-// and a runtime's start removes tables whose bridge no longer exists.
+// running or paused sandbox namespace on the network and drops the rest, so a restarted
+// gateway keeps the rules of the sandboxes it adopts; the reconciler's helper sweep does
+// the same should the table itself be gone (a firewall reload). Several gateways on one
+// network share the table: each only adds ports it pins and removes ports whose
+// interface is gone, so none removes another's. Close removes the table once no
+// container is left on the network, and a runtime's start removes tables whose bridge no
+// longer exists.
 //
 // It needs root on the engine's host, in its network namespace (CAP_NET_ADMIN for the
 // table, CAP_SYS_ADMIN to enter a sandbox's namespace): without them New fails, naming
