@@ -72,6 +72,10 @@ type App struct {
 	DockerHost string `json:"docker_host,omitempty"`
 	// DockerNetwork is the bridge network sandboxes join (default "sandgate").
 	DockerNetwork string `json:"docker_network,omitempty"`
+	// AntiSpoof "on" (default) pins each sandbox's port on the Docker bridge to the IP
+	// and MAC the engine gave it, so that no sandbox sends frames with a neighbour's
+	// addresses; the gateway refuses to start when it cannot. "off" runs without.
+	AntiSpoof string `json:"antispoof,omitempty"`
 	// Kubeconfig is the kubeconfig of the Kubernetes runtime; empty uses the in-cluster
 	// config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
@@ -229,7 +233,7 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		}
 		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-			Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA, Logger: log})
+			NoAntiSpoof: a.AntiSpoof == "off", Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA, Logger: log})
 	},
 	"kubernetes": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
 		upstreamCA, err := a.vaultUpstreamCA()

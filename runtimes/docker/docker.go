@@ -97,6 +97,9 @@ type Options struct {
 	// Spares is how many spare network namespace holders the runtime keeps started for
 	// creates with an egress policy (holders.go): 0 means 2, a negative number none.
 	Spares int
+	// NoAntiSpoof turns off the pinning of each sandbox's bridge port to its own IP and
+	// MAC (antispoof.go). It is on by default, and New fails when it cannot be set up.
+	NoAntiSpoof bool
 	// Pull says when a create pulls its image from a registry (empty: PullMissing).
 	Pull PullPolicy
 	// ImageRegistries are registries (host[:port]) the operator listed to pull from
@@ -133,6 +136,9 @@ type Runtime struct {
 	owner         string
 	helperImageMu sync.Mutex
 	helperImageID string // the helpers' image, once checked (helperimage.go)
+
+	// antiSpoof pins sandbox ports on the bridge (antispoof.go); nil with NoAntiSpoof.
+	antiSpoof *antiSpoof
 }
 
 // capabilities the sandbox's processes keep: enough for a package manager and a
@@ -180,6 +186,12 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, err
 	}
+	if opts.NoAntiSpoof {
+		r.log.Warn("anti-spoofing on the sandbox bridge is off (SANDGATE_ANTISPOOF=off): a sandbox with NET_ADMIN in its namespace can take a neighbour's IP and MAC")
+	} else if err := r.startAntiSpoof(ctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
 	if _, err := os.Stat(opts.AgentBinary); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", opts.AgentBinary, err)
@@ -209,6 +221,9 @@ func (r *Runtime) Client() *client.Client { return r.cli }
 // Close implements runtimes.Runtime. It removes the runtime's spare namespace holders.
 func (r *Runtime) Close() error {
 	r.closeSpares()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.closeAntiSpoof(ctx)
 	return r.cli.Close()
 }
 
@@ -424,6 +439,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 			_, _ = r.cli.ContainerRemove(rmCtx, h.id, client.ContainerRemoveOptions{Force: true})
 		}
 		r.removeVolumes(rmCtx, madeVolumes)
+		r.dropGoneAntiSpoofPorts()
 	}
 	// The enforcer sidecar is created while the workload is prepared and started; in a
 	// holder's namespace it is also started and awaited meanwhile.
@@ -475,6 +491,18 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		return runtimes.Instance{}, fail(fmt.Errorf("start container: %w", err))
 	}
 	steps.done("start workload")
+	if !spare {
+		// Its own namespace: pinned before its enforcer (NET_ADMIN) starts in it.
+		if err := r.pinContainer(ctx, created.ID); err != nil {
+			if withEgress {
+				<-sidecar
+			}
+			<-renamed
+			cleanup()
+			return runtimes.Instance{}, fmt.Errorf("pin the sandbox's bridge port: %w", err)
+		}
+		steps.done("pin bridge port")
+	}
 	if err := <-renamed; err != nil {
 		if withEgress {
 			<-sidecar
@@ -734,6 +762,8 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	<-holderRemoved
 	if err == nil || cerrdefs.IsNotFound(err) {
 		r.removeVolumesOf(ctx, id)
+		// Its namespace is gone with its last container: so is its bridge port.
+		r.dropGoneAntiSpoofPorts()
 	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		// A removal already in progress finishes by itself.

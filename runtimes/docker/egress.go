@@ -412,6 +412,7 @@ func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entry
 // Sidecars are listed before workloads and a sidecar is made after its workload, so a
 // create in flight is never taken for an orphan.
 func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
+	r.repairAntiSpoof(ctx)
 	sidecars, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		All: true, Filters: make(client.Filters).Add("label", labelRole+"="+roleEgress),
 	})

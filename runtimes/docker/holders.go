@@ -244,6 +244,10 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 		r.removeContainer(created.ID)
 		return holder{}, fmt.Errorf("namespace holder has no address on network %s", r.opts.Network)
 	}
+	if err := r.pin(res.Container); err != nil {
+		r.removeContainer(created.ID)
+		return holder{}, fmt.Errorf("pin namespace holder's bridge port: %w", err)
+	}
 	return holder{id: created.ID, addr: addr}, nil
 }
 

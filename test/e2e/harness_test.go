@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/runtimes/docker"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -163,6 +164,17 @@ func (e *env) removeDockerObjects() {
 	}
 	if len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	}
+	// The gateways' anti-spoofing table of the network's bridge (a gateway that was
+	// killed did not remove it).
+	if out, err := exec.Command("docker", "network", "inspect", "-f", `{{.Id}} {{with index .Options "com.docker.network.bridge.name"}}{{.}}{{end}}`, e.Network).Output(); err == nil {
+		if f := strings.Fields(string(out)); len(f) > 0 {
+			bridge := "br-" + f[0][:min(12, len(f[0]))]
+			if len(f) > 1 {
+				bridge = f[1]
+			}
+			_ = exec.Command("nft", "delete", "table", "bridge", docker.AntiSpoofTable(bridge)).Run()
+		}
 	}
 	_ = exec.Command("docker", "network", "rm", e.Network).Run()
 }
