@@ -39,6 +39,16 @@ const agentDoneFile = "sandbox-agent.sha256"
 // labelAgentVolume marks the filler container (never started, removed at once).
 const roleAgentVolume = "agent-volume"
 
+// agentDirMount is the workload's agent directory: an anonymous volume of its own,
+// created empty (never filled from the image) and removed with the container, with the
+// agent volume mounted inside it. It holds what the runtime and the agent write into a
+// workload (the start marker, the credential vault's trust files), writable even on a
+// read-only root filesystem; and an engine commit leaves mounts out, so none of it is in
+// a snapshot's image, and a sandbox made from a snapshot or a fork starts without it.
+func agentDirMount() mount.Mount {
+	return mount.Mount{Type: mount.TypeVolume, Target: agentDir, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
+}
+
 // agentMount is the read-only mount of the agent volume vol.
 func agentMount(vol string) mount.Mount {
 	return mount.Mount{Type: mount.TypeVolume, Source: vol, Target: agentBinDir, ReadOnly: true,

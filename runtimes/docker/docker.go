@@ -329,9 +329,6 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		env = append(env, k+"="+spec.Env[k])
 	}
 	env = append(env, envAgentToken+"="+spec.AgentToken)
-	if ca != nil {
-		env = append(env, vaultWorkloadEnv()...)
-	}
 	if spec.EgressToken != "" && !withEgress {
 		env = append(env, envEgressToken+"="+spec.EgressToken)
 	}
@@ -369,14 +366,10 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 			MemorySwap: mem,
 		},
 	}
-	hostCfg.Mounts = append(hostCfg.Mounts, agentMount(agentVol))
-	volumes := map[string]struct{}(nil)
+	hostCfg.Mounts = append(hostCfg.Mounts, agentDirMount(), agentMount(agentVol))
 	if r.opts.ReadOnlyRootfs {
 		hostCfg.ReadonlyRootfs = true
 		hostCfg.Tmpfs = writableScratch(r.opts.WritablePaths, r.opts.WritableBytes)
-		// The agent's directory stays writable (the start marker) in an anonymous volume
-		// (removed with the container); the agent volume is mounted inside it.
-		volumes = map[string]struct{}{agentDir: {}}
 	}
 	cmd := spec.Entrypoint
 	if withEgress {
@@ -395,7 +388,6 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		Env:        env,
 		Labels:     labels,
 		Hostname:   "sandbox-" + shortID(spec.ID),
-		Volumes:    volumes,
 	}
 	// In a spare holder's namespace the workload and its enforcer start together; the
 	// workload's address is the holder's, and so is its hostname (holders.go).

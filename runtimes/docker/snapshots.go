@@ -16,7 +16,10 @@ import (
 // Snapshot commits the filesystem of sandbox id into the local image ref, labelled with
 // labels. The sandbox keeps running: it is not even frozen for the commit (a frozen
 // container would show as Paused to the reconciler and to callers meanwhile), so a file
-// written during the commit may be caught half-written. Mounted volumes are not part of it.
+// written during the commit may be caught half-written. Mounted volumes are not part of
+// it, the agent's directory among them (agentDirMount): what sandgate wrote into the
+// workload (the start marker, the credential vault's CA and bundle) stays with the
+// source, and a copy starts without it.
 //
 // A committed image inherits its container's configuration, which a container made from
 // it inherits in turn: so every sandgate.io/* label of the source is blanked (a copy is

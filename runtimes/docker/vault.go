@@ -3,12 +3,19 @@ package docker
 // Credential vault on Docker (EgressSpec.CredentialProxy). At create the runtime makes
 // the sandbox a CA (package vaultca): the key and certificate go into the enforcer
 // sidecar's environment only (another container, another PID namespace: the workload
-// cannot read either's /proc), and the certificate into the workload before it starts:
-// appended to the system bundle (/etc/ssl/certs/ca-certificates.crt, which curl, git
-// and OpenSSL read) when the root filesystem is writable, and always in the agent's
-// directory as ca.pem (alone, for NODE_EXTRA_CA_CERTS) and ca-bundle.pem (system roots
-// plus it, for SSL_CERT_FILE and REQUESTS_CA_BUNDLE). RestoreEgress makes a new CA and
-// rewrites these files: the vault itself lived in the old sidecar and is gone with it.
+// cannot read either's /proc), and the certificate into the workload before it starts,
+// in the agent's directory: ca.pem (alone, for NODE_EXTRA_CA_CERTS) and ca-bundle.pem
+// (the image's system roots plus it, for SSL_CERT_FILE and REQUESTS_CA_BUNDLE). The
+// agent sets those variables for every process it starts while the files exist
+// (agentproto.VaultTrustEnv).
+//
+// Nothing of it is in the workload's image layers or its container configuration: the
+// agent's directory is a volume of the container's own (agentDirMount), which a commit
+// leaves out, the system bundle is never changed, and no trust variable is in the
+// container's environment. So a snapshot or a fork of a vault sandbox trusts nothing of
+// its source; a copy with the vault gets its own CA, one without trusts none. RestoreEgress
+// makes a new CA and rewrites these files: the vault itself lived in the old sidecar and
+// is gone with it.
 
 import (
 	"archive/tar"
@@ -16,11 +23,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/vaultca"
 )
 
@@ -34,11 +43,12 @@ const (
 	envVaultUpstreamCA = "SANDGATE_VAULT_UPSTREAM_CA"
 )
 
-// Trust files in the workload.
+// Trust files in the workload: the image's system bundle is read, never written, and
+// the vault's files are in the agent's directory.
 const (
-	vaultCAPath     = agentDir + "/vault/ca.pem"
-	vaultBundlePath = agentDir + "/vault/ca-bundle.pem"
-	systemBundle    = "/etc/ssl/certs/ca-certificates.crt"
+	vaultCAPath     = agentproto.VaultCAPath
+	vaultBundlePath = agentproto.VaultBundlePath
+	systemBundle    = vaultca.SystemBundle
 )
 
 // vaultCAValidity bounds the CA's life; a sandbox lives far less.
@@ -47,15 +57,6 @@ const vaultCAValidity = 90 * 24 * time.Hour
 // RunsCredentialProxy reports that sandboxes with EgressSpec.CredentialProxy get the
 // vault (whenever egress enforcement is on).
 func (r *Runtime) RunsCredentialProxy() bool { return !r.opts.NoEgress }
-
-// vaultWorkloadEnv points the usual trust variables at the bundle with the sandbox's CA.
-func vaultWorkloadEnv() []string {
-	return []string{
-		"SSL_CERT_FILE=" + vaultBundlePath,
-		"REQUESTS_CA_BUNDLE=" + vaultBundlePath,
-		"NODE_EXTRA_CA_CERTS=" + vaultCAPath,
-	}
-}
 
 // vaultCA is a sandbox's CA in PEM.
 type vaultCA struct{ cert, key []byte }
@@ -85,14 +86,12 @@ func (r *Runtime) installVaultTrust(ctx context.Context, containerID string, ca 
 	if len(system) == 0 {
 		bundle = ca.cert
 	}
-	files := map[string][]byte{"vault/ca.pem": ca.cert, "vault/ca-bundle.pem": bundle}
+	files := map[string][]byte{
+		strings.TrimPrefix(vaultCAPath, agentDir+"/"):     ca.cert,
+		strings.TrimPrefix(vaultBundlePath, agentDir+"/"): bundle,
+	}
 	if err := r.copyFiles(ctx, containerID, agentDir, files); err != nil {
 		return fmt.Errorf("install the credential vault CA: %w", err)
-	}
-	if !r.opts.ReadOnlyRootfs {
-		if err := r.copyFiles(ctx, containerID, "/", map[string][]byte{systemBundle[1:]: bundle}); err != nil {
-			return fmt.Errorf("add the credential vault CA to %s: %w", systemBundle, err)
-		}
 	}
 	return nil
 }

@@ -29,6 +29,26 @@ const (
 	EnvEgressPolicy = "SANDGATE_EGRESS_POLICY"
 )
 
+// The credential vault's trust files in a workload, written by the runtime into the
+// agent's directory when the sandbox has the vault: VaultCAPath holds the sandbox's CA
+// alone, VaultBundlePath the image's system roots plus it. The agent points the usual
+// trust variables at them (VaultTrustEnv) for every process it starts while they exist.
+const (
+	VaultCAPath     = "/.sandgate/vault/ca.pem"
+	VaultBundlePath = "/.sandgate/vault/ca-bundle.pem"
+)
+
+// VaultTrustEnv is the trust variables of a sandbox with the vault: OpenSSL (curl, git,
+// Python's ssl, Ruby), Go and Python requests read the bundle; Node adds the CA to its
+// own roots.
+func VaultTrustEnv() map[string]string {
+	return map[string]string{
+		"SSL_CERT_FILE":       VaultBundlePath,
+		"REQUESTS_CA_BUNDLE":  VaultBundlePath,
+		"NODE_EXTRA_CA_CERTS": VaultCAPath,
+	}
+}
+
 // Agent routes that callers other than a sandbox's user use: readiness and sandgate's
 // warm-pool extensions (late-bound environment, deferred entrypoint).
 const (

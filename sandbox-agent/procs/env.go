@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // reservedPrefix marks variables that configure the agent itself (its token among them);
@@ -13,16 +15,25 @@ const reservedPrefix = "SANDGATE_"
 
 // Environment is the default environment of every process the agent starts: the agent's
 // own environment without SANDGATE_* variables, plus variables set later through
-// PUT /sandgate/env (a warm-pool sandbox receives its tenant's env at claim time).
+// PUT /sandgate/env (a warm-pool sandbox receives its tenant's env at claim time), plus
+// the credential vault's trust variables while its bundle exists.
+//
+// The trust variables are added here, not by the container's configuration, because a
+// snapshot's image keeps that configuration: a copy made from it would name the trust
+// files of a vault it does not have. The files live in the agent's directory, which the
+// runtime keeps out of snapshots, so each copy has the variables only with a vault of
+// its own.
 type Environment struct {
 	mu    sync.RWMutex
 	base  []string
 	extra map[string]string
+	// vaultBundle is the file whose presence says the sandbox has the vault.
+	vaultBundle string
 }
 
 // NewEnvironment captures the current process environment, scrubbed.
 func NewEnvironment() *Environment {
-	return &Environment{base: Scrub(os.Environ()), extra: map[string]string{}}
+	return &Environment{base: Scrub(os.Environ()), extra: map[string]string{}, vaultBundle: agentproto.VaultBundlePath}
 }
 
 // Scrub drops SANDGATE_* variables from env.
@@ -60,8 +71,9 @@ func (e *Environment) Extra() map[string]string {
 	return out
 }
 
-// Build returns the environment for a new process: defaults, then overrides. Later
-// values win; SANDGATE_* keys in overrides are dropped too.
+// Build returns the environment for a new process: defaults, then the vault's trust
+// variables (when the sandbox has the vault), then overrides. Later values win;
+// SANDGATE_* keys in overrides are dropped too.
 func (e *Environment) Build(overrides map[string]string) []string {
 	e.mu.RLock()
 	merged := make(map[string]string, len(e.base)+len(e.extra)+len(overrides))
@@ -88,6 +100,19 @@ func (e *Environment) Build(overrides map[string]string) []string {
 		add(k, e.extra[k])
 	}
 	e.mu.RUnlock()
+	if e.vaultBundle != "" {
+		if _, err := os.Stat(e.vaultBundle); err == nil {
+			trust := agentproto.VaultTrustEnv()
+			trustKeys := make([]string, 0, len(trust))
+			for k := range trust {
+				trustKeys = append(trustKeys, k)
+			}
+			sort.Strings(trustKeys)
+			for _, k := range trustKeys {
+				add(k, trust[k])
+			}
+		}
+	}
 	keys := make([]string, 0, len(overrides))
 	for k := range overrides {
 		keys = append(keys, k)

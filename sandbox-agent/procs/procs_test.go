@@ -1,13 +1,17 @@
 package procs
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 func TestEnvironmentBuild(t *testing.T) {
@@ -32,6 +36,49 @@ func TestEnvironmentBuild(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{"POOL": "p", "KEEP_ME": "override"}, e.Extra()); diff != "" {
 		t.Fatalf("extra (-want +got):\n%s", diff)
+	}
+}
+
+// TestEnvironmentVaultTrust: the trust variables are in a process's environment exactly
+// while the vault's bundle exists, win over the image's and the tenant's values, and
+// yield to a request's own.
+func TestEnvironmentVaultTrust(t *testing.T) {
+	e := NewEnvironment()
+	e.base = []string{"SSL_CERT_FILE=/image/bundle.pem"}
+	e.vaultBundle = filepath.Join(t.TempDir(), "ca-bundle.pem")
+	e.Set(map[string]string{"NODE_EXTRA_CA_CERTS": "/tenant/ca.pem"})
+	trust := func(overrides map[string]string) map[string]string {
+		got := map[string]string{}
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"} {
+			if v, ok := Lookup(e.Build(overrides), k); ok {
+				got[k] = v
+			}
+		}
+		return got
+	}
+	tests := []struct {
+		name      string
+		bundle    bool
+		overrides map[string]string
+		want      map[string]string
+	}{
+		{"without the vault", false, nil, map[string]string{"SSL_CERT_FILE": "/image/bundle.pem", "NODE_EXTRA_CA_CERTS": "/tenant/ca.pem"}},
+		{"with the vault", true, nil, agentproto.VaultTrustEnv()},
+		{"a request's own value", true, map[string]string{"SSL_CERT_FILE": "/req.pem"},
+			map[string]string{"SSL_CERT_FILE": "/req.pem", "REQUESTS_CA_BUNDLE": agentproto.VaultBundlePath, "NODE_EXTRA_CA_CERTS": agentproto.VaultCAPath}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_ = os.Remove(e.vaultBundle)
+			if tt.bundle {
+				if err := os.WriteFile(e.vaultBundle, []byte("roots"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if diff := cmp.Diff(tt.want, trust(tt.overrides)); diff != "" {
+				t.Fatalf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
