@@ -141,7 +141,10 @@ const (
 	CodeVolumeInvalid      = "VOLUME::INVALID_PARAMETER"
 	CodeVolumeUnsupported  = "VOLUME::UNSUPPORTED"
 	CodeVolumeHostNotFound = "VOLUME::HOST_PATH_NOT_FOUND"
-	CodeVolumeNotFound     = "VOLUME::NOT_FOUND"
+	// CodeVolumeHostChanged: a host volume's path led elsewhere when it was mounted than
+	// when it was judged (a symlink appeared on its way); nothing was mounted.
+	CodeVolumeHostChanged = "VOLUME::HOST_PATH_CHANGED"
+	CodeVolumeNotFound    = "VOLUME::NOT_FOUND"
 )
 
 // Codes of the policy and plugin administration.

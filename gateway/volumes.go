@@ -244,7 +244,7 @@ func checkHostPaths(vols []runtimes.Volume) error {
 			continue
 		}
 		if _, err := os.Stat(v.HostPath); errors.Is(err, fs.ErrNotExist) {
-			return volumeErr(CodeVolumeHostNotFound, "volumes: %s.host.path: %s does not exist on the host", v.Name, v.HostPath)
+			return volumeErr(CodeVolumeHostNotFound, "volumes: %s.host.path does not exist on the host", v.Name)
 		}
 	}
 	return nil
@@ -301,6 +301,9 @@ func volumeCreateError(err error) error {
 		return &Error{Kind: KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist and createIfNotExists is false", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeUnsupported):
 		return &Error{Kind: KindInvalid, Code: CodeVolumeUnsupported, Message: err.Error(), Cause: err}
+	case errors.Is(err, runtimes.ErrVolumeHostChanged):
+		return &Error{Kind: KindConflict, Code: CodeVolumeHostChanged,
+			Message: "a host volume's path changed while the sandbox was being made (a symlink appeared on its way); nothing was mounted", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeForeign):
 		// Never reached through namespaced names; answered like a missing one so that
 		// nothing about another tenant leaks.

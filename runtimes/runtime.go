@@ -50,6 +50,9 @@ var (
 	ErrVolumeForeign = errors.New("volume belongs to another tenant")
 	// ErrVolumeUnsupported is a kind of volume (or an option of one) this runtime cannot mount.
 	ErrVolumeUnsupported = errors.New("volume not supported by this runtime")
+	// ErrVolumeHostChanged is a host volume whose path no longer leads where it was
+	// judged (a symlink appeared on its way): nothing was mounted.
+	ErrVolumeHostChanged = errors.New("host volume path changed")
 	// ErrInUse is an object (a snapshot's image) that sandboxes still use.
 	ErrInUse = errors.New("in use by sandboxes")
 	// ErrEnforcementMismatch is an egress enforcer whose signed report of the policy it

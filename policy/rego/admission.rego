@@ -182,7 +182,8 @@ deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
 	some v in host_volumes
 	count(host_prefixes) > 0
 	not under_any(v.hostPath, host_prefixes)
-	msg := sprintf("volume %q: host path %q is outside the allowed prefixes", [v.name, v.hostPath])
+	# The path is not quoted: it is the resolved one, and would tell where symlinks lead.
+	msg := sprintf("volume %q: its host path is outside the allowed prefixes", [v.name])
 }
 
 deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
@@ -190,7 +191,7 @@ deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {
 	tenant_prefixes := object.get(quotas, "hostVolumePrefixes", [])
 	count(tenant_prefixes) > 0
 	not under_any(v.hostPath, tenant_prefixes)
-	msg := sprintf("volume %q: host path %q is outside the prefixes tenant %s may mount", [v.name, v.hostPath, tenant_id])
+	msg := sprintf("volume %q: its host path is outside the prefixes tenant %s may mount", [v.name, tenant_id])
 }
 
 deny contains {"code": "VOLUME::HOST_NOT_ALLOWED", "message": msg} if {

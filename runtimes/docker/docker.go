@@ -431,6 +431,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 			_, _ = r.cli.ContainerRemove(rmCtx, h.id, client.ContainerRemoveOptions{Force: true})
 		}
 		r.removeVolumes(rmCtx, madeVolumes)
+		unstageHostVolumes(spec.ID)
 		r.dropGoneAntiSpoofPorts()
 	}
 	// The enforcer sidecar is created while the workload is prepared and started; in a
@@ -754,6 +755,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	<-holderRemoved
 	if err == nil || cerrdefs.IsNotFound(err) {
 		r.removeVolumesOf(ctx, id)
+		unstageHostVolumes(id)
 		// Its namespace is gone with its last container: so is its bridge port.
 		r.dropGoneAntiSpoofPorts()
 	}

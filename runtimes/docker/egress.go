@@ -427,6 +427,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	r.sweepHostStaging(ctx)
 	if len(sidecars.Items) == 0 && len(holders.Items) == 0 {
 		return 0, nil
 	}

@@ -34,11 +34,17 @@ func (r *Runtime) mountVolumes(ctx context.Context, spec runtimes.Spec) ([]mount
 	var created []string
 	fail := func(err error) ([]mount.Mount, []string, error) {
 		r.removeVolumes(context.WithoutCancel(ctx), created)
+		unstageHostVolumes(spec.ID)
 		return nil, nil, err
 	}
-	for _, v := range spec.Volumes {
+	for i, v := range spec.Volumes {
 		if v.HostPath != "" {
-			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly,
+			// The engine mounts what the runtime opened, not the path (hoststaging.go).
+			staged, err := stageHostVolume(spec.ID, i, v.HostPath)
+			if err != nil {
+				return fail(fmt.Errorf("volume %q: %w", v.Name, err))
+			}
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: staged, Target: v.MountPath, ReadOnly: v.ReadOnly,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 			continue
 		}

@@ -142,6 +142,14 @@ func TestVolumesHost(t *testing.T) {
 			r := g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},
 				"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": tt.volumes})
 			expectError(t, r, tt.status, tt.code)
+			// An answer names no resolved host path: not where a symlink leads, not the
+			// prefix itself (the request's own path may be echoed).
+			wd, _ := os.Getwd()
+			for _, p := range []string{outside, prefix, wd} {
+				if strings.Contains(string(r.Body), p) {
+					t.Fatalf("the answer quotes the host path %s: %s", p, r.Body)
+				}
+			}
 		})
 	}
 	if n := len(e.containers()); n != before {
