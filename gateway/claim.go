@@ -222,7 +222,7 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 // dead member: when the first ping fails but the runtime still reports the process
 // running, it gets a second, longer ping before it is given up.
 func (s *Service) memberAlive(ctx context.Context, sb *store.Sandbox) error {
-	err := s.pingAgent(ctx, sb.Address, sb.AgentToken, time.Second)
+	err := s.pingAgent(ctx, sb.Address, sb.AgentCredential(), time.Second)
 	if err == nil {
 		return nil
 	}
@@ -230,7 +230,7 @@ func (s *Service) memberAlive(ctx context.Context, sb *store.Sandbox) error {
 	if ierr != nil || inst.State != runtimes.StateRunning {
 		return err
 	}
-	return s.pingAgent(ctx, sb.Address, sb.AgentToken, 5*time.Second)
+	return s.pingAgent(ctx, sb.Address, sb.AgentCredential(), 5*time.Second)
 }
 
 // bindClaim applies the claim's env and entrypoint through the agent; with neither, it
@@ -240,12 +240,12 @@ func (s *Service) bindClaim(ctx context.Context, sb *store.Sandbox, env map[stri
 		return s.memberAlive(ctx, sb)
 	}
 	if len(env) > 0 {
-		if err := s.agents.SetEnv(ctx, sb.Address, sb.AgentToken, env, agentCallTimeout); err != nil {
+		if err := s.agents.SetEnv(ctx, sb.Address, sb.AgentCredential(), env, agentCallTimeout); err != nil {
 			return err
 		}
 	}
 	if entrypoint {
-		return s.agents.StartEntrypoint(ctx, sb.Address, sb.AgentToken, sb.Entrypoint, agentCallTimeout)
+		return s.agents.StartEntrypoint(ctx, sb.Address, sb.AgentCredential(), sb.Entrypoint, agentCallTimeout)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func (s *Service) warmProxyConn(ctx context.Context, sb *store.Sandbox) {
 	if f == nil || sb.Address == "" {
 		return
 	}
-	c := warmConn{addr: net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), token: sb.AgentToken, at: time.Now()}
+	c := warmConn{addr: net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), token: sb.AgentCredential(), at: time.Now()}
 	s.pools.mu.Lock()
 	if s.pools.warmConns == nil {
 		s.pools.warmConns = map[string]warmConn{}
@@ -131,7 +131,7 @@ func (s *Service) refreshWarmConns(ctx context.Context, ready []string) {
 				if sb.Address == "" {
 					continue
 				}
-				c := warmConn{addr: net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), token: sb.AgentToken, at: now}
+				c := warmConn{addr: net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), token: sb.AgentCredential(), at: now}
 				s.pools.warmConns[sb.ID] = c
 				todo[sb.ID] = c
 				use = append(use, sb.ID)
@@ -462,7 +462,7 @@ func (s *Service) startWarm(ctx context.Context, p *store.Pool, req CreateReques
 		ID: spec.ID, Tenant: p.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
 		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, State: StateRunning,
 		LastTransitionAt: now, CreatedAt: now, Address: inst.Address,
-		AgentToken: spec.AgentToken, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
+		AgentToken: spec.AgentToken, AgentAuth: store.AgentAuthSigned, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
 		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egressPolicyOf(spec.Egress),
 	}
 	// Before it can be claimed: the claimer's first call finds the connection open.

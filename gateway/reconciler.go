@@ -230,7 +230,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	rec := &store.Sandbox{
 		ID: inst.ID, Tenant: inst.Tenant, Image: inst.Image, Entrypoint: inst.Entrypoint,
 		State: state, LastTransitionAt: now, CreatedAt: inst.CreatedAt, ExpiresAt: inst.ExpiresAt,
-		Address: inst.Address, AgentToken: inst.AgentToken, EgressToken: inst.EgressToken,
+		Address: inst.Address, AgentToken: inst.AgentToken, AgentAuth: inst.Labels[runtimes.LabelAgentAuth], EgressToken: inst.EgressToken,
 		AccessToken: randomToken(24), Pool: inst.Pool,
 	}
 	if md := inst.Labels[labelMetadata]; md != "" {

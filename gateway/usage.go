@@ -261,7 +261,7 @@ func (s *Service) noteDenials(sb *store.Sandbox, ser *usageSeries, n uint64) {
 
 // agentUsage reads the agent's own cgroup reading (GET /metrics on the agent).
 func (s *Service) agentUsage(ctx context.Context, sb *store.Sandbox) (UsagePoint, error) {
-	data, err := s.agents.Metrics(ctx, sb.Address, sb.AgentToken, agentCallTimeout)
+	data, err := s.agents.Metrics(ctx, sb.Address, sb.AgentCredential(), agentCallTimeout)
 	if err != nil {
 		return UsagePoint{}, fmt.Errorf("agent metrics: %w", err)
 	}

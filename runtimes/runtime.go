@@ -23,6 +23,9 @@ const (
 	// LabelCluster names the store (the deployment) that owns a sandbox: a gateway adopts
 	// and removes only the sandboxes of its own cluster, never another's on the same engine.
 	LabelCluster = "sandgate.io/cluster"
+	// LabelAgentAuth is "signed" on a sandbox whose agent takes signed calls (package
+	// agentauth); a sandbox made before them has none, and its agent takes its token.
+	LabelAgentAuth = "sandgate.io/agent-auth"
 	// LabelCredentialProxy marks a sandbox whose enforcer runs the credential vault (a
 	// Docker label, a Kubernetes annotation; both in Instance.Labels).
 	LabelCredentialProxy = "sandgate.io/credential-proxy"

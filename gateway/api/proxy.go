@@ -270,7 +270,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// The agent's token travels beside the request, not in it: only the transport adds
 	// it, so no log of the request can show it.
 	if port == agentproto.AgentPort {
-		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentToken)
+		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentCredential())
 	}
 	if port == agentproto.AgentPort && r.Method == http.MethodPost {
 		h.noteAgentCall(out, sb)

@@ -32,14 +32,15 @@ func withUpstreamSecret(r *http.Request, name, value string) *http.Request {
 // SignForUpstream returns req signed with the agent token withUpstreamSecret put in its
 // context (package agentauth: the token itself never travels), on a copy with its own
 // header map (a RoundTripper must not change the request it is given, and the caller
-// may log that one), and the token and nonce its answer must be verified with; req
-// itself and "" when it carries none.
+// may log that one), and the token and nonce its answer must be verified with (no nonce
+// for a legacy agent's credential, sent as it is); req itself and "" when it carries
+// none.
 func SignForUpstream(req *http.Request) (signed *http.Request, token, nonce string) {
 	secrets, ok := req.Context().Value(upstreamSecretsKey{}).(http.Header)
 	if !ok {
 		return req, "", ""
 	}
-	token = secrets.Get(gateway.HeaderAgentToken)
+	token, legacy := agentauth.Credential(secrets.Get(gateway.HeaderAgentToken))
 	if token == "" {
 		return req, "", ""
 	}
@@ -48,6 +49,11 @@ func SignForUpstream(req *http.Request) (signed *http.Request, token, nonce stri
 	out.Header = req.Header.Clone()
 	if out.Header == nil {
 		out.Header = http.Header{}
+	}
+	if legacy {
+		// An agent older than signed calls takes its token itself (agentauth.Legacy).
+		out.Header.Set(gateway.HeaderAgentToken, token)
+		return out, token, ""
 	}
 	return out, token, agentauth.Sign(out, token, time.Now())
 }
@@ -63,6 +69,14 @@ func (t SecretHeaderTransport) RoundTrip(req *http.Request) (*http.Response, err
 	resp, err := t.Next.RoundTrip(out)
 	if err != nil || token == "" {
 		return resp, err
+	}
+	if nonce == "" {
+		// A legacy agent: one refusing the sandbox's token is another sandbox's.
+		if resp.StatusCode == http.StatusUnauthorized && notThisAgentMatters(req) {
+			resp.Body.Close()
+			return nil, errNotThisAgent
+		}
+		return resp, nil
 	}
 	if !agentauth.Answered(resp, token, nonce) {
 		// Not the sandbox's agent: another sandbox's, which took over the address of a
@@ -100,4 +114,11 @@ func AgentConnWarmer(rt http.RoundTripper) gateway.ConnWarmer {
 		}
 		return nil
 	}
+}
+
+// notThisAgentMatters reports whether req went to a claimed pool member's agent (the
+// only sandboxes whose death after a claim is looked for; see Service.UpstreamFailed).
+func notThisAgentMatters(req *http.Request) bool {
+	_, ok := req.Context().Value(upstreamFailedKey{}).(func(error) error)
+	return ok
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agentauth"
 )
 
 // Sandbox is the record the gateway keeps for one sandbox: who owns it, when it dies,
@@ -31,10 +33,13 @@ type Sandbox struct {
 	ExpiresAt        *time.Time        `json:"expiresAt,omitempty"`
 	Address          string            `json:"address,omitempty"`
 	AgentToken       string            `json:"agentToken,omitempty"`
-	EgressToken      string            `json:"egressToken,omitempty"`
-	AccessToken      string            `json:"accessToken,omitempty"`
-	Pool             string            `json:"pool,omitempty"`
-	Batch            string            `json:"batch,omitempty"`
+	// AgentAuth is AgentAuthSigned for a sandbox whose agent takes signed calls; empty
+	// for one made by a gateway that predates them, whose agent takes its token itself.
+	AgentAuth   string `json:"agentAuth,omitempty"`
+	EgressToken string `json:"egressToken,omitempty"`
+	AccessToken string `json:"accessToken,omitempty"`
+	Pool        string `json:"pool,omitempty"`
+	Batch       string `json:"batch,omitempty"`
 	// EgressPolicy is the effective egress policy its enforcer last accepted (at create,
 	// claim or through the egress API): what a restored enforcer starts with.
 	EgressPolicy json.RawMessage `json:"egressPolicy,omitempty"`
@@ -380,4 +385,16 @@ func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time, limit int64
 		}
 	}
 	return ids, nil
+}
+
+// AgentAuthSigned is Sandbox.AgentAuth of a sandbox whose agent takes signed calls.
+const AgentAuthSigned = "signed"
+
+// AgentCredential is what calls sb's agent (package agentauth): its token, marked
+// legacy for an agent that predates signed calls.
+func (sb *Sandbox) AgentCredential() string {
+	if sb.AgentAuth == AgentAuthSigned || sb.AgentToken == "" {
+		return sb.AgentToken
+	}
+	return agentauth.Legacy(sb.AgentToken)
 }

@@ -294,6 +294,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		labels[k] = v
 	}
 	labels[runtimes.LabelID] = spec.ID
+	labels[runtimes.LabelAgentAuth] = "signed"
 	labels[runtimes.LabelTenant] = spec.Tenant
 	labels[runtimes.LabelCreatedAt] = spec.CreatedAt.UTC().Format(time.RFC3339Nano)
 	labels[labelNetwork] = r.opts.Network

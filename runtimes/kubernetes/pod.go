@@ -92,7 +92,8 @@ func Unescape(s string) string { return strings.ReplaceAll(s, "$$", "$") }
 // podFor builds the pod of a sandbox.
 func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass string) *corev1.Pod {
 	labels := map[string]string{
-		runtimes.LabelID: spec.ID,
+		runtimes.LabelID:        spec.ID,
+		runtimes.LabelAgentAuth: "signed",
 		// The tenant label is for selectors and operators; the annotation is exact.
 		runtimes.LabelTenant: labelValue(spec.Tenant),
 		labelManagedBy:       "sandgate",

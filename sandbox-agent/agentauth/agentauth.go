@@ -12,6 +12,7 @@ package agentauth
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/sandbox-agent/signedhttp"
@@ -50,6 +51,27 @@ func SignAnswer(token, nonce string, status int) string {
 // notBefore (the agent's start).
 func NewVerifier(token string, notBefore time.Time) *signedhttp.Verifier {
 	return Scheme.NewVerifier(token, notBefore, maxNonces)
+}
+
+// A credential is what the gateway holds to call one sandbox's agent: its token, or,
+// for an agent that predates signed calls (a sandbox made before an upgrade, whose agent
+// binary is older than the gateway), its token marked by Legacy. A legacy agent is sent
+// the token itself in the token header and answers unsigned, as before. Whether an
+// agent is legacy comes from the gateway's own record of the sandbox, never from what
+// answers at its address: an unsigned answer never makes the gateway send the token.
+
+// legacyMark starts a legacy credential.
+const legacyMark = "legacy-unsigned:"
+
+// Legacy is the credential of a legacy agent with token.
+func Legacy(token string) string { return legacyMark + token }
+
+// Credential returns the token of credential and whether its agent is legacy.
+func Credential(credential string) (token string, legacy bool) {
+	if t, ok := strings.CutPrefix(credential, legacyMark); ok {
+		return t, true
+	}
+	return credential, false
 }
 
 // StripRequest removes the signature headers from r (what the agent passes on to a

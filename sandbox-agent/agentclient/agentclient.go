@@ -121,9 +121,10 @@ func (c *Client) Metrics(ctx context.Context, addr, token string, timeout time.D
 	return c.Agent(ctx, addr, token, http.MethodGet, agentproto.PathMetrics, nil, timeout)
 }
 
-// Agent sends one request to the agent at addr, signed with token, body (when not nil)
-// as JSON, and returns the answer's body when it is a 2xx signed by the agent
-// (ErrNotTheAgent otherwise).
+// Agent sends one request to the agent at addr, signed with token (an agentauth
+// credential: a legacy agent's is sent as it is), body (when not nil) as JSON, and
+// returns the answer's body when it is a 2xx signed by the agent (ErrNotTheAgent
+// otherwise).
 func (c *Client) Agent(ctx context.Context, addr, token, method, path string, body any, timeout time.Duration) ([]byte, error) {
 	var js []byte
 	if body != nil {
@@ -139,7 +140,12 @@ func (c *Client) Agent(ctx context.Context, addr, token, method, path string, bo
 		return nil, err
 	}
 	nonce := ""
-	if token != "" {
+	token, legacy := agentauth.Credential(token)
+	switch {
+	case token == "":
+	case legacy:
+		req.Header.Set(agentproto.HeaderAgentToken, token)
+	default:
 		// Signed, never the token itself (package agentauth).
 		nonce = agentauth.Sign(req, token, time.Now())
 	}
@@ -148,7 +154,7 @@ func (c *Client) Agent(ctx context.Context, addr, token, method, path string, bo
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	defer resp.Body.Close()
-	if token != "" && !agentauth.Answered(resp, token, nonce) {
+	if nonce != "" && !agentauth.Answered(resp, token, nonce) {
 		return nil, fmt.Errorf("%w: %s %s answered %d", ErrNotTheAgent, method, path, resp.StatusCode)
 	}
 	status := resp.StatusCode
