@@ -165,6 +165,11 @@ func (e *env) removeDockerObjects() {
 	if len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
 	}
+	// The staging mounts of the sandboxes' host volumes (runtimes/docker/hoststaging.go):
+	// a sandbox removed here, not by its gateway's Delete, leaves them.
+	for id := range ours {
+		removeHostVolumeStaging(id)
+	}
 	// The gateways' anti-spoofing table of the network's bridge (a gateway that was
 	// killed did not remove it).
 	if out, err := exec.Command("docker", "network", "inspect", "-f", `{{.Id}} {{with index .Options "com.docker.network.bridge.name"}}{{.}}{{end}}`, e.Network).Output(); err == nil {
@@ -448,4 +453,23 @@ func sandboxIP(t testing.TB, id string) string {
 		t.Fatalf("no address for sandbox %s", id)
 	}
 	return label
+}
+
+// removeHostVolumeStaging unmounts and removes sandbox id's host volume staging
+// directory, if any.
+func removeHostVolumeStaging(id string) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return
+	}
+	dir := filepath.Join("/run/sandgate/host-volumes", id)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		_ = exec.Command("umount", "-l", p).Run()
+		_ = os.Remove(p)
+	}
+	_ = os.Remove(dir)
 }
