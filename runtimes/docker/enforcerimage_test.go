@@ -94,8 +94,21 @@ func TestEnforcerOwesNothingToTheImage(t *testing.T) {
 // TestHelperImageIsCheckedNotTrusted: an image put under the helpers' tag by someone
 // else (here: the hostile image, retagged) is not used; the runtime imports its own.
 func TestHelperImageIsCheckedNotTrusted(t *testing.T) {
-	_, base := testRuntime(t)
+	first, base := testRuntime(t)
 	image := hostileImage(t, base)
+	// The helpers' image as it was: put back under its tag at the end, and the one this
+	// test makes the runtime import removed, so that no image is left untagged.
+	original, err := first.helperImage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imported string
+	t.Cleanup(func() {
+		_ = exec.Command("docker", "tag", original, helperImageTag).Run()
+		if imported != "" && imported != original {
+			_ = exec.Command("docker", "rmi", imported).Run()
+		}
+	})
 	if out, err := exec.Command("docker", "tag", image, helperImageTag).CombinedOutput(); err != nil {
 		t.Fatalf("docker tag: %v: %s", err, out)
 	}
@@ -110,6 +123,7 @@ func TestHelperImageIsCheckedNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helperImage: %v", err)
 	}
+	imported = got
 	if got == strings.TrimSpace(string(hostile)) {
 		t.Fatal("the runtime took the image under its tag for its own")
 	}
