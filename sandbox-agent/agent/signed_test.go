@@ -25,6 +25,18 @@ func signedRequest(t *testing.T, a *testAgent, key, method, path string, body io
 	return req, agentauth.Sign(req, key, time.Now())
 }
 
+// signedHeaders are the signature headers of a GET of path signed with the agent's
+// token (for a WebSocket dial, which takes headers, not a request), and its nonce.
+func signedHeaders(t *testing.T, a *testAgent, path string) (http.Header, string) {
+	t.Helper()
+	req, nonce := signedRequest(t, a, testToken, "GET", path, nil)
+	h := http.Header{}
+	for _, k := range []string{agentauth.Scheme.HeaderTimestamp, agentauth.Scheme.HeaderNonce, agentauth.Scheme.HeaderSignature} {
+		h.Set(k, req.Header.Get(k))
+	}
+	return h, nonce
+}
+
 // TestSignedCalls: the agent takes a request signed with its token and signs its
 // answer (streams and WebSocket upgrades included); it refuses a replayed request, one
 // signed with another key or not signed at all, and passes no signature on to a server
@@ -72,12 +84,7 @@ func TestSignedCalls(t *testing.T) {
 
 	t.Run("a WebSocket upgrade is signed", func(t *testing.T) {
 		id := createPTY(t, a, map[string]any{"cwd": t.TempDir()})
-		h := http.Header{}
-		probe, _ := http.NewRequest("GET", a.url("/pty/"+id+"/ws"), nil)
-		nonce := agentauth.Sign(probe, testToken, time.Now())
-		for _, k := range []string{agentauth.Scheme.HeaderTimestamp, agentauth.Scheme.HeaderNonce, agentauth.Scheme.HeaderSignature} {
-			h.Set(k, probe.Header.Get(k))
-		}
+		h, nonce := signedHeaders(t, a, "/pty/"+id+"/ws")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.srv.URL, "http")+"/pty/"+id+"/ws", &websocket.DialOptions{HTTPHeader: h})
@@ -98,12 +105,7 @@ func TestSignedCalls(t *testing.T) {
 			}
 		}))
 		path := fmt.Sprintf("/proxy/%d/ws", port)
-		probe, _ := http.NewRequest("GET", a.url(path), nil)
-		nonce := agentauth.Sign(probe, testToken, time.Now())
-		h := http.Header{}
-		for _, k := range []string{agentauth.Scheme.HeaderTimestamp, agentauth.Scheme.HeaderNonce, agentauth.Scheme.HeaderSignature} {
-			h.Set(k, probe.Header.Get(k))
-		}
+		h, nonce := signedHeaders(t, a, path)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.srv.URL, "http")+path, &websocket.DialOptions{HTTPHeader: h})

@@ -140,17 +140,9 @@ func startStaticServer(t *testing.T, g *gateway, id, dir string, port int) {
 
 func TestPreviewOriginAttack(t *testing.T) {
 	const previewDomain = "sandgate-previews.test"
-	e := newEnv(t, startRedis(t), "SANDGATE_PREVIEW_DOMAIN="+previewDomain)
-	g := e.startGateway()
-	gatewayOrigin := "http://" + g.Addr
-	_, gwPort, _ := strings.Cut(g.Addr, ":")
-
-	tenantA, tenantB := g.createTenant("victim", nil), g.createTenant("attacker", nil)
-	_, adminA := g.issueKey(tenantA, "tenant-admin")
-	_, adminB := g.issueKey(tenantB, "tenant-admin")
-	gA, gB := g.asKey(adminA), g.asKey(adminB)
-	sandboxA := gA.createSandbox(map[string]any{})
-	sandboxB := gB.createSandbox(map[string]any{})
+	w := newPreviewTenants(t, previewDomain)
+	g, gA, gB, sandboxA, sandboxB := w.g, w.gA, w.gB, w.sandboxA, w.sandboxB
+	tenantA, adminA, gatewayOrigin, gwPort := w.tenantA, w.adminA, w.gatewayOrigin, w.gwPort
 	startPreviewServer(t, gB, sandboxB) // the legitimate preview: HTML, JS, WebSocket on 8000
 	const attackPort = 8100
 	keysOfA := func() int {
@@ -308,17 +300,9 @@ func TestPreviewCrossPreviewForgery(t *testing.T) {
 		victimPort    = 8200
 		forgeryPort   = 8100
 	)
-	e := newEnv(t, startRedis(t), "SANDGATE_PREVIEW_DOMAIN="+previewDomain)
-	g := e.startGateway()
-	gatewayOrigin := "http://" + g.Addr
-	_, gwPort, _ := strings.Cut(g.Addr, ":")
-
-	tenantA, tenantB := g.createTenant("victim", nil), g.createTenant("attacker", nil)
-	_, adminA := g.issueKey(tenantA, "tenant-admin")
-	_, adminB := g.issueKey(tenantB, "tenant-admin")
-	gA, gB := g.asKey(adminA), g.asKey(adminB)
-	sandboxA := gA.createSandbox(map[string]any{})
-	sandboxB := gB.createSandbox(map[string]any{})
+	w := newPreviewTenants(t, previewDomain)
+	g, gA, gB, sandboxA, sandboxB := w.g, w.gA, w.gB, w.sandboxA, w.sandboxB
+	adminA, gatewayOrigin, gwPort := w.adminA, w.gatewayOrigin, w.gwPort
 
 	src, err := os.ReadFile(filepath.Join("testdata", "preview_victim.py"))
 	if err != nil {
@@ -439,4 +423,27 @@ func TestPreviewCrossPreviewForgery(t *testing.T) {
 			t.Errorf("B's page forged changes in A's preview; A's sandbox recorded:\n%s", got)
 		}
 	})
+}
+
+// previewTenants is a gateway serving host-mode previews under a preview domain, with a
+// victim tenant A and an attacker tenant B, each holding a tenant-admin key and a sandbox.
+type previewTenants struct {
+	g, gA, gB             *gateway
+	tenantA, adminA       string
+	sandboxA, sandboxB    string
+	gatewayOrigin, gwPort string
+}
+
+func newPreviewTenants(t *testing.T, previewDomain string) previewTenants {
+	t.Helper()
+	e := newEnv(t, startRedis(t), "SANDGATE_PREVIEW_DOMAIN="+previewDomain)
+	g := e.startGateway()
+	_, gwPort, _ := strings.Cut(g.Addr, ":")
+	tenantA, tenantB := g.createTenant("victim", nil), g.createTenant("attacker", nil)
+	_, adminA := g.issueKey(tenantA, "tenant-admin")
+	_, adminB := g.issueKey(tenantB, "tenant-admin")
+	gA, gB := g.asKey(adminA), g.asKey(adminB)
+	return previewTenants{g: g, gA: gA, gB: gB, tenantA: tenantA, adminA: adminA,
+		sandboxA: gA.createSandbox(map[string]any{}), sandboxB: gB.createSandbox(map[string]any{}),
+		gatewayOrigin: "http://" + g.Addr, gwPort: gwPort}
 }
