@@ -12,6 +12,10 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 )
 
+// ReasonOOMKilled is the Failed reason of a sandbox that stopped because a process of it
+// was killed for want of memory.
+const ReasonOOMKilled = "OOM_KILLED"
+
 // sweepEvery is how many reconcile passes go by between two sweeps of helper containers.
 const sweepEvery = 10
 
@@ -145,10 +149,19 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 		}
 		return
 	}
+	if exists && inst.State == runtimes.StateExited {
+		// The list says little of how a container ended (Docker's: "Exited (137) …");
+		// one inspect of the dead sandbox tells an out-of-memory kill from an exit.
+		if full, err := s.runtime.Inspect(ctx, rec.ID); err == nil && full.State == runtimes.StateExited {
+			inst = full
+		}
+	}
 	var reason, message string
 	switch {
 	case !exists:
 		reason, message = "CONTAINER_VANISHED", "the sandbox's container no longer exists in the runtime"
+	case inst.State == runtimes.StateExited && inst.OOMKilled:
+		reason, message = ReasonOOMKilled, inst.Message+"; the sandbox reached its memory limit"
 	case inst.State == runtimes.StateExited:
 		reason, message = "EXITED", inst.Message
 	}

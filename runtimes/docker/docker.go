@@ -646,6 +646,7 @@ func (r *Runtime) instance(c container.InspectResponse) runtimes.Instance {
 			inst.ExitCode = c.State.ExitCode
 			inst.Message = fmt.Sprintf("main process exited with code %d", c.State.ExitCode)
 			if c.State.OOMKilled {
+				inst.OOMKilled = true
 				inst.Message += " (killed: out of memory)"
 			}
 			if c.State.Error != "" {

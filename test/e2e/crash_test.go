@@ -451,3 +451,30 @@ func TestSeparateStoresOnOneEngine(t *testing.T) {
 		t.Errorf("a sandbox was removed or broken by the other gateway: %v", f)
 	}
 }
+
+// TestOutOfMemoryReported: a sandbox whose entrypoint is killed at its memory limit is
+// Failed with reason OOM_KILLED, not a bare exit code, in its status and its event.
+func TestOutOfMemoryReported(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	// Settles first (a create whose entrypoint exits at once fails), then touches
+	// 256 MiB under a 64 MiB limit with no swap.
+	id := g.createSandbox(map[string]any{
+		"resourceLimits": map[string]string{"memory": "64Mi"},
+		"entrypoint":     []string{"python3", "-c", "import time; time.sleep(1); b = b'x' * (256 << 20); time.sleep(600)"},
+	})
+	var status map[string]any
+	waitFor(t, 30*time.Second, func() bool {
+		status = g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["status"].(map[string]any)
+		return status["state"] == "Failed"
+	}, "the sandbox to fail")
+	if status["reason"] != "OOM_KILLED" {
+		t.Fatalf("status %v, want reason OOM_KILLED", status)
+	}
+	if msg, _ := status["message"].(string); !strings.Contains(msg, "memory") {
+		t.Errorf("message %q does not say it was memory", msg)
+	}
+	if _, ok := g.eventSandboxes("sandbox.failed")[id]; !ok {
+		t.Errorf("no sandbox.failed event")
+	}
+}
