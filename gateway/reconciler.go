@@ -12,10 +12,6 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 )
 
-// ReasonOOMKilled is the Failed reason of a sandbox that stopped because a process of it
-// was killed for want of memory.
-const ReasonOOMKilled = "OOM_KILLED"
-
 // sweepEvery is how many reconcile passes go by between two sweeps of helper containers.
 const sweepEvery = 10
 
@@ -156,26 +152,8 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			inst = full
 		}
 	}
-	var reason, message string
-	switch {
-	case !exists:
-		reason, message = "CONTAINER_VANISHED", "the sandbox's container no longer exists in the runtime"
-	case inst.State == runtimes.StateExited && inst.OOMKilled:
-		reason, message = ReasonOOMKilled, inst.Message+"; the sandbox reached its memory limit"
-	case inst.State == runtimes.StateExited:
-		reason, message = "EXITED", inst.Message
-	}
-	if reason != "" {
-		s.log.Warn("sandbox failed", "id", rec.ID, "reason", reason)
-		sb, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
-			sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
-			return nil
-		})
-		if err != nil {
-			s.backgroundError("reconciler", "mark sandbox failed", err, "id", rec.ID)
-			return
-		}
-		s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
+	if !exists || inst.State == runtimes.StateExited {
+		s.markDead(ctx, rec.ID, inst, exists)
 		return
 	}
 	wantState := rec.State

@@ -478,3 +478,39 @@ func TestOutOfMemoryReported(t *testing.T) {
 		t.Errorf("no sandbox.failed event")
 	}
 }
+
+// TestDeadSandboxAnswersUnavailable: a sandbox (not from a pool) whose workload is
+// killed behind the gateway's back is Failed with its reason, its calls answer
+// SANDBOX::UNAVAILABLE (never an unreachable upstream or "not running"), and its
+// enforcer and namespace holder are removed at once while its workload's container
+// stays for its logs.
+func TestDeadSandboxAnswersUnavailable(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	id := g.createSandbox(map[string]any{})
+	a := g.agent(id)
+	if out, err := exec.Command("docker", "kill", "sandgate-"+id).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v: %s", err, out)
+	}
+	// The first call after the death, and every one after it.
+	for i := range 3 {
+		r := a.call("POST", "/command", map[string]any{"command": "true"})
+		if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "SANDBOX::UNAVAILABLE") || !strings.Contains(string(r.Body), "EXITED") {
+			t.Fatalf("call %d after the death: %d %s, want 503 SANDBOX::UNAVAILABLE naming EXITED", i, r.Status, r.Body)
+		}
+	}
+	status := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["status"].(map[string]any)
+	if status["state"] != "Failed" || status["reason"] != "EXITED" {
+		t.Fatalf("status %v, want Failed EXITED", status)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+id+"-").Output()
+		return len(strings.Fields(string(out))) == 0
+	}, "the dead sandbox's enforcer and holder to be removed")
+	if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+id+"$").Output(); len(strings.Fields(string(out))) != 1 {
+		t.Errorf("the dead workload's container is gone before its record's retention: %q", out)
+	}
+	if g.do("DELETE", "/v1/sandboxes/"+id, nil).Status != 204 {
+		t.Errorf("delete of the failed sandbox")
+	}
+}
