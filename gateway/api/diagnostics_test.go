@@ -148,6 +148,36 @@ func TestDiagnostics(t *testing.T) {
 			}
 		})
 	}
+
+	// Within a tenant, the output is the workload's, read as its commands' are
+	// (sandbox.proxy, which a viewer lacks); its events are the sandbox's record
+	// (sandbox.get, which a viewer has).
+	status, body = call(t, "POST", srv.URL+"/v1/sandboxes", map[string]any{
+		"image": map[string]string{"uri": "sandgate/base:test"}, "timeout": 600, "entrypoint": []string{"sleep", "600"},
+	}, other)
+	var own struct{ ID string }
+	if json.Unmarshal(body, &own); status != http.StatusAccepted || own.ID == "" {
+		t.Fatalf("create as the other tenant: %d %s", status, body)
+	}
+	status, body = call(t, "POST", srv.URL+"/v1/tenants/"+tenant.ID+"/keys", map[string]any{"role": "viewer"}, admin)
+	var viewerKey struct{ Key string }
+	if json.Unmarshal(body, &viewerKey); status != http.StatusCreated || viewerKey.Key == "" {
+		t.Fatalf("viewer key: %d %s", status, body)
+	}
+	viewer := map[string]string{"OPEN-SANDBOX-API-KEY": viewerKey.Key}
+	ownBase := "/v1/sandboxes/" + own.ID + "/diagnostics/"
+	if status, body = call(t, "GET", srv.URL+ownBase+"logs?scope=container", nil, viewer); status != http.StatusForbidden {
+		t.Fatalf("a viewer reads the output: %d %s", status, body)
+	}
+	if status, body = call(t, "GET", srv.URL+ownBase+"events?scope=lifecycle", nil, viewer); status != http.StatusOK {
+		t.Fatalf("a viewer's events: %d %s", status, body)
+	}
+	if status, body = call(t, "GET", srv.URL+ownBase+"logs?scope=container", nil, other); status != http.StatusOK {
+		t.Fatalf("the tenant-admin's logs: %d %s", status, body)
+	}
+	if status, body = call(t, "DELETE", srv.URL+"/v1/sandboxes/"+own.ID, nil, other); status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", status, body)
+	}
 	if status, body = call(t, "DELETE", srv.URL+"/v1/sandboxes/"+created.ID, nil, admin); status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", status, body)
 	}
