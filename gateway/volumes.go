@@ -304,6 +304,9 @@ func volumeCreateError(err error) error {
 	case errors.Is(err, runtimes.ErrVolumeHostChanged):
 		return &Error{Kind: KindConflict, Code: CodeVolumeHostChanged,
 			Message: "a host volume's path changed while the sandbox was being made (a symlink appeared on its way); nothing was mounted", Cause: err}
+	case errors.Is(err, runtimes.ErrVolumeSubPathSymlink):
+		return &Error{Kind: KindInvalid, Code: CodeVolumeInvalid,
+			Message: "a volume's subPath leads through a symlink inside the volume; nothing was mounted", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeForeign):
 		// Never reached through namespaced names; answered like a missing one so that
 		// nothing about another tenant leaks.

@@ -56,6 +56,9 @@ var (
 	// ErrVolumeHostChanged is a host volume whose path no longer leads where it was
 	// judged (a symlink appeared on its way): nothing was mounted.
 	ErrVolumeHostChanged = errors.New("host volume path changed")
+	// ErrVolumeSubPathSymlink is a named volume's subPath that leads through a symlink
+	// inside the volume (whose content the workload writes): nothing was mounted.
+	ErrVolumeSubPathSymlink = errors.New("volume subPath leads through a symlink")
 	// ErrInUse is an object (a snapshot's image) that sandboxes still use.
 	ErrInUse = errors.New("in use by sandboxes")
 	// ErrEnforcementMismatch is an egress enforcer whose signed report of the policy it

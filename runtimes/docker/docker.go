@@ -382,6 +382,9 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		return runtimes.Instance{}, err
 	}
 	hostCfg.Mounts = append(hostCfg.Mounts, mounts...)
+	for _, claim := range r.stagedVolumes(spec) {
+		labels[labelStagedVolume+claim] = "true"
+	}
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Entrypoint: []string{agentPath, "init", "--"},

@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -54,6 +55,52 @@ func stageHostVolume(id string, index int, hostPath string) (string, error) {
 		return "", fmt.Errorf("open host volume: %w", err)
 	}
 	defer unix.Close(fd)
+	return stageOpened(id, index, fd)
+}
+
+// stageVolumeSubPath stages subPath of a named volume whose directory on the engine's
+// host is volumeDir, for an engine that cannot mount a volume's sub-path itself. The
+// volume's content is the workload's to write, so subPath is walked one name at a time
+// beneath volumeDir, refusing any symlink (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), and a
+// missing directory on the way is made, as Kubernetes makes a missing subPath.
+func stageVolumeSubPath(id string, index int, volumeDir, subPath string) (string, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, volumeDir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return "", fmt.Errorf("open the volume's directory: %w", err)
+	}
+	names := strings.Split(filepath.Clean(subPath), "/")
+	for i, name := range names {
+		if name == "" || name == "." || name == ".." {
+			unix.Close(fd)
+			return "", fmt.Errorf("subPath %q: %w", subPath, runtimes.ErrVolumeUnsupported)
+		}
+		how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+		next, err := unix.Openat2(fd, name, how)
+		if errors.Is(err, unix.ENOENT) {
+			// mkdirat of one name never follows a symlink of that name (EEXIST).
+			if err = unix.Mkdirat(fd, name, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat2(fd, name, how)
+			}
+		}
+		unix.Close(fd)
+		switch {
+		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || (errors.Is(err, unix.ENOTDIR) && i < len(names)-1):
+			return "", fmt.Errorf("subPath %q: %w", subPath, runtimes.ErrVolumeSubPathSymlink)
+		case err != nil:
+			return "", fmt.Errorf("open the volume's subPath: %w", err)
+		}
+		fd = next
+	}
+	defer unix.Close(fd)
+	return stageOpened(id, index, fd)
+}
+
+// stageOpened bind-mounts the file or directory fd (an O_PATH descriptor) onto the
+// staging path of sandbox id's volume index, which it returns.
+func stageOpened(id string, index int, fd int) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return "", fmt.Errorf("stat host volume: %w", err)
@@ -66,6 +113,7 @@ func stageHostVolume(id string, index int, hostPath string) (string, error) {
 		return "", fmt.Errorf("host volume staging: %w", err)
 	}
 	target := filepath.Join(dir, strconv.Itoa(index))
+	var err error
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		err = os.Mkdir(target, 0o700)
 	} else {
@@ -77,7 +125,7 @@ func stageHostVolume(id string, index int, hostPath string) (string, error) {
 	if err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("host volume staging: %w", err)
 	}
-	// The magic link of an O_PATH descriptor names the very file opened above.
+	// The magic link of an O_PATH descriptor names the very file it opened.
 	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
 		return "", fmt.Errorf("bind the host volume onto its staging path: %w", err)
 	}

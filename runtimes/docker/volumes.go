@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,6 +22,11 @@ const (
 	// (deleteOnSandboxTermination): only ever set on a volume that sandbox's create made.
 	labelVolumeDeleteWith = "sandgate.io/delete-with"
 )
+
+// labelStagedVolume, followed by a volume's name, marks a workload that mounts a
+// sub-path of that volume staged by the runtime (stageSubPath): the engine does not
+// know the volume is in use then, so removeVolumes asks these labels.
+const labelStagedVolume = "sandgate.io/staged-volume."
 
 // volumeSubpathAPI is the first engine API that honours a named volume's Subpath; an
 // older engine ignores the field and would mount the whole volume.
@@ -48,16 +54,22 @@ func (r *Runtime) mountVolumes(ctx context.Context, spec runtimes.Spec) ([]mount
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 			continue
 		}
-		if v.SubPath != "" && !r.apiAtLeast(volumeSubpathAPI) {
-			return fail(fmt.Errorf("volume %q: subPath of a named volume needs Docker Engine API %.2f or newer (this engine speaks %s): %w",
-				v.Name, volumeSubpathAPI, r.cli.ClientVersion(), runtimes.ErrVolumeUnsupported))
-		}
 		made, err := r.ensureVolume(ctx, spec, v)
 		if err != nil {
 			return fail(err)
 		}
 		if made {
 			created = append(created, v.Claim)
+		}
+		if v.SubPath != "" && !r.apiAtLeast(volumeSubpathAPI) {
+			// The engine would mount the whole volume: the runtime stages the sub-path.
+			staged, err := r.stageSubPath(ctx, spec.ID, i, v)
+			if err != nil {
+				return fail(err)
+			}
+			mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: staged, Target: v.MountPath, ReadOnly: v.ReadOnly,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+			continue
 		}
 		m := mount.Mount{Type: mount.TypeVolume, Source: v.Claim, Target: v.MountPath, ReadOnly: v.ReadOnly,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
@@ -67,6 +79,30 @@ func (r *Runtime) mountVolumes(ctx context.Context, spec runtimes.Spec) ([]mount
 		mounts = append(mounts, m)
 	}
 	return mounts, created, nil
+}
+
+// stageSubPath stages the sub-path of named volume v (hoststaging.go) on an engine older
+// than volumeSubpathAPI. Only a volume of the local driver has a directory on the
+// engine's host the runtime can open, and only when the runtime shares the engine's
+// filesystem (as host volumes need too); any other is refused.
+func (r *Runtime) stageSubPath(ctx context.Context, id string, index int, v runtimes.Volume) (string, error) {
+	got, err := r.cli.VolumeInspect(ctx, v.Claim, client.VolumeInspectOptions{})
+	if err != nil {
+		return "", fmt.Errorf("inspect volume %q: %w", v.Name, err)
+	}
+	if got.Volume.Driver != "local" || got.Volume.Mountpoint == "" {
+		return "", fmt.Errorf("volume %q: subPath of a volume of driver %q needs Docker Engine API %.2f or newer (this engine speaks %s): %w",
+			v.Name, got.Volume.Driver, volumeSubpathAPI, r.cli.ClientVersion(), runtimes.ErrVolumeUnsupported)
+	}
+	staged, err := stageVolumeSubPath(id, index, got.Volume.Mountpoint, v.SubPath)
+	if err != nil {
+		if errors.Is(err, runtimes.ErrVolumeSubPathSymlink) || errors.Is(err, runtimes.ErrVolumeUnsupported) {
+			return "", fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+		return "", fmt.Errorf("volume %q: subPath needs Docker Engine API %.2f or newer, or the runtime on the engine's host (%v): %w",
+			v.Name, volumeSubpathAPI, err, runtimes.ErrVolumeUnsupported)
+	}
+	return staged, nil
 }
 
 // ensureVolume makes sure the named volume of v exists and is the tenant's, creating it
@@ -101,10 +137,27 @@ func (r *Runtime) ensureVolume(ctx context.Context, spec runtimes.Spec, v runtim
 	return true, nil
 }
 
+// stagedVolumes names the volumes of spec whose sub-path the runtime stages itself.
+func (r *Runtime) stagedVolumes(spec runtimes.Spec) []string {
+	var claims []string
+	for _, v := range spec.Volumes {
+		if v.HostPath == "" && v.SubPath != "" && !r.apiAtLeast(volumeSubpathAPI) {
+			claims = append(claims, v.Claim)
+		}
+	}
+	return claims
+}
+
 // removeVolumes removes named volumes, best effort (a volume another sandbox still
-// mounts stays).
+// mounts stays: the engine refuses to remove one a container mounts, and a container
+// that mounts a staged sub-path of it is asked by its label).
 func (r *Runtime) removeVolumes(ctx context.Context, names []string) {
 	for _, name := range names {
+		users, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("label", labelStagedVolume+name)})
+		if err != nil || len(users.Items) > 0 {
+			continue
+		}
 		_, _ = r.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{})
 	}
 }

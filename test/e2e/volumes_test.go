@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,48 @@ func TestVolumesNamed(t *testing.T) {
 		}
 	})
 
+	t.Run("subPath mounts only that directory of the volume, made when missing", func(t *testing.T) {
+		sdkExec(t, ctx, ca, a1, "mkdir -p /data/proj/src && echo inside > /data/proj/src/f")
+		req := withVolumes(sandgate.Volume{Name: "data", MountPath: "/work", SubPath: "proj", PVC: &sandgate.PVCVolume{ClaimName: "shared"}},
+			sandgate.Volume{Name: "fresh", MountPath: "/fresh", SubPath: "made/here", PVC: &sandgate.PVCVolume{ClaimName: "shared"}})
+		sub := sdkCreate(t, ctx, ca, req).ID
+		if out := sdkExec(t, ctx, ca, sub, "cat /work/src/f; ls -A /work; ls -A /fresh | wc -l"); out != "inside\nsrc\n0" {
+			t.Fatalf("with subPath proj the sandbox sees %q, want only proj's content", out)
+		}
+		sdkExec(t, ctx, ca, sub, "echo written > /fresh/g")
+		if out := sdkExec(t, ctx, ca, a1, "cat /data/made/here/g"); out != "written" {
+			t.Fatalf("a write under the missing subPath landed elsewhere: %q", out)
+		}
+		if err := ca.DeleteSandbox(ctx, sub); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	})
+
+	t.Run("a volume mounted by subPath is in use: its maker's delete leaves it", func(t *testing.T) {
+		maker := sdkCreate(t, ctx, ca, pvc(sandgate.PVCVolume{ClaimName: "kept", DeleteOnSandboxTermination: true})).ID
+		user := sdkCreate(t, ctx, ca, withVolumes(sandgate.Volume{Name: "data", MountPath: "/data", SubPath: "s", PVC: &sandgate.PVCVolume{ClaimName: "kept"}})).ID
+		sdkExec(t, ctx, ca, user, "echo still > /data/f")
+		if err := ca.DeleteSandbox(ctx, maker); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+		if out := sdkExec(t, ctx, ca, user, "cat /data/f"); out != "still" {
+			t.Fatalf("the volume's data went with its maker while another sandbox used it: %q", out)
+		}
+		if err := ca.DeleteSandbox(ctx, user); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	})
+
+	t.Run("a subPath through a symlink the workload planted is refused", func(t *testing.T) {
+		// The volume's content is the workload's: a symlink in it must not lead a later
+		// mount out of the volume (here to the host's /etc).
+		sdkExec(t, ctx, ca, a1, "ln -sfn /etc /data/out && mkdir -p /data/d && ln -sfn /etc /data/d/link")
+		for _, subPath := range []string{"out", "d/link", "d/link/ssl"} {
+			req := withVolumes(sandgate.Volume{Name: "data", MountPath: "/data", SubPath: subPath, PVC: &sandgate.PVCVolume{ClaimName: "shared"}})
+			expectSDKError(t, errOf(ca.CreateSandbox(ctx, req)), 400, "VOLUME::INVALID_PARAMETER")
+		}
+	})
+
 	t.Run("a missing claim without createIfNotExists is refused, nothing left", func(t *testing.T) {
 		before := len(e.containers())
 		expectSDKError(t, errOf(ca.CreateSandbox(ctx, pvc(sandgate.PVCVolume{ClaimName: "never-made", CreateIfNotExists: &no}))), 404, "VOLUME::NOT_FOUND")
@@ -252,8 +295,8 @@ func TestVolumesNamed(t *testing.T) {
 
 	t.Run("deleteOnSandboxTermination removes only what the sandbox made", func(t *testing.T) {
 		scratch := sdkCreate(t, ctx, ca, pvc(sandgate.PVCVolume{ClaimName: "scratch", DeleteOnSandboxTermination: true})).ID
-		if n := len(volumesOfTenant(t, ta)); n != 2 {
-			t.Fatalf("tenant A has %d volumes, want shared and scratch", n)
+		if n := len(volumesOfTenant(t, ta)); n != 3 {
+			t.Fatalf("tenant A has %d volumes, want shared, kept and scratch", n)
 		}
 		if err := ca.DeleteSandbox(ctx, scratch); err != nil {
 			t.Fatalf("delete: %v", err)
@@ -263,8 +306,8 @@ func TestVolumesNamed(t *testing.T) {
 			t.Fatalf("delete: %v", err)
 		}
 		vols := volumesOfTenant(t, ta)
-		if len(vols) != 1 || !strings.HasSuffix(vols[0], "-shared") {
-			t.Fatalf("tenant A's volumes after the deletes: %v, want only shared", vols)
+		if len(vols) != 2 || !slices.ContainsFunc(vols, func(v string) bool { return strings.HasSuffix(v, "-shared") }) {
+			t.Fatalf("tenant A's volumes after the deletes: %v, want shared and kept", vols)
 		}
 	})
 }
