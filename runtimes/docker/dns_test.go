@@ -1,0 +1,226 @@
+package docker
+
+import (
+	"context"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/test/testenv"
+)
+
+// zoneScript is the sandboxes' DNS server in TestAllowedNameResolves: a container of
+// the test's own on the sandbox network, answering allowed.sandgate-test. with the
+// address in argv[1] and denied.sandgate-test. with 192.0.2.1 (only data: no packet
+// goes there), NXDOMAIN for every other name, on UDP and TCP 53 and on UDP 5353. It
+// prints every name it is asked, so the test sees what reached it.
+const zoneScript = `import socket, struct, sys, threading
+zone = {'allowed.sandgate-test': sys.argv[1], 'denied.sandgate-test': '192.0.2.1'}
+def answer(q):
+    i, labels = 12, []
+    while q[i] != 0:
+        labels.append(q[i + 1:i + 1 + q[i]].decode()); i += q[i] + 1
+    i += 5
+    name = '.'.join(labels).lower()
+    print('asked', name, flush=True)
+    if name in zone:
+        hdr = q[:2] + struct.pack('>HHHHH', 0x8580, 1, 1, 0, 0)
+        return hdr + q[12:i] + b'\xc0\x0c' + struct.pack('>HHIH', 1, 1, 60, 4) + socket.inet_aton(zone[name])
+    return q[:2] + struct.pack('>HHHHH', 0x8583, 1, 0, 0, 0) + q[12:i]
+def udp(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', port))
+    while True:
+        q, a = s.recvfrom(4096)
+        try:
+            s.sendto(answer(q), a)
+        except Exception:
+            pass
+def tcp():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 53)); s.listen(16)
+    while True:
+        c, _ = s.accept()
+        try:
+            n = struct.unpack('>H', c.recv(2))[0]; q = b''
+            while len(q) < n:
+                q += c.recv(n - len(q))
+            r = answer(q); c.sendall(struct.pack('>H', len(r)) + r)
+        except Exception:
+            pass
+        c.close()
+for f, a in ((udp, (53,)), (udp, (5353,)), (tcp, ())):
+    threading.Thread(target=f, args=a, daemon=True).start()
+print('ready', flush=True)
+threading.Event().wait()
+`
+
+// dnsQueryScript sends one A query for argv[3] to argv[1]:argv[2] over argv[4] (udp or
+// tcp) and prints "rcode=N an=N addresses…", or "error …" without an answer.
+const dnsQueryScript = `import sys, socket, struct, random
+server, port, name, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+q = struct.pack('>HHHHHH', random.randint(0, 65535), 0x0100, 1, 0, 0, 0)
+q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', 1, 1)
+try:
+    if proto == 'udp':
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(q, (server, port)); r = s.recv(4096)
+    else:
+        s = socket.create_connection((server, port), timeout=3); s.sendall(struct.pack('>H', len(q)) + q)
+        n = struct.unpack('>H', s.recv(2))[0]; r = b''
+        while len(r) < n:
+            r += s.recv(n - len(r))
+except Exception as e:
+    print('error', type(e).__name__); sys.exit(0)
+an = struct.unpack('>H', r[6:8])[0]
+i = 12
+while r[i] != 0:
+    i += r[i] + 1
+i += 5
+ips = []
+for _ in range(an):
+    i += 2 if r[i] & 0xc0 == 0xc0 else len(r[i:].split(b'\x00', 1)[0]) + 1
+    t, c, ttl, l = struct.unpack('>HHIH', r[i:i + 10]); i += 10
+    if t == 1:
+        ips.append(socket.inet_ntoa(r[i:i + 4]))
+    i += l
+print(('rcode=%d an=%d ' % (r[3] & 15, an)) + ' '.join(ips))
+`
+
+// runTestContainer starts a container of image on network (removed when the test
+// ends) and returns its name and address.
+func runTestContainer(t *testing.T, network, image string, cmd ...string) (name, addr string) {
+	t.Helper()
+	name = "sg-rt-aux-" + testenv.RandomHex(4)
+	args := append([]string{"run", "-d", "--name", name, "--network", network, image}, cmd...)
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		t.Fatalf("docker run %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	out, err := exec.Command("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name).Output()
+	if err != nil {
+		t.Fatalf("inspect %s: %v", name, err)
+	}
+	return name, strings.TrimSpace(string(out))
+}
+
+// inSandbox runs sh -c script in the sandbox's workload container and returns its
+// output, trimmed.
+func inSandbox(t *testing.T, id, script string) string {
+	t.Helper()
+	out, err := exec.Command("docker", "exec", containerName(id), "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Logf("in %s: %s: %v", id, script, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestAllowedNameResolves: a sandbox allowed one external name resolves it through
+// its enforcer and reaches the address, in a namespace of its own and in a spare
+// holder's. Docker's embedded resolver forwards the query from inside the sandbox's
+// namespace, unmarked, to the sandbox's DNS server (here one the test runs, named by
+// Options.SandboxDNS); the enforcer sends that forward through the same policy
+// straight to the server instead of back to 127.0.0.11, where it would loop. Nothing
+// goes around the enforcer: a denied name is refused (NXDOMAIN), also when the
+// workload asks the DNS server itself, whose other ports are closed, and the server is
+// never asked a denied name.
+func TestAllowedNameResolves(t *testing.T) {
+	image := baseImage(t)
+	// ICC on: the sandboxes must reach the test's DNS and HTTP servers on this network.
+	network := "sg-rt-" + testenv.RandomHex(4)
+	if out, err := exec.Command("docker", "network", "create", network).CombinedOutput(); err != nil {
+		t.Fatalf("create network: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", network).Run() })
+	_, web := runTestContainer(t, network, image, "python3", "-m", "http.server", "8000", "--bind", "0.0.0.0")
+	resolverName, resolver := runTestContainer(t, network, image, "python3", "-c", zoneScript, web)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := exec.Command("docker", "logs", resolverName).CombinedOutput()
+		if strings.Contains(string(out), "ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the test's DNS server is not ready: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r := testRuntimeOn(t, Options{Network: network, SandboxDNS: []netip.Addr{netip.MustParseAddr(resolver)}})
+	ctx := context.Background()
+	policy := `{"defaultAction":"deny","egress":[{"action":"allow","target":"allowed.sandgate-test"}]}`
+
+	for _, tt := range []struct {
+		name  string
+		spare bool
+	}{
+		{"own namespace", false},
+		{"spare holder's namespace", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := enforcedSpec(t, r, image, policy)
+			if tt.spare {
+				waitSpare(t, r)
+			}
+			if _, err := r.create(ctx, spec, tt.spare); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			res, err := r.cli.ContainerInspect(ctx, containerName(spec.ID), client.ContainerInspectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inHolder := res.Container.Config.Labels[labelHolder] != ""; inHolder != tt.spare {
+				t.Fatalf("workload in a holder's namespace: %t, want %t", inHolder, tt.spare)
+			}
+			id := spec.ID
+			inSandbox(t, id, "cat > /tmp/dnsq.py <<'EOF'\n"+dnsQueryScript+"EOF")
+			query := func(server string, port int, name, proto string) string {
+				return inSandbox(t, id, "python3 /tmp/dnsq.py "+server+" "+strconv.Itoa(port)+" "+name+" "+proto)
+			}
+
+			if got := inSandbox(t, id, "getent hosts allowed.sandgate-test | awk '{print $1}'"); got != web {
+				t.Fatalf("getent hosts allowed.sandgate-test = %q, want %s", got, web)
+			}
+			for _, proto := range []string{"udp", "tcp"} {
+				if got := query("127.0.0.11", 53, "allowed.sandgate-test", proto); got != "rcode=0 an=1 "+web {
+					t.Fatalf("%s query of the allowed name = %q", proto, got)
+				}
+			}
+			// The answer's address is in the allow set: the workload reaches it.
+			if got := inSandbox(t, id, "curl -s -o /dev/null -m 5 -w '%{http_code}' http://allowed.sandgate-test:8000/"); got != "200" {
+				t.Fatalf("GET http://allowed.sandgate-test:8000/ = %q, want 200", got)
+			}
+
+			if got := inSandbox(t, id, "getent hosts denied.sandgate-test; echo exit=$?"); got != "exit=2" {
+				t.Fatalf("getent hosts denied.sandgate-test = %q, want not found", got)
+			}
+			for _, proto := range []string{"udp", "tcp"} {
+				if got := query("127.0.0.11", 53, "denied.sandgate-test", proto); !strings.HasPrefix(got, "rcode=3 an=0") {
+					t.Fatalf("%s query of the denied name = %q, want NXDOMAIN", proto, got)
+				}
+				// Asked directly, the sandbox's DNS server is the enforcer's filtered
+				// listener: the same refusal, the same answer for the allowed name.
+				if got := query(resolver, 53, "denied.sandgate-test", proto); !strings.HasPrefix(got, "rcode=3 an=0") {
+					t.Fatalf("%s query of the denied name to %s:53 = %q, want NXDOMAIN", proto, resolver, got)
+				}
+				if got := query(resolver, 53, "allowed.sandgate-test", proto); got != "rcode=0 an=1 "+web {
+					t.Fatalf("%s query of the allowed name to %s:53 = %q", proto, resolver, got)
+				}
+			}
+			if got := query(resolver, 5353, "denied.sandgate-test", "udp"); !strings.HasPrefix(got, "error") {
+				t.Fatalf("query to the DNS server's port 5353 = %q, want no answer", got)
+			}
+
+			out, err := exec.Command("docker", "logs", resolverName).CombinedOutput()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				if line != "ready" && line != "asked allowed.sandgate-test" {
+					t.Fatalf("the sandbox's DNS server was %s", line)
+				}
+			}
+		})
+	}
+}
