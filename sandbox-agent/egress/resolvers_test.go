@@ -199,3 +199,32 @@ func TestEnforcerSignedRequestsOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestParseDNSServers: --dns-servers takes IPv4 addresses a query can be sent to; a
+// loopback server is asked by Docker from the host's namespace, out of the rules' reach.
+func TestParseDNSServers(t *testing.T) {
+	for _, tt := range []struct {
+		list string
+		want string // the servers, or "error"
+	}{
+		{"", ""},
+		{"192.0.2.53", "192.0.2.53"},
+		{" 192.0.2.53, 198.51.100.53,192.0.2.53,", "192.0.2.53 198.51.100.53"},
+		{"::ffff:192.0.2.53", "192.0.2.53"},
+		{"2001:db8::53", "error"},
+		{"127.0.0.11", "error"},
+		{"0.0.0.0", "error"},
+		{"dns.example", "error"},
+	} {
+		got, err := parseDNSServers(tt.list)
+		s := fmt.Sprint(got)
+		if err != nil {
+			s = "error"
+		} else {
+			s = strings.Trim(s, "[]")
+		}
+		if s != tt.want {
+			t.Errorf("parseDNSServers(%q) = %q (%v), want %q", tt.list, s, err, tt.want)
+		}
+	}
+}
