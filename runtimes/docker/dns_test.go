@@ -3,7 +3,10 @@ package docker
 import (
 	"context"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,6 +223,68 @@ func TestAllowedNameResolves(t *testing.T) {
 				if line != "ready" && line != "asked allowed.sandgate-test" {
 					t.Fatalf("the sandbox's DNS server was %s", line)
 				}
+			}
+		})
+	}
+}
+
+// TestEngineForwardsTo: the servers the engine forwards to without HostConfig.DNS,
+// read from the host's files as libnetwork reads them.
+func TestEngineForwardsTo(t *testing.T) {
+	tests := []struct {
+		name, etc, resolved string
+		want                []string
+	}{
+		{"nameservers", "search example\nnameserver 192.0.2.53\nnameserver 198.51.100.53\n", "", []string{"192.0.2.53", "198.51.100.53"}},
+		{"loopback ones are the host's own", "nameserver 127.0.0.1\nnameserver 192.0.2.53\n", "", []string{"192.0.2.53"}},
+		{"only loopback", "nameserver 127.0.0.1\n", "", nil},
+		{"IPv6 ones are not forwarded to", "nameserver 2001:db8::53\nnameserver 192.0.2.53\n", "", []string{"192.0.2.53"}},
+		{"none: the engine's defaults", "search example\n", "", []string{"8.8.8.8", "8.8.4.4"}},
+		{"systemd-resolved's stub", "nameserver 127.0.0.53\n", "nameserver 192.0.2.53\n", []string{"192.0.2.53"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			etc, resolved := filepath.Join(dir, "etc"), filepath.Join(dir, "resolved")
+			if err := os.WriteFile(etc, []byte(tt.etc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tt.resolved != "" {
+				if err := os.WriteFile(resolved, []byte(tt.resolved), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			for _, a := range engineForwardsTo(etc, resolved) {
+				got = append(got, a.String())
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("engineForwardsTo = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseSandboxDNS: the operator's servers are IPv4 addresses a sandbox can reach.
+func TestParseSandboxDNS(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		list []string
+		ok   bool
+	}{
+		{"addresses", []string{"192.0.2.53", " 198.51.100.53", "192.0.2.53"}, true},
+		{"a name", []string{"dns.example"}, false},
+		{"IPv6", []string{"2001:db8::53"}, false},
+		{"loopback", []string{"127.0.0.1"}, false},
+		{"unspecified", []string{"0.0.0.0"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseSandboxDNS(tt.list)
+			if (err == nil) != tt.ok {
+				t.Fatalf("ParseSandboxDNS(%q) = %v, %v", tt.list, got, err)
+			}
+			if tt.ok && len(got) != 2 {
+				t.Fatalf("ParseSandboxDNS(%q) = %v, want two addresses", tt.list, got)
 			}
 		})
 	}
