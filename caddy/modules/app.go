@@ -156,6 +156,11 @@ type App struct {
 	// never reach, in addition to those found at start: every address of the host's
 	// interfaces and, on Docker, the host's address on every network of the engine.
 	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
+	// SandboxDNS are the DNS servers of every sandbox on Docker (IPv4 addresses,
+	// SANDGATE_SANDBOX_DNS, comma-separated): the engine's embedded resolver forwards
+	// the names it does not own to them, and each sandbox's egress enforcer filters
+	// those forwards (empty: the servers the engine takes from its host's resolv.conf).
+	SandboxDNS []string `json:"sandbox_dns,omitempty"`
 	// ImagePull says when a create pulls its image from a registry: "missing" (default:
 	// only images the engine lacks), "never" or "always" (SANDGATE_PULL). Docker only;
 	// Kubernetes nodes pull as the pod's imagePullPolicy says.
@@ -236,9 +241,14 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		if err != nil {
 			return nil, err
 		}
+		sandboxDNS, err := docker.ParseSandboxDNS(a.SandboxDNS)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox_dns: %w", err)
+		}
 		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-			NoAntiSpoof: a.AntiSpoof == "off", Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA, Logger: log})
+			NoAntiSpoof: a.AntiSpoof == "off", Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA,
+			SandboxDNS: sandboxDNS, Logger: log})
 	},
 	"kubernetes": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
 		upstreamCA, err := a.vaultUpstreamCA()
@@ -337,6 +347,9 @@ func (a *App) Validate() error {
 	}
 	if _, err := docker.ParsePullPolicy(a.ImagePull); err != nil {
 		return fmt.Errorf("image_pull: %w", err)
+	}
+	if _, err := docker.ParseSandboxDNS(a.SandboxDNS); err != nil {
+		return fmt.Errorf("sandbox_dns: %w", err)
 	}
 	if _, err := a.usageInterval(); err != nil {
 		return err

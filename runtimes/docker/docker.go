@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sort"
 	"strconv"
@@ -106,6 +107,10 @@ type Options struct {
 	// (SANDGATE_IMAGE_REGISTRIES): only a listed registry may be an address of the
 	// platform itself (registries.go).
 	ImageRegistries []string
+	// SandboxDNS are the DNS servers of every sandbox (SANDGATE_SANDBOX_DNS, checked by
+	// ParseSandboxDNS): set as HostConfig.DNS on the container that owns the sandbox's
+	// network namespace and handed to its enforcer (dns.go). Empty: the engine's choice.
+	SandboxDNS []netip.Addr
 	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
 	// of the runtime's own). The gateway uses the same one (AgentClient).
 	Agents *agentclient.Client
@@ -139,6 +144,10 @@ type Runtime struct {
 
 	// antiSpoof pins sandbox ports on the bridge (antispoof.go); nil with NoAntiSpoof.
 	antiSpoof *antiSpoof
+
+	// hostDNS are the servers the engine forwards sandboxes' queries to without
+	// SandboxDNS, read from the host's resolver files at start (dns.go).
+	hostDNS []netip.Addr
 }
 
 // capabilities the sandbox's processes keep: enough for a package manager and a
@@ -182,6 +191,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("docker engine at %s does not answer (is dockerd running? `make deps` starts it): %w", host, err)
 	}
 	r := &Runtime{cli: cli, opts: opts, log: opts.Logger, agents: opts.Agents, owner: spareOwnerID()}
+	if len(opts.SandboxDNS) == 0 {
+		r.hostDNS = engineForwardsTo(hostResolvConf, resolvedResolvConf)
+	}
 	if err := r.ensureNetwork(ctx); err != nil {
 		cli.Close()
 		return nil, err
@@ -355,6 +367,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 	}
 	hostCfg := &container.HostConfig{
 		NetworkMode: container.NetworkMode(r.opts.Network),
+		DNS:         r.sandboxDNS(),
 		CapDrop:     []string{"ALL"},
 		CapAdd:      keptCapabilities,
 		SecurityOpt: []string{"no-new-privileges:true"},
@@ -400,6 +413,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		spare = false
 		if h, spare = r.takeSpare(); spare {
 			hostCfg.NetworkMode = container.NetworkMode("container:" + h.id)
+			hostCfg.DNS = nil // the holder's; the engine refuses it with this mode
 			cfg.Hostname = ""
 			labels[labelHolder] = holderName(spec.ID)
 			labels[labelAddress] = h.addr

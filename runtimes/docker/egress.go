@@ -106,6 +106,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 	}
 	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
 	env := []string{"PATH=" + agentBinDir, envEgressToken + "=" + spec.EgressToken}
+	env = append(env, r.enforcerDNSEnv()...)
 	if ca != nil {
 		args = append(args, "--credential-proxy")
 		env = append(env, ca.enforcerEnv(r.opts.VaultUpstreamCA)...)

@@ -25,16 +25,18 @@ import (
 // $SANDGATE_E2E_BIN) on a network of the test's own, removed in cleanup.
 func testRuntime(t *testing.T) (*Runtime, string) {
 	t.Helper()
+	image := baseImage(t)
+	network := "sg-rt-" + testenv.RandomHex(4)
+	t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", network).Run() })
+	return testRuntimeOn(t, Options{Network: network}), image
+}
+
+// baseImage is the built sandgate/base image of this version; the test is skipped
+// without docker or the image.
+func baseImage(t *testing.T) string {
+	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Skip("no docker command")
-	}
-	binDir := os.Getenv("SANDGATE_E2E_BIN")
-	if binDir == "" {
-		binDir = "../../bin"
-	}
-	agent, _ := filepath.Abs(filepath.Join(binDir, "sandbox-agent"))
-	if _, err := os.Stat(agent); err != nil {
-		t.Skipf("no agent binary at %s (make build)", agent)
 	}
 	version, err := os.ReadFile("../../VERSION")
 	if err != nil {
@@ -44,16 +46,28 @@ func testRuntime(t *testing.T) (*Runtime, string) {
 	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
 		t.Skipf("image %s not built", image)
 	}
-	network := "sg-rt-" + testenv.RandomHex(4)
-	r, err := New(context.Background(), Options{Network: network, AgentBinary: agent})
+	return image
+}
+
+// testRuntimeOn is a runtime with opts and the built agent, closed in cleanup (which
+// removes its spare namespace holders).
+func testRuntimeOn(t *testing.T, opts Options) *Runtime {
+	t.Helper()
+	binDir := os.Getenv("SANDGATE_E2E_BIN")
+	if binDir == "" {
+		binDir = "../../bin"
+	}
+	agent, _ := filepath.Abs(filepath.Join(binDir, "sandbox-agent"))
+	if _, err := os.Stat(agent); err != nil {
+		t.Skipf("no agent binary at %s (make build)", agent)
+	}
+	opts.AgentBinary = agent
+	r, err := New(context.Background(), opts)
 	if err != nil {
 		t.Skipf("docker runtime: %v", err)
 	}
-	t.Cleanup(func() {
-		r.Close() // first: it removes the spare namespace holders on the network
-		_ = exec.Command("docker", "network", "rm", network).Run()
-	})
-	return r, image
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // enforcedSpec is the spec of a test sandbox with egress policy policy (a new id and

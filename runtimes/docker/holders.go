@@ -215,6 +215,7 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    container.NetworkMode(r.opts.Network),
+			DNS:            r.sandboxDNS(),
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			ReadonlyRootfs: true,

@@ -14,23 +14,29 @@ import (
 )
 
 // dnsProxy answers every DNS query of the sandbox (nftables redirects port 53 to it):
-// denied names get NXDOMAIN, allowed ones are forwarded to the upstream resolver and
-// their A/AAAA answers pinned into nftables before the reply is sent, so the
-// workload's connect that follows its lookup is already allowed.
+// denied names get NXDOMAIN, allowed ones are forwarded upstream and their A/AAAA
+// answers pinned into nftables before the reply is sent, so the workload's connect
+// that follows its lookup is already allowed.
+//
+// The enforcer runs two: the main one, whose upstream is the sandbox's resolver (on
+// Docker the embedded one at 127.0.0.11), and, when the sandbox's DNS servers are
+// known, one for the queries sent to those servers (Docker's embedded resolver
+// forwards there from inside the sandbox's namespace), whose upstreams are the servers
+// themselves, asked in order until one answers.
 type dnsProxy struct {
-	enf      *enforcer
-	upstream string
-	udp      *dns.Client
-	tcp      *dns.Client
-	log      *slog.Logger
-	// idle keeps connected, marked UDP sockets to the upstream for reuse: a new
+	enf       *enforcer
+	upstreams []string
+	udp       *dns.Client
+	tcp       *dns.Client
+	log       *slog.Logger
+	// idle keeps connected, marked UDP sockets to the first upstream for reuse: a new
 	// socket per query (socket, setsockopt, connect, close) is a measurable part of
 	// the proxy's cost. Queries carry fresh random IDs, and the client skips replies
 	// whose ID does not match, so a late answer cannot be taken for another query's.
 	idle chan *dns.Conn
 }
 
-func newDNSProxy(enf *enforcer, upstream netip.AddrPort, mark uint32, log *slog.Logger) *dnsProxy {
+func newDNSProxy(enf *enforcer, upstreams []netip.AddrPort, mark uint32, log *slog.Logger) *dnsProxy {
 	dialer := func() *net.Dialer {
 		return &net.Dialer{
 			Timeout: 2 * time.Second,
@@ -50,28 +56,46 @@ func newDNSProxy(enf *enforcer, upstream netip.AddrPort, mark uint32, log *slog.
 			},
 		}
 	}
+	addrs := make([]string, len(upstreams))
+	for i, u := range upstreams {
+		addrs[i] = u.String()
+	}
 	return &dnsProxy{
-		enf:      enf,
-		upstream: upstream.String(),
-		udp:      &dns.Client{Net: "udp", Dialer: dialer(), Timeout: 3 * time.Second, UDPSize: dns.DefaultMsgSize},
-		tcp:      &dns.Client{Net: "tcp", Dialer: dialer(), Timeout: 5 * time.Second},
-		log:      log,
-		idle:     make(chan *dns.Conn, 16),
+		enf:       enf,
+		upstreams: addrs,
+		udp:       &dns.Client{Net: "udp", Dialer: dialer(), Timeout: 3 * time.Second, UDPSize: dns.DefaultMsgSize},
+		tcp:       &dns.Client{Net: "tcp", Dialer: dialer(), Timeout: 5 * time.Second},
+		log:       log,
+		idle:      make(chan *dns.Conn, 16),
 	}
 }
 
-// exchange forwards req upstream over the client's transport, reusing an idle UDP
-// socket when there is one.
-func (p *dnsProxy) exchange(ctx context.Context, req *dns.Msg, overTCP bool) (*dns.Msg, error) {
+// exchange forwards req to the upstreams in order until one answers.
+func (p *dnsProxy) exchange(ctx context.Context, req *dns.Msg, overTCP bool) (resp *dns.Msg, err error) {
+	for i, upstream := range p.upstreams {
+		if resp, err = p.exchangeWith(ctx, req, overTCP, upstream, i == 0); err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+	}
+	return nil, err
+}
+
+// exchangeWith forwards req to upstream over the client's transport, reusing an idle
+// UDP socket when pooled and there is one.
+func (p *dnsProxy) exchangeWith(ctx context.Context, req *dns.Msg, overTCP bool, upstream string, pooled bool) (*dns.Msg, error) {
 	if overTCP {
-		resp, _, err := p.tcp.ExchangeContext(ctx, req, p.upstream)
+		resp, _, err := p.tcp.ExchangeContext(ctx, req, upstream)
 		return resp, err
 	}
 	var conn *dns.Conn
-	select {
-	case conn = <-p.idle:
-	default:
-		c, err := p.udp.DialContext(ctx, p.upstream)
+	if pooled {
+		select {
+		case conn = <-p.idle:
+		default:
+		}
+	}
+	if conn == nil {
+		c, err := p.udp.DialContext(ctx, upstream)
 		if err != nil {
 			return nil, err
 		}
@@ -81,6 +105,10 @@ func (p *dnsProxy) exchange(ctx context.Context, req *dns.Msg, overTCP bool) (*d
 	if err != nil {
 		conn.Close()
 		return nil, err
+	}
+	if !pooled {
+		conn.Close()
+		return resp, nil
 	}
 	select {
 	case p.idle <- conn:
@@ -111,7 +139,7 @@ func (p *dnsProxy) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	resp, err := p.exchange(ctx, req, overTCP)
 	req.Id = clientID
 	if err != nil {
-		p.log.Warn("dns upstream failed", "name", name, "upstream", p.upstream, "err", err)
+		p.log.Warn("dns upstream failed", "name", name, "upstreams", p.upstreams, "err", err)
 		p.reply(w, req, dns.RcodeServerFailure)
 		return
 	}

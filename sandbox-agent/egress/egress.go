@@ -28,6 +28,15 @@
 // own, sends every IPv4 packet to port 53, UDP or TCP, whatever the resolver, to the
 // proxy, so a workload cannot pick another resolver; only marked packets skip it.
 //
+// With --dns-servers (the sandbox's DNS servers, the ones Docker's embedded resolver
+// forwards to), port-53 packets to those servers go instead to a second proxy
+// (--dns-servers-listen) that applies the same policy, pins the same way and asks the
+// servers itself, marked; the servers are closed to unmarked traffic on every port,
+// like the upstream. The embedded resolver forwards the names it does not own from
+// inside the sandbox's namespace, unmarked: sent to the main proxy, whose upstream it
+// is, such a forward would loop. Through the second proxy an allowed name goes
+// workload → proxy → (marked) 127.0.0.11 → forward → second proxy → (marked) server.
+//
 // Each policy change replaces the whole table in one netlink batch, which the kernel
 // commits as one transaction: new connections see the new policy at once, and no
 // packet sees a half-built table. DNS pins are single-batch set additions with a

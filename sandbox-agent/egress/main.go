@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,30 +29,37 @@ const (
 	EnvPlatformDeny = "SANDGATE_EGRESS_PLATFORM_DENY"     // --platform-deny
 	EnvPolicyHook   = "SANDGATE_EGRESS_POLICY_HOOK"       // --policy-hook
 	EnvHookToken    = "SANDGATE_EGRESS_POLICY_HOOK_TOKEN" // bearer token for the hook
+	EnvDNSServers   = "SANDGATE_EGRESS_DNS_SERVERS"       // --dns-servers
 )
+
+// DefaultServersListen is where the proxy for queries to the sandbox's DNS servers
+// listens.
+const DefaultServersListen = "127.0.0.1:54"
 
 // DefaultMark is the SO_MARK of the proxy's upstream sockets ("SG").
 const DefaultMark = 0x5347
 
 type config struct {
-	listen       string
-	dnsListen    string
-	upstream     string
-	resolvConf   string
-	policyFile   string
-	stateFile    string
-	platformDeny string
-	policyHook   string
-	hookToken    string
-	mark         uint
-	minTTL       time.Duration
-	maxTTL       time.Duration
-	maxRules     int
-	readyFile    string
-	cleanup      bool
-	credProxy    bool
-	vaultListen  string
-	logLevel     string
+	listen        string
+	dnsListen     string
+	upstream      string
+	resolvConf    string
+	dnsServers    string
+	serversListen string
+	policyFile    string
+	stateFile     string
+	platformDeny  string
+	policyHook    string
+	hookToken     string
+	mark          uint
+	minTTL        time.Duration
+	maxTTL        time.Duration
+	maxRules      int
+	readyFile     string
+	cleanup       bool
+	credProxy     bool
+	vaultListen   string
+	logLevel      string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -61,6 +69,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.dnsListen, "dns-listen", "127.0.0.1:53", "IPv4 address:port of the DNS proxy every port-53 packet is redirected to")
 	fs.StringVar(&c.upstream, "upstream", os.Getenv(EnvUpstream), "upstream resolver ip:port (default: first nameserver of --resolv-conf, port 53)")
 	fs.StringVar(&c.resolvConf, "resolv-conf", "/etc/resolv.conf", "file the default upstream is read from, once, at start")
+	fs.StringVar(&c.dnsServers, "dns-servers", os.Getenv(EnvDNSServers), "comma-separated IPv4 addresses of the sandbox's DNS servers, those Docker's embedded resolver forwards to: port-53 packets to them go to a second proxy, which asks them directly")
+	fs.StringVar(&c.serversListen, "dns-servers-listen", DefaultServersListen, "IPv4 loopback address:port of the second proxy (with --dns-servers)")
 	fs.StringVar(&c.policyFile, "policy-file", "", "initial policy JSON file (default: $"+EnvPolicy+", else deny all)")
 	fs.StringVar(&c.stateFile, "state-file", "", "file the policy in force is kept in, so that a restarted enforcer installs it instead of the initial one (default: none)")
 	fs.StringVar(&c.platformDeny, "platform-deny", os.Getenv(EnvPlatformDeny), "comma-separated targets denied ahead of any policy")
@@ -113,11 +123,19 @@ func Main(ctx context.Context, args []string) error {
 	if upstream == proxyAddr {
 		return fmt.Errorf("egress: upstream %s is the proxy itself; pass --upstream", upstream)
 	}
+	servers, err := parseDNSServers(c.dnsServers)
+	if err != nil {
+		return fmt.Errorf("egress: --dns-servers: %w", err)
+	}
+	serversAddr, err := netip.ParseAddrPort(c.serversListen)
+	if err != nil || !serversAddr.Addr().Is4() || !serversAddr.Addr().IsLoopback() || serversAddr == proxyAddr {
+		return fmt.Errorf("egress: --dns-servers-listen %q must be an IPv4 loopback address:port other than --dns-listen", c.serversListen)
+	}
 	platform, err := parsePlatformDeny(c.platformDeny)
 	if err != nil {
 		return fmt.Errorf("egress: --platform-deny: %w", err)
 	}
-	fw, err := newFirewall(firewallConfig{proxy: proxyAddr, upstream: upstream, mark: uint32(c.mark)})
+	fw, err := newFirewall(firewallConfig{proxy: proxyAddr, upstream: upstream, servers: servers, serversProxy: serversAddr, mark: uint32(c.mark)})
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
@@ -170,14 +188,28 @@ func Main(ctx context.Context, args []string) error {
 			}
 		}()
 	}
-	log.Info("egress rules installed", "table", "inet "+TableName, "mode", initial.Mode(), "restored", restored, "upstream", upstream.String(), "proxy", proxyAddr.String())
+	log.Info("egress rules installed", "table", "inet "+TableName, "mode", initial.Mode(), "restored", restored, "upstream", upstream.String(), "proxy", proxyAddr.String(), "dns_servers", c.dnsServers)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	proxy := newDNSProxy(enf, upstream, uint32(c.mark), log)
-	waitDNS, err := proxy.serve(ctx, c.dnsListen)
+	proxy := newDNSProxy(enf, []netip.AddrPort{upstream}, uint32(c.mark), log)
+	waitMain, err := proxy.serve(ctx, c.dnsListen)
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)
+	}
+	waitDNS := waitMain
+	if len(servers) > 0 {
+		ups := make([]netip.AddrPort, len(servers))
+		for i, a := range servers {
+			ups[i] = netip.AddrPortFrom(a, 53)
+		}
+		waitServers, err := newDNSProxy(enf, ups, uint32(c.mark), log).serve(ctx, c.serversListen)
+		if err != nil {
+			cancel()
+			waitMain()
+			return fmt.Errorf("egress: %w", err)
+		}
+		waitDNS = func() { waitMain(); waitServers() }
 	}
 
 	waitVault := func() {}
@@ -258,6 +290,30 @@ func resolveUpstream(flagValue, resolvConf string) (netip.AddrPort, error) {
 		}
 	}
 	return netip.AddrPort{}, fmt.Errorf("no --upstream and no usable nameserver in %s", resolvConf)
+}
+
+// parseDNSServers reads the comma-separated list of the sandbox's DNS servers: IPv4
+// addresses (the redirect to the second proxy is IPv4), none loopback, since Docker asks
+// a loopback server from the host's namespace, where no rule of the sandbox applies.
+func parseDNSServers(list string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Unmap().Is4() {
+			return nil, fmt.Errorf("%q is not an IPv4 address", s)
+		}
+		a = a.Unmap()
+		if a.IsLoopback() || a.IsUnspecified() {
+			return nil, fmt.Errorf("%s is not a DNS server's address", a)
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // parsePlatformDeny turns the comma-separated list into deny rules.

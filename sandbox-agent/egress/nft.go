@@ -46,9 +46,14 @@ type intercept struct {
 
 // firewallConfig is what the rules need besides the policy.
 type firewallConfig struct {
-	proxy    netip.AddrPort // the DNS proxy every port-53 packet is sent to (IPv4)
+	proxy    netip.AddrPort // the DNS proxy every other port-53 packet is sent to (IPv4)
 	upstream netip.AddrPort // the resolver the proxy's marked queries may reach
-	mark     uint32         // SO_MARK of the proxy's upstream sockets
+	// servers are the sandbox's DNS servers (IPv4, the ones Docker's embedded resolver
+	// forwards to): port-53 packets to them go to serversProxy, whose marked queries
+	// may reach them.
+	servers      []netip.Addr
+	serversProxy netip.AddrPort
+	mark         uint32 // SO_MARK of the proxies' upstream sockets
 }
 
 // pin is an address learned from an allowed DNS answer for name, alive until expires.
@@ -222,8 +227,10 @@ func (f *firewall) remove() error {
 //
 //	ct state established,related accept       answers and flows admitted earlier
 //	meta mark MARK ip daddr UPSTREAM accept   the proxy's own upstream queries
+//	meta mark MARK ip daddr SERVER accept     the second proxy's, one rule per server
 //	ip daddr UPSTREAM drop                    the resolver itself, on any port
 //	ip daddr 127.0.0.11 drop                  Docker's embedded resolver, on any port
+//	ip daddr SERVER drop                      each DNS server, on any port
 //	oifname "lo" accept                       loopback
 //	ip daddr 127.0.0.0/8 accept               DNS redirected to the proxy (see below)
 //	th dport {53, 853} drop                   DNS that escaped the redirect (IPv6), DoT
@@ -252,13 +259,17 @@ func (f *firewall) filterRules(rs *ruleSet, sets map[string]*nftables.Set) [][]e
 		},
 		slices.Concat(mark, matchDaddr(f.cfg.upstream.Addr()), []expr.Any{accept}),
 	}
+	for _, a := range f.cfg.servers {
+		rules = append(rules, slices.Concat(mark, matchDaddr(a), []expr.Any{accept}))
+	}
 	// The resolvers themselves are closed to the workload on every port: the upstream
 	// (its DNS port is redirected to the proxy, but Docker's embedded resolver really
-	// listens on random ports of 127.0.0.11, readable in /proc/net/udp) and Docker's
-	// resolver address even when the upstream is another one. Only the proxy's marked
-	// queries, accepted just above, reach them. These come before the loopback accept,
-	// which would otherwise let 127.0.0.11 through.
-	for _, a := range resolverAddrs(f.cfg.upstream.Addr()) {
+	// listens on random ports of 127.0.0.11, readable in /proc/net/udp), Docker's
+	// resolver address even when the upstream is another one, and the sandbox's DNS
+	// servers (a server may answer DNS on other ports, over TLS or HTTPS). Only the
+	// proxies' marked queries, accepted just above, reach them. These come before the
+	// loopback accept, which would otherwise let 127.0.0.11 through.
+	for _, a := range resolverAddrs(f.cfg.upstream.Addr(), f.cfg.servers) {
 		rules = append(rules, slices.Concat(matchDaddr(a), []expr.Any{&expr.Counter{}, dropV}))
 	}
 	rules = append(rules,
@@ -321,30 +332,45 @@ func (f *firewall) filterRules(rs *ruleSet, sets map[string]*nftables.Set) [][]e
 	return append(rules, []expr.Any{&expr.Counter{}, final})
 }
 
-// natRules is the nat output chain: the proxy's marked queries leave untouched,
-// every other IPv4 packet to port 53 (UDP or TCP, any resolver) goes to the proxy,
-// and, with vault bindings, TCP to a bound host's address on a bound port goes to the
-// vault proxy (its own upstream connections are marked, so they leave untouched).
+// natRules is the nat output chain: the proxies' marked queries leave untouched,
+// every other IPv4 packet to port 53 (UDP or TCP) goes to the second proxy when it is
+// sent to one of the sandbox's DNS servers and to the proxy when it is sent anywhere
+// else, and, with vault bindings, TCP to a bound host's address on a bound port goes
+// to the vault proxy (its own upstream connections are marked, so they leave
+// untouched).
+//
+// The second proxy is what keeps Docker's embedded resolver from looping: the proxy
+// asks 127.0.0.11 (marked), and the embedded resolver forwards a name it does not own
+// from inside the sandbox's namespace, unmarked, to a DNS server; sent back to the
+// proxy, that forward would ask 127.0.0.11 again. The second proxy applies the same
+// policy and asks the server itself.
 func (f *firewall) natRules(ic *intercept, sets map[string]*nftables.Set) [][]expr.Any {
 	rules := [][]expr.Any{{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(f.cfg.mark)},
 		&expr.Verdict{Kind: expr.VerdictReturn},
 	}}
-	proxyIP := f.cfg.proxy.Addr().As4()
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		rules = append(rules, []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
-			&expr.Immediate{Register: 1, Data: proxyIP[:]},
-			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(f.cfg.proxy.Port())},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
-		})
+	redirectDNS := func(match []expr.Any, to netip.AddrPort) {
+		ip := to.Addr().As4()
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			rules = append(rules, slices.Concat(match, []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+				&expr.Immediate{Register: 1, Data: ip[:]},
+				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(to.Port())},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+			}))
+		}
 	}
+	for _, a := range f.cfg.servers {
+		redirectDNS(matchDaddr(a), f.cfg.serversProxy)
+	}
+	redirectDNS([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}, f.cfg.proxy)
 	if ic != nil {
 		loopback := [4]byte{127, 0, 0, 1}
 		rules = append(rules, []expr.Any{
@@ -369,10 +395,12 @@ func (f *firewall) natRules(ic *intercept, sets map[string]*nftables.Set) [][]ex
 var dockerResolver = netip.MustParseAddr("127.0.0.11")
 
 // resolverAddrs are the addresses closed to unmarked traffic.
-func resolverAddrs(upstream netip.Addr) []netip.Addr {
+func resolverAddrs(upstream netip.Addr, servers []netip.Addr) []netip.Addr {
 	out := []netip.Addr{upstream}
-	if upstream != dockerResolver {
-		out = append(out, dockerResolver)
+	for _, a := range append([]netip.Addr{dockerResolver}, servers...) {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
 	}
 	return out
 }

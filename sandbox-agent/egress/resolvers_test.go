@@ -102,6 +102,39 @@ func TestEnforcerClosesOtherResolvers(t *testing.T) {
 	})
 }
 
+// TestEnforcerAsksTheSandboxDNSServers checks the second proxy: with --dns-servers, a
+// query to one of those servers is answered through the same policy by a proxy that
+// asks the server itself (the main proxy's upstream here answers nothing, so an answer
+// can only come that way), the allowed answer is pinned, a denied name is refused, and
+// the server's other ports are closed.
+func TestEnforcerAsksTheSandboxDNSServers(t *testing.T) {
+	top := newTopology(t)
+	top.startEnforcer(t, []string{EnvPolicy + `={"defaultAction":"deny","egress":[{"action":"allow","target":"allowed.test"}]}`},
+		"--upstream", "198.18.0.99:53", "--dns-servers", otherDNSIP)
+	for _, network := range []string{"udp", "tcp"} {
+		t.Run("allowed_"+network, func(t *testing.T) {
+			resp, err := top.lookup(network, otherDNSIP+":53", "allowed.test", dns.TypeA)
+			if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+				t.Fatalf("allowed.test from %s: %v %v", otherDNSIP, resp, err)
+			}
+			if a, ok := resp.Answer[0].(*dns.A); !ok || a.A.String() != allowedIP {
+				t.Fatalf("allowed.test = %v, want %s", resp.Answer[0], allowedIP)
+			}
+		})
+		t.Run("denied_"+network, func(t *testing.T) {
+			resp, err := top.lookup(network, otherDNSIP+":53", "denied.test", dns.TypeA)
+			if err != nil || resp.Rcode != dns.RcodeNameError {
+				t.Fatalf("denied.test from %s: %v %v, want NXDOMAIN", otherDNSIP, resp, err)
+			}
+		})
+	}
+	mustConnect(t, top, allowedIP)
+	mustBlock(t, top, deniedIP)
+	if resp, err := top.lookup("tcp", otherDNSIP+":5353", "denied.test", dns.TypeA); err == nil || !isTimeoutOrRefused(err) {
+		t.Fatalf("%s:5353 answered through the enforcer: %v %v", otherDNSIP, resp, err)
+	}
+}
+
 // TestEnforcerRestartKeepsAPIPolicy checks that a policy changed through the API is the
 // one a restarted enforcer installs (not the initial one), and that the rules stay in
 // force while no enforcer runs.
@@ -198,4 +231,33 @@ func TestEnforcerSignedRequestsOnly(t *testing.T) {
 			t.Fatalf("GET signed before the start: %d %s", resp.StatusCode, b)
 		}
 	})
+}
+
+// TestParseDNSServers: --dns-servers takes IPv4 addresses a query can be sent to; a
+// loopback server is asked by Docker from the host's namespace, out of the rules' reach.
+func TestParseDNSServers(t *testing.T) {
+	for _, tt := range []struct {
+		list string
+		want string // the servers, or "error"
+	}{
+		{"", ""},
+		{"192.0.2.53", "192.0.2.53"},
+		{" 192.0.2.53, 198.51.100.53,192.0.2.53,", "192.0.2.53 198.51.100.53"},
+		{"::ffff:192.0.2.53", "192.0.2.53"},
+		{"2001:db8::53", "error"},
+		{"127.0.0.11", "error"},
+		{"0.0.0.0", "error"},
+		{"dns.example", "error"},
+	} {
+		got, err := parseDNSServers(tt.list)
+		s := fmt.Sprint(got)
+		if err != nil {
+			s = "error"
+		} else {
+			s = strings.Trim(s, "[]")
+		}
+		if s != tt.want {
+			t.Errorf("parseDNSServers(%q) = %q (%v), want %q", tt.list, s, err, tt.want)
+		}
+	}
 }
