@@ -124,6 +124,13 @@ func (s *Service) settleAfterClaim(ctx context.Context) bool {
 }
 
 func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, now time.Time) {
+	if rec.State == StateStopping {
+		// A delete under way owns its record and its vanishing container (deleting.go).
+		if now.Sub(rec.LastTransitionAt) > stoppingTakeover {
+			s.finishStopping(ctx, rec)
+		}
+		return
+	}
 	if s.expiring(rec, now) {
 		return // the reaper removes it; its dying container is not a failure
 	}
@@ -153,9 +160,17 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 	if reason != "" {
 		s.log.Warn("sandbox failed", "id", rec.ID, "reason", reason)
 		sb, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			// Judged on the record this pass read: one changed since (a delete that
+			// began, a resume) is judged again by the next pass.
+			if sb.State != rec.State {
+				return errNotAsJudged
+			}
 			sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
 			return nil
 		})
+		if errors.Is(err, errNotAsJudged) || errors.Is(err, store.ErrNotFound) {
+			return
+		}
 		if err != nil {
 			s.backgroundError("reconciler", "mark sandbox failed", err, "id", rec.ID)
 			return
@@ -171,6 +186,9 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 	}
 	if wantState != rec.State || (inst.Address != "" && inst.Address != rec.Address) {
 		_, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			if sb.State != rec.State {
+				return errNotAsJudged
+			}
 			if sb.State != wantState {
 				sb.State, sb.LastTransitionAt = wantState, now
 			}
@@ -179,7 +197,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, store.ErrNotFound) { // deleted meanwhile: nothing to sync
+		if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, errNotAsJudged) { // deleted or changed meanwhile: nothing to sync
 			s.backgroundError("reconciler", "sync record with the runtime", err, "id", rec.ID)
 		}
 	}
