@@ -57,6 +57,10 @@ func (s *Service) removeStopping(ctx context.Context, sb *store.Sandbox, data ma
 	removed, err := s.store.RemoveSandbox(context.WithoutCancel(ctx), sb.ID)
 	if err != nil && !removed {
 		s.rememberDeleted(sb, data)
+		if errors.Is(err, store.ErrUnavailable) {
+			return &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable, Cause: err,
+				Message: "the sandbox is removed; the state store (Redis) is unreachable, and its record is removed as soon as it answers again"}
+		}
 		return err
 	}
 	if err != nil {
