@@ -258,7 +258,7 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 		}
 	}
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
-		if sb.State == StateFailed || sb.State == StateTerminated {
+		if sb.State == StateFailed || sb.State == StateTerminated || sb.State == StateStopping {
 			return Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
 		}
 		sb.ExpiresAt = &exp
@@ -296,9 +296,19 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}
 	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+		if sb.State == to {
+			return errAlreadySettled // a concurrent request made the same change
+		}
+		if sb.State != from {
+			// Changed meanwhile (a delete under way is Stopping): that change stands.
+			return Errorf(KindConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
+		}
 		sb.State, sb.LastTransitionAt = to, time.Now().UTC()
 		return nil
 	})
+	if errors.Is(err, errAlreadySettled) {
+		return nil
+	}
 	return s.mapStoreErr(id, err)
 }
 
