@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 )
 
@@ -87,5 +89,57 @@ func TestDeletedSandboxesEmitDeletedOnly(t *testing.T) {
 		if deleted[id] != 1 {
 			t.Errorf("sandbox %s: %d sandbox.deleted events, want 1", id, deleted[id])
 		}
+	}
+}
+
+// TestStoppingRecordFinished: a record left Stopping (its gateway died between the mark
+// and the removal) is left alone while a delete may still be under way, then finished by
+// the reconciler: container and record go, with one sandbox.deleted.
+func TestStoppingRecordFinished(t *testing.T) {
+	c := newTestCore(t, Config{SyncInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	fresh, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, since := range map[string]time.Time{fresh.ID: time.Now(), stale.ID: time.Now().Add(-stoppingTakeover - time.Second)} {
+		if _, err := c.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+			sb.State, sb.LastTransitionAt = StateStopping, since.UTC()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the stale Stopping sandbox removed", func() bool {
+		_, err := c.rt.Inspect(ctx, stale.ID)
+		_, gerr := c.store.GetSandbox(ctx, stale.ID)
+		return err != nil && errors.Is(gerr, store.ErrNotFound)
+	})
+	time.Sleep(100 * time.Millisecond) // more passes
+	if got, err := c.svc.Get(ctx, admin, fresh.ID); err != nil || got.Status.State != StateStopping {
+		t.Errorf("the fresh Stopping sandbox: %+v, %v; want it left Stopping for its delete", got, err)
+	}
+	if _, err := c.rt.Inspect(ctx, fresh.ID); err != nil {
+		t.Errorf("the fresh Stopping sandbox's container was removed: %v", err)
+	}
+	events, err := c.store.ReadEvents(ctx, DefaultTenant, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, ev := range events {
+		if ev.Type == plugins.EventSandboxDeleted {
+			deleted = append(deleted, ev.SandboxID)
+		}
+		if ev.Type == "sandbox.failed" {
+			t.Errorf("sandbox.failed for %s: %v", ev.SandboxID, ev.Data)
+		}
+	}
+	if len(deleted) != 1 || deleted[0] != stale.ID {
+		t.Errorf("sandbox.deleted events for %v, want one for %s", deleted, stale.ID)
 	}
 }
