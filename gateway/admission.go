@@ -63,6 +63,9 @@ func (s *Service) admit(ctx context.Context, caller Caller, req admissionRequest
 	if req.MemoryBytes == 0 {
 		req.MemoryBytes = q.DefaultMemoryBytes
 	}
+	if err := s.checkNoExpiry(req.Timeout, q); err != nil {
+		return q, err
+	}
 	in := policy.AdmissionInput{
 		Tenant: policy.TenantQuotas{ID: caller.Tenant, Quotas: policy.Quotas{
 			MaxConcurrent: q.MaxConcurrent, MaxCPUMillis: q.MaxCPUMillis, MaxMemoryBytes: q.MaxMemoryBytes,

@@ -80,7 +80,7 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 // admitClaim runs the admission policy for count sandboxes of a pool's template.
 func (s *Service) admitClaim(ctx context.Context, caller Caller, tmpl, req CreateRequest, count int) error {
 	merged := tmpl
-	merged.Timeout = req.Timeout
+	merged.Timeout = claimTimeout(tmpl, req)
 	merged.Extensions = req.Extensions
 	spec, err := s.validateCreate(merged)
 	if err != nil {
@@ -98,7 +98,7 @@ func (s *Service) coldFromTemplate(ctx context.Context, caller Caller, tmpl, req
 	if len(req.Entrypoint) > 0 {
 		merged.Entrypoint = req.Entrypoint
 	}
-	merged.Timeout = req.Timeout
+	merged.Timeout = claimTimeout(tmpl, req)
 	merged.Extensions = req.Extensions
 	if len(req.NetworkPolicy) > 0 {
 		merged.NetworkPolicy = req.NetworkPolicy
@@ -149,17 +149,7 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 		patch["batch"] = batch
 	}
 	expires := ""
-	if req.Timeout != nil {
-		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
-		patch["expiresAt"] = exp
-		expires = fmt.Sprint(exp.UnixMilli())
-	} else if tmpl.Timeout != nil {
-		exp := now.Add(time.Duration(*tmpl.Timeout) * time.Second)
-		patch["expiresAt"] = exp
-		expires = fmt.Sprint(exp.UnixMilli())
-	} else if exp, err := s.defaultExpiry(ctx, caller.Tenant, now); err != nil {
-		return nil, nil, err
-	} else if exp != nil {
+	if exp := expiryFor(now, claimTimeout(tmpl, req)); exp != nil {
 		patch["expiresAt"] = *exp
 		expires = fmt.Sprint(exp.UnixMilli())
 	}

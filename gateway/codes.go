@@ -45,8 +45,8 @@ const (
 	CodeUnsupported = "SANDBOX::UNSUPPORTED"
 	// CodeUpstreamError: the proxy could not reach the sandbox's port.
 	CodeUpstreamError = "SANDBOX::UPSTREAM_UNREACHABLE"
-	// CodeUnavailable answers a call to a claimed pool member that died after its claim:
-	// it is marked Failed, and the caller claims another.
+	// CodeUnavailable answers a call to a sandbox that died: it is marked Failed, with
+	// the reason in the message (a claimed pool member's caller claims another).
 	CodeUnavailable = "SANDBOX::UNAVAILABLE"
 	// CodeGatewayLost is the cause of a batch member given up because its gateways died.
 	CodeGatewayLost = "SANDBOX::GATEWAY_LOST"

@@ -130,7 +130,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	spec.CreatedAt = now
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
-	spec.ExpiresAt = s.expiryFor(now, req.Timeout, q)
+	spec.ExpiresAt = expiryFor(now, req.Timeout)
 	if err := checkHostPaths(spec.Volumes); err != nil {
 		return nil, err
 	}

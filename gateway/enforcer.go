@@ -5,7 +5,8 @@ package gateway
 // namespace), so the sandbox is cut off rather than open, but its policy API and DNS
 // proxy are gone for good. On every reconcile pass the gateway asks the runtime which
 // Running sandboxes lack a running enforcer and restores each with the policy it last
-// installed (kept in the record as EgressPolicy, see recordEgressPolicy) and the
+// installed (kept in the record as EgressPolicy, see recordEgressPolicy, or read back
+// from the enforcer when the sandbox was adopted, see policyInForce) and the
 // platform's deny list as Rego decides it now. A restore that fails three passes in a
 // row marks the sandbox Failed with reason ENFORCER_LOST, so that nobody keeps using a sandbox whose policy
 // can no longer be changed.

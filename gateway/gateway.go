@@ -75,9 +75,10 @@ type Config struct {
 	// MinTimeout and MaxTimeout bound a sandbox's requested lifetime.
 	MinTimeout time.Duration
 	MaxTimeout time.Duration
-	// DefaultTimeout is the lifetime of a sandbox created with timeout null, unless its
-	// tenant's quota allows manual cleanup; zero uses MaxTimeout.
-	DefaultTimeout time.Duration
+	// RequireTimeout refuses a create without timeout (which never expires) with a 400,
+	// unless its tenant's quota allows manual cleanup; a create is never given a
+	// lifetime it did not ask for.
+	RequireTimeout bool
 	// ReadyTimeout bounds the wait for a new sandbox's agent to answer.
 	ReadyTimeout time.Duration
 	// ReapInterval is how often expired sandboxes are looked for.
@@ -145,9 +146,6 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = 7 * 24 * time.Hour
-	}
-	if c.DefaultTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
-		c.DefaultTimeout = c.MaxTimeout
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = 30 * time.Second

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"regexp"
@@ -191,26 +190,35 @@ func (s *Service) validateClaimInput(req CreateRequest) error {
 }
 
 // expiryFor is when a sandbox created at now with timeout (seconds, validated) expires:
-// a timeout of null gets the gateway's DefaultTimeout unless the tenant's quota allows
-// manual cleanup, so that no sandbox outlives every bound by omission.
-func (s *Service) expiryFor(now time.Time, timeout *int64, q store.Quotas) *time.Time {
-	var exp time.Time
-	switch {
-	case timeout != nil:
-		exp = now.Add(time.Duration(*timeout) * time.Second)
-	case q.AllowManualCleanup:
+// never (nil) for a timeout of null, as OpenSandbox specifies. Admission has already
+// refused a null the operator does not allow (checkNoExpiry, the tenant's
+// maxTimeoutSeconds).
+func expiryFor(now time.Time, timeout *int64) *time.Time {
+	if timeout == nil {
 		return nil
-	default:
-		exp = now.Add(s.cfg.DefaultTimeout)
 	}
+	exp := now.Add(time.Duration(*timeout) * time.Second)
 	return &exp
 }
 
-// defaultExpiry is expiryFor with timeout null for tenant's quotas.
-func (s *Service) defaultExpiry(ctx context.Context, tenant string, now time.Time) (*time.Time, error) {
-	q, err := s.tenantQuotas(ctx, tenant)
-	if err != nil {
-		return nil, err
+// checkNoExpiry refuses a create without timeout on a gateway that requires one
+// (Config.RequireTimeout), unless the tenant's quota allows manual cleanup: the caller
+// learns the rule and the timeouts it may ask for instead of getting a lifetime it did
+// not ask for.
+func (s *Service) checkNoExpiry(timeout *int64, q store.Quotas) error {
+	if timeout != nil || !s.cfg.RequireTimeout || q.AllowManualCleanup {
+		return nil
 	}
-	return s.expiryFor(now, nil, q), nil
+	lo, hi := int64(s.cfg.MinTimeout/time.Second), int64(s.cfg.MaxTimeout/time.Second)
+	return Errorf(KindInvalid, CodeInvalidExpiration,
+		"timeout is required: this gateway keeps no sandbox without expiry; set timeout to %d to %d seconds", lo, hi)
+}
+
+// claimTimeout is the timeout of a sandbox a claim (or a batch) hands out: the claim's,
+// else its template's.
+func claimTimeout(tmpl, req CreateRequest) *int64 {
+	if req.Timeout != nil {
+		return req.Timeout
+	}
+	return tmpl.Timeout
 }

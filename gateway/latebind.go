@@ -163,10 +163,17 @@ func (s *Service) failMember(ctx context.Context, sb *store.Sandbox, cause error
 		s.log.Warn("mark pool member Failed", "id", sb.ID, "err", err)
 	}
 	s.routes.drop(sb.ID)
-	if err := s.runtime.Delete(ctx, sb.ID); err != nil {
-		s.log.Warn("remove failed pool member", "id", sb.ID, "err", err)
-	}
-	s.kickPools()
+	// Removed in the background: the call that found the member dead answers now.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := s.runtime.Delete(ctx, sb.ID); err != nil {
+			s.log.Warn("remove failed pool member", "id", sb.ID, "err", err)
+		}
+		s.kickPools()
+	}()
 }
 
 var errAlreadySettled = errors.New("already settled")
@@ -238,15 +245,18 @@ func (s *Service) bindElsewhere(ctx context.Context, sb *store.Sandbox) *bindCal
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // UpstreamFailed is told of a forwarded call whose sandbox did not answer. For a
-// claimed pool member that the runtime reports stopped it marks the member Failed and
-// returns the SANDBOX::UNAVAILABLE error to answer with; else nil (the caller answers
-// its usual upstream error).
+// sandbox that the runtime reports stopped it marks it Failed (a claimed pool member:
+// MEMBER_DIED; another: why it ended, deaths.go) and returns the SANDBOX::UNAVAILABLE
+// error to answer with; else nil (the caller answers its usual upstream error).
 func (s *Service) UpstreamFailed(ctx context.Context, sb *store.Sandbox, cause error) error {
-	if sb == nil || sb.Pool == "" {
+	if sb == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if sb.Pool == "" {
+		return s.coldSandboxDied(ctx, sb)
+	}
 	inst, err := s.runtime.Inspect(ctx, sb.ID)
 	if err == nil && inst.State == runtimes.StateRunning {
 		return nil
@@ -261,9 +271,9 @@ type runtimeDeathWatcher interface {
 	WatchDeaths(ctx context.Context, dead func(id string)) error
 }
 
-// watchMemberDeaths learns of pool members' deaths from the runtime as they happen: a
+// watchMemberDeaths learns of sandboxes' deaths from the runtime as they happen: a
 // warm member leaves its pool at once (it is never handed out), a claimed one is marked
-// Failed. Without such a runtime the pool manager's sweep (SyncInterval) finds them.
+// Failed, and so is any other sandbox (deaths.go). Without such a runtime the pool manager's sweep (SyncInterval) finds them.
 func (s *Service) watchMemberDeaths() {
 	w, ok := s.runtime.(runtimeDeathWatcher)
 	if !ok {
@@ -308,7 +318,13 @@ func (s *Service) memberDied(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	sb, err := s.store.GetSandbox(ctx, id)
-	if err != nil || sb.Pool == "" {
+	if err != nil {
+		return
+	}
+	if sb.Pool == "" {
+		if sb.State == StateRunning {
+			_ = s.coldSandboxDied(ctx, sb)
+		}
 		return
 	}
 	if removed, err := s.store.RemoveWarm(ctx, sb.Tenant, sb.Pool, id); err == nil && removed {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -150,32 +152,15 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 		}
 		return
 	}
-	var reason, message string
-	switch {
-	case !exists:
-		reason, message = "CONTAINER_VANISHED", "the sandbox's container no longer exists in the runtime"
-	case inst.State == runtimes.StateExited:
-		reason, message = "EXITED", inst.Message
+	if exists && inst.State == runtimes.StateExited {
+		// The list says little of how a container ended (Docker's: "Exited (137) …");
+		// one inspect of the dead sandbox tells an out-of-memory kill from an exit.
+		if full, err := s.runtime.Inspect(ctx, rec.ID); err == nil && full.State == runtimes.StateExited {
+			inst = full
+		}
 	}
-	if reason != "" {
-		s.log.Warn("sandbox failed", "id", rec.ID, "reason", reason)
-		sb, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
-			// Judged on the record this pass read: one changed since (a delete that
-			// began, a resume) is judged again by the next pass.
-			if sb.State != rec.State {
-				return errNotAsJudged
-			}
-			sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
-			return nil
-		})
-		if errors.Is(err, errNotAsJudged) || errors.Is(err, store.ErrNotFound) {
-			return
-		}
-		if err != nil {
-			s.backgroundError("reconciler", "mark sandbox failed", err, "id", rec.ID)
-			return
-		}
-		s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
+	if !exists || inst.State == runtimes.StateExited {
+		s.markDead(ctx, rec.ID, inst, exists)
 		return
 	}
 	wantState := rec.State
@@ -260,6 +245,9 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now
 	}
+	if rec.EgressToken != "" && s.enforcesEgress() {
+		rec.EgressPolicy = s.policyInForce(ctx, rec)
+	}
 	if err := s.store.CreateSandbox(ctx, rec, 0); err != nil {
 		s.backgroundError("reconciler", "adopt sandbox", err, "id", inst.ID)
 		return
@@ -267,6 +255,35 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
 	s.metrics.Reconciled("adopted")
 	s.emit(ctx, rec, "sandbox.adopted", nil)
+}
+
+// policyInForce reads the policy an adopted sandbox's enforcer enforces (a signed
+// answer, as every policy read), so that the record keeps it as a create or a change
+// through the egress API would have: an enforcer restored later gets it back instead of
+// deny-all. An enforcer that does not answer leaves the record without one (a restore
+// then fails closed), and says so in the log.
+func (s *Service) policyInForce(ctx context.Context, rec *store.Sandbox) json.RawMessage {
+	a, err := s.agents.GetPolicy(ctx, rec.Address, rec.EgressToken, enforcerCallTimeout)
+	if err == nil && !a.OK() {
+		err = fmt.Errorf("status %d", a.Status)
+	}
+	var answer struct {
+		Policy *policy.NetworkPolicy `json:"policy"`
+	}
+	if err == nil {
+		if err = json.Unmarshal(a.Body, &answer); err == nil && answer.Policy == nil {
+			err = errors.New("the answer names no policy")
+		}
+	}
+	var js []byte
+	if err == nil {
+		js, err = json.Marshal(answer.Policy)
+	}
+	if err != nil {
+		s.log.Warn("adopted sandbox's egress policy not read from its enforcer; a restored enforcer would deny all", "sandbox", rec.ID, "err", err)
+		return nil
+	}
+	return js
 }
 
 // removeHalfMade removes a record-less sandbox whose create did not go all the way (its

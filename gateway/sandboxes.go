@@ -228,9 +228,15 @@ func (s *Service) PatchMetadata(ctx context.Context, caller Caller, id string, p
 }
 
 // Renew moves the expiry to expiresAt, which must lie in the future and within MaxTimeout.
+// A sandbox without expiry (created without timeout) has none to move: renewing it
+// would shorten its life, so it answers 409.
 func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt time.Time) (time.Time, error) {
-	if _, err := s.Lookup(ctx, caller, id); err != nil {
+	rec, err := s.Lookup(ctx, caller, id)
+	if err != nil {
 		return time.Time{}, err
+	}
+	if rec.ExpiresAt == nil {
+		return time.Time{}, Errorf(KindConflict, CodeInvalidExpiration, "sandbox %s has no expiry (it was created without timeout) and runs until deleted; there is nothing to renew", id)
 	}
 	now := time.Now()
 	if !expiresAt.After(now) {
@@ -260,6 +266,9 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		if sb.State == StateFailed || sb.State == StateTerminated || sb.State == StateStopping {
 			return Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
+		}
+		if sb.ExpiresAt == nil {
+			return Errorf(KindConflict, CodeInvalidExpiration, "sandbox %s has no expiry (it was created without timeout) and runs until deleted; there is nothing to renew", id)
 		}
 		sb.ExpiresAt = &exp
 		return nil

@@ -26,6 +26,8 @@ func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 		{"PATCH with a second document", "PATCH", `{"bindings": {"add": []}} {"bindings": {"add": [` + denied + `]}}`},
 		{"PATCH that is not JSON", "PATCH", `{"bindings": `},
 		{"PATCH with an unknown field", "PATCH", `{"bindings": {"add": [` + denied + `]}, "extra": 1}`},
+		{"POST with an unknown field in a binding", "POST", `{"credentials": null, "bindings": [{"name": "b", "match": {"hosts": ["a.test"], "extra": 1}, "auth": {"type": "bearer", "credential": "tok"}}]}`},
+		{"POST with null lists and a stray brace", "POST", `{"credentials": null, "bindings": null}}`},
 	}
 	c := newTestCore(t, Config{})
 	// The sandbox has no address, so nothing is ever dialled: a body that got past the
@@ -62,5 +64,17 @@ func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 		t.Run("egress "+tt.name, func(t *testing.T) {
 			wantCode(t, tt.parse(), KindInvalid, policy.CodeInvalidEgress)
 		})
+	}
+}
+
+// TestVaultCreateWithNullLists: a create whose lists are null is an empty vault to the
+// gateway, as to the enforcer (both decode vaultproto.Create with strictjson): nothing
+// to judge, nothing refused.
+func TestVaultCreateWithNullLists(t *testing.T) {
+	for _, body := range []string{`{"credentials": null, "bindings": null}`, `{"credentials": [], "bindings": null}`} {
+		got, err := vaultBindingsOf("POST", []byte(body))
+		if err != nil || len(got) != 0 {
+			t.Fatalf("vaultBindingsOf(%s) = %v, %v; want no bindings, no error", body, got, err)
+		}
 	}
 }

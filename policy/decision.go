@@ -29,7 +29,9 @@ const (
 	// Admission quotas (Outcome Limited): what the tenant holds or asks for passes
 	// Quotas' bound. CodeQuotaConcurrent counts live sandboxes; CPU and memory count the
 	// live sandboxes' limits plus the request's; CodeQuotaTimeout bounds one sandbox's
-	// lifetime (a request without expiry included); CodeQuotaBatchSize one batch's count.
+	// lifetime (a request without expiry included) and is Outcome Invalid: the same
+	// request never passes later, so waiting is no remedy; CodeQuotaBatchSize bounds one
+	// batch's count.
 	CodeQuotaConcurrent = "QUOTA::CONCURRENT_SANDBOXES"
 	CodeQuotaCPU        = "QUOTA::CPU"
 	CodeQuotaMemory     = "QUOTA::MEMORY"
@@ -111,7 +113,7 @@ const (
 	// Limited: a quota refuses it (a QUOTA:: code).
 	Limited
 	// Invalid: the input itself is wrong (CodeInvalidEgress, CodeInvalidRequest,
-	// CodeInvalidAction).
+	// CodeInvalidAction, CodeQuotaTimeout).
 	Invalid
 )
 
@@ -122,10 +124,10 @@ func (d Decision) Outcome() Outcome {
 		return Allowed
 	case d.Code == CodeNotFound:
 		return Hidden
+	case d.Code == CodeInvalidEgress || d.Code == CodeInvalidRequest || d.Code == CodeInvalidAction || d.Code == CodeQuotaTimeout:
+		return Invalid
 	case strings.HasPrefix(d.Code, "QUOTA::"):
 		return Limited
-	case d.Code == CodeInvalidEgress || d.Code == CodeInvalidRequest || d.Code == CodeInvalidAction:
-		return Invalid
 	default:
 		return Denied
 	}

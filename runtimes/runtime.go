@@ -202,6 +202,9 @@ type Instance struct {
 	Entrypoint []string
 	State      State
 	ExitCode   int
+	// OOMKilled reports that a stopped sandbox was killed for want of memory (its
+	// memory limit reached), as the engine recorded it.
+	OOMKilled bool
 	// Address is the host (IP) at which the sandbox's ports are reachable from the gateway.
 	Address     string
 	AgentToken  string

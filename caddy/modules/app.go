@@ -100,8 +100,13 @@ type App struct {
 	// MinTimeout and MaxTimeout bound a sandbox's lifetime (defaults 60s and 7 days).
 	MinTimeout caddy.Duration `json:"min_timeout,omitempty"`
 	MaxTimeout caddy.Duration `json:"max_timeout,omitempty"`
-	// DefaultTimeout is the lifetime of a sandbox created with timeout null when its
-	// tenant does not allow manual cleanup (default: MaxTimeout).
+	// RequireTimeout "on" refuses a create without timeout (which never expires) with a
+	// 400, unless its tenant's quota allows manual cleanup.
+	RequireTimeout string `json:"require_timeout,omitempty"`
+	// DefaultTimeout is refused when set (Validate): giving a create without timeout a
+	// lifetime it did not ask for would contradict OpenSandbox's "no expiry", so an
+	// operator who set one learns at start to bound such creates with RequireTimeout or
+	// a tenant's maxTimeoutSeconds instead.
 	DefaultTimeout caddy.Duration `json:"default_timeout,omitempty"`
 	// ReadyTimeout bounds the wait for a new sandbox's agent (default 30s).
 	ReadyTimeout caddy.Duration `json:"ready_timeout,omitempty"`
@@ -314,6 +319,9 @@ func (a *App) Validate() error {
 			return err
 		}
 	}
+	if a.DefaultTimeout != 0 {
+		return fmt.Errorf("default_timeout %s: a sandbox created without timeout never expires, as OpenSandbox specifies; remove default_timeout (SANDGATE_DEFAULT_TIMEOUT) and bound such creates with require_timeout on (SANDGATE_REQUIRE_TIMEOUT, answered 400) or a tenant's maxTimeoutSeconds", time.Duration(a.DefaultTimeout))
+	}
 	if _, ok := runtimeBuilders[a.Runtime]; !ok && a.Runtime != "" {
 		return fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
 	}
@@ -388,7 +396,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 	svc := gateway.New(gateway.Config{
 		MinTimeout:       time.Duration(a.MinTimeout),
 		MaxTimeout:       time.Duration(a.MaxTimeout),
-		DefaultTimeout:   time.Duration(a.DefaultTimeout),
+		RequireTimeout:   a.RequireTimeout == "on",
 		ReadyTimeout:     time.Duration(a.ReadyTimeout),
 		FailedRetention:  time.Duration(a.FailedRetention),
 		SyncInterval:     time.Duration(a.SyncInterval),

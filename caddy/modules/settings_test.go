@@ -129,6 +129,8 @@ func TestValidate(t *testing.T) {
 		{"negative integer", `{"k8s_qps":-3}`, "k8s_qps"},
 		{"public url", `{"public_url":"ftp://x"}`, "public_url"},
 		{"cluster id", `{"cluster_id":"not a label!"}`, "cluster"},
+		{"require timeout", `{"require_timeout":"yes"}`, "require_timeout"},
+		{"default timeout", `{"default_timeout":3600000000000}`, "require_timeout on"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -111,6 +111,9 @@ func (h *Handler) routes() []route {
 		{method: "DELETE", path: "/snapshots/{id}", endpoint: doOn("id", http.StatusNoContent, h.svc.DeleteSnapshot)},
 		{method: "GET", path: "/sandboxes/{id}/metrics", endpoint: getOn("id", h.svc.SandboxUsage), action: "sandbox.get"},
 		{method: "GET", path: "/sandboxes/{id}/metrics/watch", handler: h.watchSandboxMetrics, action: "sandbox.get"},
+		// The workload's output is read as its commands' output is: sandbox.proxy.
+		{method: "GET", path: "/sandboxes/{id}/diagnostics/logs", endpoint: diagnosticsOn(h.svc.DiagnosticLogs), action: "sandbox.proxy"},
+		{method: "GET", path: "/sandboxes/{id}/diagnostics/events", endpoint: diagnosticsOn(h.svc.DiagnosticEvents), action: "sandbox.get"},
 		{method: "POST", path: "/tenants", handler: h.createTenant},
 		{method: "GET", path: "/tenants", handler: h.listTenants},
 		{method: "GET", path: "/tenants/{id}", handler: h.getTenant},

@@ -77,6 +77,15 @@ func getOn[Resp any](param string, call func(context.Context, gateway.Caller, st
 	}
 }
 
+// diagnosticsOn serves a diagnostics read of the sandbox the path names, for the scope
+// its query names (OpenSandbox's diagnostic-api.yml).
+func diagnosticsOn(call func(context.Context, gateway.Caller, string, string) (*gateway.DiagnosticContent, error)) endpoint {
+	return func(_ http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
+		resp, err := call(r.Context(), c, r.PathValue("id"), r.URL.Query().Get("scope"))
+		return http.StatusOK, resp, err
+	}
+}
+
 // doOn is an action on the resource the path value param names that answers no body,
 // only status: 204 for a delete, 202 for a pause.
 func doOn(param string, status int, call func(context.Context, gateway.Caller, string) error) endpoint {

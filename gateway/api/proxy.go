@@ -110,7 +110,7 @@ func (h *Handler) WriteUpstreamError(w http.ResponseWriter, r *http.Request, err
 		return
 	}
 	if failed, ok := r.Context().Value(upstreamFailedKey{}).(func(error) error); ok {
-		// A claimed pool member that died after its claim is marked Failed here.
+		// A sandbox that died is marked Failed here (Service.UpstreamFailed).
 		if e := failed(err); e != nil {
 			h.writeError(w, r, e)
 			return
@@ -241,6 +241,10 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.writeError(w, r, err)
 		return
 	}
+	if err := gateway.FailedError(sb); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	if sb.State != gateway.StateRunning || sb.Address == "" {
 		h.writeError(w, r, gateway.Errorf(gateway.KindUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
@@ -278,11 +282,9 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	rec := &fw.rec
 	rec.ResponseWriter = w
 	start := time.Now()
-	if sb.Pool != "" {
-		out = out.WithContext(context.WithValue(out.Context(), upstreamFailedKey{}, func(err error) error {
-			return h.svc.UpstreamFailed(r.Context(), sb, err)
-		}))
-	}
+	out = out.WithContext(context.WithValue(out.Context(), upstreamFailedKey{}, func(err error) error {
+		return h.svc.UpstreamFailed(r.Context(), sb, err)
+	}))
 	// Deferred: a stream the sandbox breaks off aborts the answer (NewForward panics
 	// with http.ErrAbortHandler, so the client sees it incomplete), and is recorded too.
 	defer func() {

@@ -80,7 +80,7 @@ func (t SecretHeaderTransport) RoundTrip(req *http.Request) (*http.Response, err
 	}
 	if !agentauth.Answered(resp, token, nonce) {
 		// Not the sandbox's agent: another sandbox's, which took over the address of a
-		// pool member that died (the forward's error handler then tells the caller,
+		// sandbox that died (the forward's error handler then tells the caller,
 		// upstreamFailedKey), or something that took the address. Nothing of its answer
 		// is relayed.
 		resp.Body.Close()
@@ -116,8 +116,9 @@ func AgentConnWarmer(rt http.RoundTripper) gateway.ConnWarmer {
 	}
 }
 
-// notThisAgentMatters reports whether req went to a claimed pool member's agent (the
-// only sandboxes whose death after a claim is looked for; see Service.UpstreamFailed).
+// notThisAgentMatters reports whether req is a call the proxy forwards to a sandbox,
+// whose failure is looked into (Service.UpstreamFailed), rather than the gateway's own
+// call (a connection warm-up), which reports the agent's answer as it is.
 func notThisAgentMatters(req *http.Request) bool {
 	_, ok := req.Context().Value(upstreamFailedKey{}).(func(error) error)
 	return ok

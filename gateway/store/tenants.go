@@ -39,8 +39,8 @@ type Quotas struct {
 	// DefaultCPUMillis and DefaultMemoryBytes apply when a request names no limits.
 	DefaultCPUMillis   int64 `json:"defaultCpuMillis,omitempty"`
 	DefaultMemoryBytes int64 `json:"defaultMemoryBytes,omitempty"`
-	// AllowManualCleanup lets the tenant create sandboxes with timeout null that never
-	// expire (deleted by hand); without it they get the gateway's default timeout.
+	// AllowManualCleanup lets the tenant create sandboxes without timeout (they never
+	// expire; deleted by hand) on a gateway that otherwise requires a timeout.
 	AllowManualCleanup bool `json:"allowManualCleanup,omitempty"`
 	// MaxVolumes and MaxVolumeBytes bound one sandbox's volumes (count, pvc storage);
 	// HostVolumePrefixes narrows the platform's host volume prefixes for the tenant and

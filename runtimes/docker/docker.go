@@ -646,6 +646,7 @@ func (r *Runtime) instance(c container.InspectResponse) runtimes.Instance {
 			inst.ExitCode = c.State.ExitCode
 			inst.Message = fmt.Sprintf("main process exited with code %d", c.State.ExitCode)
 			if c.State.OOMKilled {
+				inst.OOMKilled = true
 				inst.Message += " (killed: out of memory)"
 			}
 			if c.State.Error != "" {
@@ -768,6 +769,21 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("remove container: %w", err)
 	}
 	return nil
+}
+
+// ReleaseHelpers removes the enforcer sidecar and the namespace holder of a sandbox
+// whose workload has stopped: they serve a live workload only. The workload's container
+// is kept, with its logs, until Delete.
+func (r *Runtime) ReleaseHelpers(ctx context.Context, id string) error {
+	var errs []error
+	for _, name := range []string{egressContainerName(id), holderName(id)} {
+		_, err := r.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+		if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "already in progress") {
+			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+		}
+	}
+	r.dropGoneAntiSpoofPorts()
+	return errors.Join(errs...)
 }
 
 // Pause implements runtimes.Runtime.

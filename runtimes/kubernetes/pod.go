@@ -410,6 +410,7 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 		inst.ExitCode = int(t.ExitCode)
 		inst.Message = fmt.Sprintf("main process exited with code %d", t.ExitCode)
 		if t.Reason == "OOMKilled" {
+			inst.OOMKilled = true
 			inst.Message += " (killed: out of memory)"
 		} else if t.Reason != "" && t.Reason != "Completed" && t.Reason != "Error" {
 			inst.Message += ": " + t.Reason

@@ -119,6 +119,19 @@ func decodeVaultJSON(body []byte, v any) *VaultError {
 	return nil
 }
 
+// decodeVaultCreate reads the body of POST /credential-vault: credentials and bindings
+// must both be given.
+func decodeVaultCreate(body []byte) (VaultCreate, *VaultError) {
+	var req VaultCreate
+	if verr := decodeVaultJSON(body, &req); verr != nil {
+		return req, verr
+	}
+	if req.Credentials == nil || req.Bindings == nil {
+		return req, badVault(CodeVaultInvalid, "credentials and bindings are both required (either may be an empty list, or null)")
+	}
+	return req, nil
+}
+
 // validVaultName: names appear in URL paths and audit records.
 func validVaultName(kind, name string) *VaultError {
 	if name == "" || len(name) > maxVaultName {

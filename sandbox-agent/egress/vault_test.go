@@ -199,3 +199,44 @@ func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestVaultCreateBody: a create's credentials and bindings must both be given; null for
+// either is the empty list, and a body with nothing to inject makes an empty vault.
+func TestVaultCreateBody(t *testing.T) {
+	for _, tt := range []struct {
+		name, body  string
+		credentials int
+		bindings    int
+		code        string // empty: accepted
+	}{
+		{"both null", `{"credentials": null, "bindings": null}`, 0, 0, ""},
+		{"both empty", `{"credentials": [], "bindings": []}`, 0, 0, ""},
+		{"credentials null", `{"credentials": null, "bindings": []}`, 0, 0, ""},
+		{"one credential, bindings null", `{"credentials": [{"name": "tok", "source": {"value": "v"}}], "bindings": null}`, 1, 0, ""},
+		{"bindings absent", `{"credentials": []}`, 0, 0, CodeVaultInvalid},
+		{"both absent", `{}`, 0, 0, CodeVaultInvalid},
+		{"unknown field in a credential", `{"credentials": [{"name": "tok", "source": {"value": "v"}, "x": 1}], "bindings": null}`, 0, 0, CodeVaultInvalid},
+		{"null with a stray brace", `{"credentials": null, "bindings": null}}`, 0, 0, CodeVaultInvalid},
+		{"credentials not a list", `{"credentials": {}, "bindings": null}`, 0, 0, CodeVaultInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, verr := decodeVaultCreate([]byte(tt.body))
+			if tt.code != "" {
+				if verr == nil || verr.Code != tt.code || verr.Status != http.StatusBadRequest {
+					t.Fatalf("decodeVaultCreate = %+v, %v, want 400 %s", req, verr, tt.code)
+				}
+				return
+			}
+			if verr != nil {
+				t.Fatalf("decodeVaultCreate: %v", verr)
+			}
+			st, verr := newVault(req)
+			if verr != nil {
+				t.Fatalf("newVault: %v", verr)
+			}
+			if v := st.view(); len(v.Credentials) != tt.credentials || len(v.Bindings) != tt.bindings || v.Credentials == nil || v.Bindings == nil {
+				t.Fatalf("vault = %+v, want %d credentials and %d bindings, as lists", v, tt.credentials, tt.bindings)
+			}
+		})
+	}
+}

@@ -99,12 +99,8 @@ func (v *vaultAPI) handleVault(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var req VaultCreate
-		if verr = decodeVaultJSON(body, &req); verr == nil {
-			if req.Credentials == nil || req.Bindings == nil {
-				verr = badVault(CodeVaultInvalid, "credentials and bindings are both required (either may be an empty list)")
-			} else {
-				next, verr = newVault(req)
-			}
+		if req, verr = decodeVaultCreate(body); verr == nil {
+			next, verr = newVault(req)
 		}
 		status = http.StatusCreated
 	case http.MethodPatch:

@@ -480,3 +480,66 @@ func TestEmbeddedGatewaysOfOneUser(t *testing.T) {
 		t.Errorf("gateway A restarted lists %v, want its own %s adopted Running and nothing else", l, x)
 	}
 }
+
+// TestOutOfMemoryReported: a sandbox whose entrypoint is killed at its memory limit is
+// Failed with reason OOM_KILLED, not a bare exit code, in its status and its event.
+func TestOutOfMemoryReported(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	// Settles first (a create whose entrypoint exits at once fails), then touches
+	// 256 MiB under a 64 MiB limit with no swap.
+	id := g.createSandbox(map[string]any{
+		"resourceLimits": map[string]string{"memory": "64Mi"},
+		"entrypoint":     []string{"python3", "-c", "import time; time.sleep(1); b = b'x' * (256 << 20); time.sleep(600)"},
+	})
+	var status map[string]any
+	waitFor(t, 30*time.Second, func() bool {
+		status = g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["status"].(map[string]any)
+		return status["state"] == "Failed"
+	}, "the sandbox to fail")
+	if status["reason"] != "OOM_KILLED" {
+		t.Fatalf("status %v, want reason OOM_KILLED", status)
+	}
+	if msg, _ := status["message"].(string); !strings.Contains(msg, "memory") {
+		t.Errorf("message %q does not say it was memory", msg)
+	}
+	if _, ok := g.eventSandboxes("sandbox.failed")[id]; !ok {
+		t.Errorf("no sandbox.failed event")
+	}
+}
+
+// TestDeadSandboxAnswersUnavailable: a sandbox (not from a pool) whose workload is
+// killed behind the gateway's back is Failed with its reason, its calls answer
+// SANDBOX::UNAVAILABLE (never an unreachable upstream or "not running"), and its
+// enforcer and namespace holder are removed at once while its workload's container
+// stays for its logs.
+func TestDeadSandboxAnswersUnavailable(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway()
+	id := g.createSandbox(map[string]any{})
+	a := g.agent(id)
+	if out, err := exec.Command("docker", "kill", "sandgate-"+id).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v: %s", err, out)
+	}
+	// The first call after the death, and every one after it.
+	for i := range 3 {
+		r := a.call("POST", "/command", map[string]any{"command": "true"})
+		if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "SANDBOX::UNAVAILABLE") || !strings.Contains(string(r.Body), "EXITED") {
+			t.Fatalf("call %d after the death: %d %s, want 503 SANDBOX::UNAVAILABLE naming EXITED", i, r.Status, r.Body)
+		}
+	}
+	status := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["status"].(map[string]any)
+	if status["state"] != "Failed" || status["reason"] != "EXITED" {
+		t.Fatalf("status %v, want Failed EXITED", status)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+id+"-").Output()
+		return len(strings.Fields(string(out))) == 0
+	}, "the dead sandbox's enforcer and holder to be removed")
+	if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+id+"$").Output(); len(strings.Fields(string(out))) != 1 {
+		t.Errorf("the dead workload's container is gone before its record's retention: %q", out)
+	}
+	if g.do("DELETE", "/v1/sandboxes/"+id, nil).Status != 204 {
+		t.Errorf("delete of the failed sandbox")
+	}
+}

@@ -97,7 +97,13 @@ type egressWorld struct {
 // server IPs as {ip:name}.
 func newEgressWorld(t testing.TB, servers map[string][]string, gatewayEnv ...string) *egressWorld {
 	t.Helper()
-	e := newEnv(t, startRedis(t))
+	return newEgressWorldOn(t, newEnv(t, startRedis(t)), servers, gatewayEnv...)
+}
+
+// newEgressWorldOn is newEgressWorld in the environment e (its store: Redis, or the
+// embedded store when e has none).
+func newEgressWorldOn(t testing.TB, e *env, servers map[string][]string, gatewayEnv ...string) *egressWorld {
+	t.Helper()
 	if out, err := exec.Command("docker", "network", "create", "--label", "sandgate.io/network=sandboxes", e.Network).CombinedOutput(); err != nil {
 		t.Fatalf("create network: %v: %s", err, out)
 	}

@@ -512,3 +512,39 @@ func TestDeleteBurst(t *testing.T) {
 		t.Errorf("%d of %d deleted sandboxes have a sandbox.deleted event", deleted, n)
 	}
 }
+
+// TestAdoptedSandboxKeepsItsEgressPolicy: a gateway on the embedded store is restarted
+// (its records are gone) and adopts a sandbox whose policy was changed through the
+// egress API; when that sandbox's enforcer is then killed, the restored one enforces
+// the policy that was in force, read back from the enforcer at adoption, not deny-all.
+func TestAdoptedSandboxKeepsItsEgressPolicy(t *testing.T) {
+	w := newEgressWorldOn(t, newEnv(t, nil), map[string][]string{
+		"allowed": {"allowed.test"},
+		"added":   {"added.test"},
+	})
+	s := w.sandbox(map[string]any{"defaultAction": "deny", "egress": []map[string]string{
+		{"action": "allow", "target": "allowed.test"},
+	}})
+	if r := s.egress("PATCH", []map[string]string{{"action": "allow", "target": "added.test"}}); r.Status != 200 {
+		t.Fatalf("PATCH /policy: %d %s", r.Status, r.Body)
+	}
+	w.g.proc.Kill()
+	w.g = w.e.startGateway()
+	waitFor(t, 30*time.Second, func() bool {
+		return w.g.do("GET", "/v1/sandboxes/"+s.id, nil).Status == 200
+	}, "the restarted gateway to adopt the sandbox")
+	s.a = w.g.agent(s.id)
+	if out, err := exec.Command("docker", "kill", s.sidecar()).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill the enforcer: %v: %s", err, out)
+	}
+	waitFor(t, time.Minute, func() bool {
+		_, ok := w.g.eventSandboxes("sandbox.enforcer.restored")[s.id]
+		return ok
+	}, "the enforcer to be restored")
+	if p := s.policyOf(); !strings.Contains(p, "added.test") || !strings.Contains(p, "allowed.test") {
+		t.Fatalf("restored policy %s lacks the rules in force before the restart", p)
+	}
+	if got := s.httpStatus("added.test"); got != "200" {
+		t.Errorf("GET added.test after the restore = %s, want 200", got)
+	}
+}

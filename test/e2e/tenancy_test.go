@@ -151,7 +151,7 @@ func TestQuotasAcrossGateways(t *testing.T) {
 	_, key := g1.issueKey(tc, "member")
 	c1, c2 := g1.asKey(key), g2.asKey(key)
 	expectError(t, c1.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "sandgate/code-interpreter:0.1.0"}, "entrypoint": []string{"true"}, "timeout": 60}), 403, "ADMISSION::IMAGE_NOT_ALLOWED")
-	expectError(t, c1.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"true"}}), 429, "QUOTA::TIMEOUT")
+	expectError(t, c1.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"true"}}), 400, "QUOTA::TIMEOUT")
 
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -241,56 +241,46 @@ deny contains {"code": "OPS::IMAGE_FORBIDDEN", "message": "the code interpreter 
 	g.do("DELETE", "/v1/sandboxes/"+other, nil)
 }
 
-// TestDefaultTimeout: a sandbox created with timeout null expires after the operator's
-// SANDGATE_DEFAULT_TIMEOUT (SANDGATE_MAX_TIMEOUT when unset), unless its tenant's quota
-// allows manual cleanup; before, it never expired.
-func TestDefaultTimeout(t *testing.T) {
+// TestCreateWithoutTimeout: a sandbox created with timeout null (or none) never
+// expires and cannot be renewed; a gateway with SANDGATE_REQUIRE_TIMEOUT=on refuses such
+// a create with a 400 naming the allowed range, except for a tenant whose quota allows
+// manual cleanup.
+func TestCreateWithoutTimeout(t *testing.T) {
 	e := newEnv(t, startRedis(t))
-	g := e.startGateway("SANDGATE_DEFAULT_TIMEOUT=4s")
-	expiry := func(g *gateway, id string) (created, expires time.Time, ok bool) {
-		m := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)
-		created, _ = time.Parse(time.RFC3339Nano, m["createdAt"].(string))
-		s, ok := m["expiresAt"].(string)
-		if ok {
-			expires, _ = time.Parse(time.RFC3339Nano, s)
-		}
-		return created, expires, ok
+	expires := func(g *gateway, id string) (string, bool) {
+		s, ok := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["expiresAt"].(string)
+		return s, ok
 	}
-	t.Run("null gets the default and is reaped", func(t *testing.T) {
-		id := g.createSandbox(map[string]any{"timeout": nil})
-		created, exp, ok := expiry(g, id)
-		if !ok {
-			t.Fatal("a sandbox with timeout null has no expiry")
+	remove := func(g *gateway, id string) {
+		if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
+			t.Fatalf("delete: %d", r.Status)
 		}
-		if d := exp.Sub(created); d < 3*time.Second || d > 10*time.Second {
-			t.Fatalf("expiry %s after creation, want about 4s", d)
+	}
+	t.Run("null never expires", func(t *testing.T) {
+		g := e.startGateway()
+		for _, body := range []map[string]any{{"timeout": nil}, {}} {
+			id := g.createSandbox(body)
+			if exp, ok := expires(g, id); ok {
+				t.Fatalf("a sandbox created with %v expires at %s", body, exp)
+			}
+			expectError(t, g.do("POST", "/v1/sandboxes/"+id+"/renew-expiration", map[string]any{"expiresAt": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}), 409, "SANDBOX::INVALID_EXPIRATION")
+			remove(g, id)
 		}
-		waitFor(t, 2*time.Minute, func() bool { return g.do("GET", "/v1/sandboxes/"+id, nil).Status == 404 }, "the sandbox to be reaped")
 	})
-	t.Run("a tenant that allows manual cleanup keeps null", func(t *testing.T) {
+	t.Run("a gateway that requires a timeout", func(t *testing.T) {
+		g := e.startGateway("SANDGATE_REQUIRE_TIMEOUT=on", "SANDGATE_MAX_TIMEOUT=2h")
+		r := g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage}, "entrypoint": []string{"tail", "-f", "/dev/null"}})
+		expectError(t, r, 400, "SANDBOX::INVALID_EXPIRATION")
+		if msg, _ := r.JSON(t)["message"].(string); !strings.Contains(msg, "7200") {
+			t.Errorf("message %q does not name the allowed range", msg)
+		}
 		tenant := g.createTenant("manual", map[string]any{"allowManualCleanup": true})
 		_, key := g.issueKey(tenant, "member")
 		m := g.asKey(key)
 		id := m.createSandbox(map[string]any{})
-		if _, exp, ok := expiry(m, id); ok {
+		if exp, ok := expires(m, id); ok {
 			t.Fatalf("manual cleanup allowed, yet the sandbox expires at %s", exp)
 		}
-		if r := m.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
-			t.Fatalf("delete: %d", r.Status)
-		}
-	})
-	t.Run("without a default, the maximum applies", func(t *testing.T) {
-		g2 := e.startGateway("SANDGATE_MAX_TIMEOUT=2h")
-		id := g2.createSandbox(map[string]any{})
-		created, exp, ok := expiry(g2, id)
-		if !ok {
-			t.Fatal("a sandbox with no timeout has no expiry")
-		}
-		if d := exp.Sub(created); d < 2*time.Hour-time.Minute || d > 2*time.Hour+time.Minute {
-			t.Fatalf("expiry %s after creation, want the maximum of 2h", d)
-		}
-		if r := g2.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 {
-			t.Fatalf("delete: %d", r.Status)
-		}
+		remove(m, id)
 	})
 }

@@ -536,6 +536,22 @@ func TestCredentialVaultNotEnabled(t *testing.T) {
 	expectError(t, w.g.vault(id, "POST", "/credential-vault", map[string]any{"credentials": []any{}, "bindings": []any{}}), 412, "VAULT::PROXY_NOT_ENABLED")
 }
 
+// TestCredentialVaultNullLists: a create whose credentials and bindings are null (what
+// clients send for "none") makes an empty vault through gateway and enforcer alike; one
+// that leaves a list out is still refused.
+func TestCredentialVaultNullLists(t *testing.T) {
+	w := newVaultWorld(t)
+	id, _ := w.vaultSandbox(nil)
+	expectError(t, w.g.vault(id, "POST", "/credential-vault", map[string]any{"credentials": nil}), 400, "VAULT::INVALID_REQUEST")
+	r := w.g.vault(id, "POST", "/credential-vault", map[string]any{"credentials": nil, "bindings": nil})
+	if r.Status != 201 {
+		t.Fatalf("POST /credential-vault with null lists: %d %s", r.Status, r.Body)
+	}
+	if st := r.JSON(t); st["revision"] != float64(1) || fmt.Sprint(st["credentials"]) != "[]" || fmt.Sprint(st["bindings"]) != "[]" {
+		t.Fatalf("state %s, want revision 1 and empty lists", r.Body)
+	}
+}
+
 // TestCredentialVaultPoolsAndBatches: credentialProxy in a pool's template gives its
 // warm members (and a claim of one) the vault; in a batch's template, every member.
 func TestCredentialVaultPoolsAndBatches(t *testing.T) {

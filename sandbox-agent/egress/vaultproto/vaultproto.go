@@ -1,8 +1,15 @@
 // Package vaultproto declares the JSON shapes of the credential vault API (OpenSandbox's
 // egress-api.yaml): the egress enforcer decodes and answers them, the Go SDK sends and
-// reads them. It is a leaf: it imports nothing, so that the two agree on the shapes by
-// construction instead of by copy.
+// reads them. It is a leaf (it imports only strictjson, a leaf too), so that the two
+// agree on the shapes by construction instead of by copy, and the gateway, which judges
+// the bodies, decodes them exactly as the enforcer does.
 package vaultproto
+
+import (
+	"bytes"
+
+	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
+)
 
 // Credential is a named secret given to the vault. Its value is write-only: no answer
 // of the vault ever repeats it.
@@ -88,10 +95,31 @@ type AuthMetadata struct {
 	Name string `json:"name,omitempty"`
 }
 
-// Create is the body of POST /credential-vault.
+// Create is the body of POST /credential-vault. Both lists must be given (the
+// enforcer refuses a body without either); null for a list is the empty list.
 type Create struct {
-	Credentials []Credential `json:"credentials"`
-	Bindings    []Binding    `json:"bindings"`
+	Credentials List[Credential] `json:"credentials"`
+	Bindings    List[Binding]    `json:"bindings"`
+}
+
+// List is a JSON array of which null reads as the empty list (not nil), so that a
+// decoded body tells a list given as null, which clients send for "none", from one not
+// given at all (nil). Its items are decoded as strictly as the body around them
+// (strictjson: unknown fields refused).
+type List[T any] []T
+
+// UnmarshalJSON reads null as the empty list and anything else as a strict []T.
+func (l *List[T]) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		*l = List[T]{}
+		return nil
+	}
+	var items []T
+	if err := strictjson.Decode(data, &items); err != nil {
+		return err
+	}
+	*l = items
+	return nil
 }
 
 // Patch is the body of PATCH /credential-vault. ExpectedRevision (when set) refuses the

@@ -1,0 +1,168 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// noTimeout is a create that names no timeout: OpenSandbox's "no expiry".
+func noTimeout() CreateRequest {
+	return CreateRequest{Image: &ImageSpec{URI: "sandgate/base:test"}, Entrypoint: []string{"sleep", "600"}}
+}
+
+// TestNoTimeoutNeverExpires: a create without timeout answers without expiresAt, keeps
+// none in its record, outlives reaper passes, and refuses a renewal of the expiry it
+// does not have.
+func TestNoTimeoutNeverExpires(t *testing.T) {
+	c := newTestCore(t, Config{ReapInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, noTimeout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ExpiresAt != nil {
+		t.Fatalf("create without timeout answers expiresAt %s, want none", resp.ExpiresAt)
+	}
+	time.Sleep(200 * time.Millisecond)
+	got, err := c.svc.Get(ctx, admin, resp.ID)
+	if err != nil {
+		t.Fatalf("the sandbox without expiry is gone after reaper passes: %v", err)
+	}
+	if got.ExpiresAt != nil {
+		t.Fatalf("the sandbox's record expires at %s, want never", got.ExpiresAt)
+	}
+	_, err = c.svc.Renew(ctx, admin, resp.ID, time.Now().Add(time.Hour))
+	wantCode(t, err, KindConflict, CodeInvalidExpiration)
+	if got, _ := c.svc.Get(ctx, admin, resp.ID); got == nil || got.ExpiresAt != nil {
+		t.Fatalf("a refused renewal gave the sandbox an expiry: %+v", got)
+	}
+}
+
+// TestNoTimeoutBounds: an operator who forbids sandboxes without expiry (the gateway's
+// RequireTimeout, a tenant's maxTimeoutSeconds) gets a 400 naming the limit, never a
+// lifetime the create did not ask for; a tenant allowed manual cleanup is exempt from
+// the gateway's rule.
+func TestNoTimeoutBounds(t *testing.T) {
+	ctx := context.Background()
+	tenantCaller := func(t *testing.T, c *testCore, name string, q store.Quotas) Caller {
+		t.Helper()
+		tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: name, Quotas: &q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+		if err != nil {
+			t.Fatal(err)
+		}
+		caller, err := c.svc.Authenticate(ctx, key.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return caller
+	}
+	t.Run("gateway requires a timeout", func(t *testing.T) {
+		c := newTestCore(t, Config{RequireTimeout: true})
+		_, err := c.svc.Create(ctx, admin, noTimeout())
+		wantCode(t, err, KindInvalid, CodeInvalidExpiration)
+		if e, _ := AsError(err); !strings.Contains(e.Message, "604800") {
+			t.Errorf("message %q does not name the allowed timeouts", e.Message)
+		}
+		if _, err := c.svc.Create(ctx, admin, sleeper(600)); err != nil {
+			t.Fatalf("a create with a timeout is refused: %v", err)
+		}
+		manual := tenantCaller(t, c, "manual", store.Quotas{AllowManualCleanup: true})
+		resp, err := c.svc.Create(ctx, manual, noTimeout())
+		if err != nil {
+			t.Fatalf("a tenant allowed manual cleanup is refused: %v", err)
+		}
+		if resp.ExpiresAt != nil {
+			t.Fatalf("manual cleanup, yet expiresAt %s", resp.ExpiresAt)
+		}
+	})
+	t.Run("tenant caps the timeout", func(t *testing.T) {
+		c := newTestCore(t, Config{})
+		capped := tenantCaller(t, c, "capped", store.Quotas{MaxTimeoutSeconds: 3600})
+		_, err := c.svc.Create(ctx, capped, noTimeout())
+		wantCode(t, err, KindInvalid, policy.CodeQuotaTimeout)
+		if e, _ := AsError(err); !strings.Contains(e.Message, "3600") {
+			t.Errorf("message %q does not name the tenant's limit", e.Message)
+		}
+	})
+}
+
+// TestClaimTimeout: a pool claim or a batch without timeout takes its template's, and
+// neither without one expires, whether the member comes warm or cold.
+func TestClaimTimeout(t *testing.T) {
+	ctx := context.Background()
+	c := newTestCore(t, Config{PoolInterval: 50 * time.Millisecond, PoolWait: 10 * time.Millisecond})
+	timed := sleeper(600)
+	untimed := noTimeout()
+	for name, tmpl := range map[string]*CreateRequest{"timed": &timed, "untimed": &untimed, "cold": &timed} {
+		capacity := store.Capacity{BufferMin: 1, BufferMax: 1, PoolMax: 3}
+		if name == "cold" {
+			capacity = store.Capacity{PoolMax: 3}
+		}
+		if _, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: name, Template: tmpl, CapacitySpec: capacity}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"timed", "untimed"} {
+		eventually(t, "a warm member in "+name, func() bool {
+			p, err := c.svc.GetPool(ctx, admin, name)
+			return err == nil && p.Status.Available == 1
+		})
+	}
+	wantLifetime := func(t *testing.T, expiresAt *time.Time, want time.Duration) {
+		t.Helper()
+		switch {
+		case want == 0 && expiresAt != nil:
+			t.Fatalf("expiresAt %s, want none", expiresAt)
+		case want != 0 && expiresAt == nil:
+			t.Fatalf("no expiresAt, want about %s", want)
+		case want != 0:
+			if d := time.Until(*expiresAt); d < want-time.Minute || d > want {
+				t.Fatalf("expires in %s, want about %s", d, want)
+			}
+		}
+	}
+	tests := []struct {
+		name string
+		pool string
+		want time.Duration
+	}{
+		{"warm claim takes the template's timeout", "timed", 600 * time.Second},
+		{"warm claim of an untimed template", "untimed", 0},
+		{"cold claim takes the template's timeout", "cold", 600 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := CreateRequest{Extensions: map[string]string{"poolRef": tt.pool}}
+			resp, err := c.svc.Create(ctx, admin, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantLifetime(t, resp.ExpiresAt, tt.want)
+		})
+	}
+	t.Run("batch of an untimed template", func(t *testing.T) {
+		b, err := c.svc.CreateBatch(ctx, admin, BatchRequest{Count: 1, Template: &untimed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the batch member running", func() bool {
+			v, err := c.svc.GetBatch(ctx, admin, b.ID)
+			return err == nil && len(v.Members) == 1 && v.Members[0].ID != "" && v.Members[0].Status.State == StateRunning
+		})
+		v, _ := c.svc.GetBatch(ctx, admin, b.ID)
+		sb, err := c.svc.Get(ctx, admin, v.Members[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLifetime(t, sb.ExpiresAt, 0)
+	})
+}
