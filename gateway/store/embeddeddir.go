@@ -62,9 +62,8 @@ func claimDir(dir string) (*embeddedDir, error) {
 	return &embeddedDir{path: dir, lock: f}, nil
 }
 
-// claimDefaultDir locks the first free slot under DefaultDir(prefix). Slot 0 takes over
-// the id of the per-user file that held every embedded store's id before stores had
-// directories (LegacyClusterFile), once.
+// claimDefaultDir locks the first free slot under DefaultDir(prefix). Slot 0 takes over,
+// once, the id of a per-user cluster file (perUserClusterFile) if one is there.
 func claimDefaultDir(prefix string) (*embeddedDir, error) {
 	base := DefaultDir(prefix)
 	for n := range defaultSlots {
@@ -76,7 +75,7 @@ func claimDefaultDir(prefix string) (*embeddedDir, error) {
 			return nil, err
 		}
 		if n == 0 {
-			if err := migrateLegacyClusterFile(LegacyClusterFile(prefix), d.clusterFile()); err != nil {
+			if err := adoptPerUserClusterFile(perUserClusterFile(prefix), d.clusterFile()); err != nil {
 				d.release()
 				return nil, err
 			}
@@ -86,12 +85,12 @@ func claimDefaultDir(prefix string) (*embeddedDir, error) {
 	return nil, fmt.Errorf("embedded store directory: every one of %d slots under %s is %w", defaultSlots, base, errDirInUse)
 }
 
-// migrateLegacyClusterFile moves the id of legacy into to, unless to has one already.
-// The legacy file was shared by every embedded store of the user with one prefix: the
-// store that takes slot 0 first (the one gateway of a user that runs alone) inherits its
-// sandboxes; any other gets an id of its own.
-func migrateLegacyClusterFile(legacy, to string) error {
-	old, err := os.ReadFile(legacy)
+// adoptPerUserClusterFile moves the id of the per-user file into to, unless to has one
+// already, and removes the file. That file holds one id for every embedded store of the
+// user with one prefix: the store that takes slot 0 first (the one gateway of a user
+// that runs alone) inherits its sandboxes; any other gets an id of its own.
+func adoptPerUserClusterFile(perUser, to string) error {
+	old, err := os.ReadFile(perUser)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -100,12 +99,12 @@ func migrateLegacyClusterFile(legacy, to string) error {
 	}
 	id := strings.TrimSpace(string(old))
 	if _, err := os.Stat(to); err == nil || id == "" {
-		return os.Remove(legacy)
+		return os.Remove(perUser)
 	}
 	if err := writeFileAtomic(to, []byte(id+"\n")); err != nil {
 		return err
 	}
-	return os.Remove(legacy)
+	return os.Remove(perUser)
 }
 
 // writeFileAtomic writes path whole or not at all.
@@ -146,8 +145,8 @@ func DefaultDir(prefix string) string {
 	return filepath.Join(configDir(), "embedded-"+prefixName(prefix))
 }
 
-// LegacyClusterFile is the per-user file in which embedded stores of one prefix kept a
-// shared cluster id; slot 0 of DefaultDir takes its id over.
-func LegacyClusterFile(prefix string) string {
+// perUserClusterFile is where gateways of earlier versions keep one cluster id for every
+// embedded store of a user with prefix; slot 0 of DefaultDir takes its id over.
+func perUserClusterFile(prefix string) string {
 	return filepath.Join(configDir(), "embedded-cluster-"+prefixName(prefix))
 }

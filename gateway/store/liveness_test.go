@@ -95,22 +95,22 @@ func TestEmbeddedStoresOfOneUser(t *testing.T) {
 		}
 	})
 	t.Run("the per-user id moves into slot 0 once", func(t *testing.T) {
-		legacy := LegacyClusterFile("legacy:")
-		if err := os.MkdirAll(filepath.Dir(legacy), 0o700); err != nil {
+		perUser := perUserClusterFile("peruser:")
+		if err := os.MkdirAll(filepath.Dir(perUser), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(legacy, []byte("old-id\n"), 0o600); err != nil {
+		if err := os.WriteFile(perUser, []byte("old-id\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		a, idA := openEmbedded(t, Options{Prefix: "legacy:"})
+		a, idA := openEmbedded(t, Options{Prefix: "peruser:"})
 		defer a.Close()
 		if idA != "old-id" {
 			t.Fatalf("first store after the upgrade has cluster id %q, want the per-user file's old-id", idA)
 		}
-		if _, err := os.Stat(legacy); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(perUser); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("per-user cluster file still there after its migration: %v", err)
 		}
-		b, idB := openEmbedded(t, Options{Prefix: "legacy:"})
+		b, idB := openEmbedded(t, Options{Prefix: "peruser:"})
 		defer b.Close()
 		if idB == "old-id" {
 			t.Fatal("a second store running beside the first took the migrated id too")
