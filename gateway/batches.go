@@ -12,7 +12,6 @@ import (
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -299,20 +298,25 @@ func (s *Service) DeleteBatch(ctx context.Context, caller Caller, id string) err
 		go func(rec *store.Sandbox) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := s.runtime.Delete(ctx, rec.ID); err != nil {
+			sb, err := s.markStopping(ctx, rec.ID, nil)
+			if errors.Is(err, store.ErrNotFound) {
+				return // deleted meanwhile
+			}
+			if err == nil {
+				err = s.removeStopping(ctx, sb, map[string]any{"key": caller.KeyID, "batch": b.ID})
+			}
+			if err != nil {
 				mu.Lock()
 				firstErr = err
 				mu.Unlock()
-				return
 			}
-			// The container is gone: a record a store error leaves is marked Failed
-			// (CONTAINER_VANISHED) by the reconciler and cleaned up after FailedRetention.
-			_ = s.store.DeleteSandbox(ctx, rec.ID)
-			s.emit(ctx, rec, plugins.EventSandboxDeleted, map[string]any{"key": caller.KeyID, "batch": b.ID})
 		}(rec)
 	}
 	wg.Wait()
 	if firstErr != nil {
+		if _, ok := AsError(firstErr); ok || errors.Is(firstErr, store.ErrUnavailable) {
+			return firstErr
+		}
 		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "some members could not be removed; retry the delete", Cause: firstErr}
 	}
 	return s.store.DeleteBatch(ctx, b)

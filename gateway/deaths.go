@@ -50,13 +50,16 @@ type helperReleaser interface {
 
 // markDead marks a sandbox Failed for its death as inst tells it, emits
 // sandbox.failed and releases its helpers. It returns the record as marked, or nil when
-// the sandbox was deleted, still being created, or marked by another path first.
+// the sandbox was deleted or is being deleted, is still being created, or was marked by
+// another path first.
 func (s *Service) markDead(ctx context.Context, id string, inst runtimes.Instance, exists bool) *store.Sandbox {
 	reason, message := deathOf(inst, exists)
 	now := time.Now().UTC()
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
-		if sb.State == StatePending || sb.State == StateFailed {
-			return errAlreadySettled // a create's own, or marked by another path first
+		if sb.State == StatePending || sb.State == StateFailed || sb.State == StateStopping {
+			// A create's own, marked by another path first, or a delete's (its container
+			// exits and goes because it is being deleted: deleting.go).
+			return errAlreadySettled
 		}
 		sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now
 		return nil

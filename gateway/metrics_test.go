@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ import (
 func TestMetricsCardinalityIsBounded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := store.Open(ctx, store.Options{Prefix: "card:", ClusterFile: filepath.Join(dir, "cluster")})
+	st, err := store.Open(ctx, store.Options{Prefix: "card:", Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

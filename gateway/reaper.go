@@ -109,17 +109,23 @@ func (s *Service) expire(ctx context.Context, id string) {
 	if sb != nil && (sb.ExpiresAt == nil || sb.ExpiresAt.After(time.Now())) {
 		return
 	}
+	// Being deleted: the delete (or the reconciler's takeover of it) removes it and
+	// announces it as deleted.
+	if sb != nil && sb.State == StateStopping {
+		return
+	}
 	s.routes.drop(id)
 	if err := s.runtime.Delete(ctx, id); err != nil {
 		s.backgroundError("reaper", "remove expired sandbox", err, "id", id)
 		return
 	}
-	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+	removed, err := s.store.RemoveSandbox(ctx, id)
+	if err != nil && !removed {
 		// The next tick finds it again in the expiry index and retries.
 		s.backgroundError("reaper", "delete expired record", err, "id", id)
 		return
 	}
-	if sb != nil {
+	if sb != nil && removed {
 		s.log.Info("sandbox expired", "id", id, "tenant", sb.Tenant)
 		s.emit(ctx, sb, plugins.EventSandboxExpired, nil)
 	}

@@ -126,6 +126,13 @@ func (s *Service) settleAfterClaim(ctx context.Context) bool {
 }
 
 func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, now time.Time) {
+	if rec.State == StateStopping {
+		// A delete under way owns its record and its vanishing container (deleting.go).
+		if now.Sub(rec.LastTransitionAt) > stoppingTakeover {
+			s.finishStopping(ctx, rec)
+		}
+		return
+	}
 	if s.expiring(rec, now) {
 		return // the reaper removes it; its dying container is not a failure
 	}
@@ -164,6 +171,9 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 	}
 	if wantState != rec.State || (inst.Address != "" && inst.Address != rec.Address) {
 		_, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+			if sb.State != rec.State {
+				return errNotAsJudged
+			}
 			if sb.State != wantState {
 				sb.State, sb.LastTransitionAt = wantState, now
 			}
@@ -172,7 +182,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, store.ErrNotFound) { // deleted meanwhile: nothing to sync
+		if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, errNotAsJudged) { // deleted or changed meanwhile: nothing to sync
 			s.backgroundError("reconciler", "sync record with the runtime", err, "id", rec.ID)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
@@ -32,10 +31,13 @@ const (
 	StateTerminated = "Terminated"
 	// StateFailed: it did not start, or its container vanished; Reason says which.
 	StateFailed = "Failed"
-	// StatePausing, StateResuming and StateStopping are the protocol's transitional
-	// states. The core never records them (a pause, resume or delete completes within
-	// its request); they are named for clients that match on every state.
-	StatePausing, StateResuming, StateStopping = "Pausing", "Resuming", "Stopping"
+	// StateStopping: its delete is under way (deleting.go); the record goes when the
+	// delete completes, and nothing reports the sandbox failed meanwhile.
+	StateStopping = "Stopping"
+	// StatePausing and StateResuming are the protocol's transitional states. The core
+	// never records them (a pause or resume completes within its request); they are
+	// named for clients that match on every state.
+	StatePausing, StateResuming = "Pausing", "Resuming"
 )
 
 // Status is a sandbox's state with its explanation, and Pagination one page of a list:
@@ -167,21 +169,24 @@ func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListRe
 	return &ListResponse{Items: page, Pagination: pagination}, nil
 }
 
-// Delete removes a sandbox and its record.
+// Delete removes a sandbox and its record (deleting.go).
 func (s *Service) Delete(ctx context.Context, caller Caller, id string) error {
-	sb, err := s.Lookup(ctx, caller, id)
+	if _, err := uuid.Parse(id); err != nil {
+		return notFound(id)
+	}
+	sb, err := s.markStopping(ctx, id, func(sb *store.Sandbox) error {
+		if !caller.Admin && sb.Tenant != caller.Tenant {
+			return notFound(id)
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound(id)
+	}
 	if err != nil {
 		return err
 	}
-	if err := s.runtime.Delete(ctx, id); err != nil {
-		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime could not remove the sandbox", Cause: err}
-	}
-	s.routes.drop(id)
-	if err := s.store.DeleteSandbox(ctx, id); err != nil {
-		return err
-	}
-	s.emit(ctx, sb, plugins.EventSandboxDeleted, map[string]any{"key": caller.KeyID})
-	return nil
+	return s.removeStopping(ctx, sb, map[string]any{"key": caller.KeyID})
 }
 
 // PatchMetadata applies a JSON merge patch (null deletes a key) to the metadata.
@@ -259,7 +264,7 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 		}
 	}
 	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
-		if sb.State == StateFailed || sb.State == StateTerminated {
+		if sb.State == StateFailed || sb.State == StateTerminated || sb.State == StateStopping {
 			return Errorf(KindConflict, CodeNotRunning, "sandbox %s is %s and cannot be renewed", id, sb.State)
 		}
 		if sb.ExpiresAt == nil {
@@ -300,9 +305,19 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}
 	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+		if sb.State == to {
+			return errAlreadySettled // a concurrent request made the same change
+		}
+		if sb.State != from {
+			// Changed meanwhile (a delete under way is Stopping): that change stands.
+			return Errorf(KindConflict, code, "sandbox %s is %s, not %s", id, sb.State, from)
+		}
 		sb.State, sb.LastTransitionAt = to, time.Now().UTC()
 		return nil
 	})
+	if errors.Is(err, errAlreadySettled) {
+		return nil
+	}
 	return s.mapStoreErr(id, err)
 }
 

@@ -8,8 +8,9 @@ package gateway
 //   - Liveness. Each gateway renews a heartbeat (store.Heartbeat); the work it has in
 //     flight names it: a Pending record (Sandbox.Owner), a batch member still queued.
 //     Once the heartbeat lapses, the reconciler takes that work over.
-//   - Ghosts. A record this gateway meant to delete while the store was unreachable is
-//     remembered and deleted as soon as the store answers again.
+//   - Ghosts. A record this gateway meant to delete while the store was unreachable (a
+//     failed create's, or a deleted sandbox's whose container is gone) is remembered
+//     and deleted as soon as the store answers again.
 
 import (
 	"context"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -41,7 +43,15 @@ type crashState struct {
 	mu      sync.Mutex
 	cluster string
 	// ghosts are records whose deletion the store did not take; retried every pass.
-	ghosts map[string]bool
+	// A deleted sandbox's carries what its sandbox.deleted event says; a failed
+	// create's is nil (it was never announced).
+	ghosts map[string]*deletedSandbox
+}
+
+// deletedSandbox is a sandbox deleted through the API whose record is still to go.
+type deletedSandbox struct {
+	rec  *store.Sandbox
+	data map[string]any
 }
 
 // clusterID returns this gateway's store identity, fetched once.
@@ -107,30 +117,52 @@ func (s *Service) rememberGhost(id string) {
 	s.crash.mu.Lock()
 	defer s.crash.mu.Unlock()
 	if s.crash.ghosts == nil {
-		s.crash.ghosts = map[string]bool{}
+		s.crash.ghosts = map[string]*deletedSandbox{}
 	}
-	s.crash.ghosts[id] = true
+	if _, ok := s.crash.ghosts[id]; !ok {
+		s.crash.ghosts[id] = nil
+	}
+}
+
+// rememberDeleted notes the record of a deleted sandbox (its container removed) that
+// the store did not remove; its sandbox.deleted is emitted once the record is gone.
+func (s *Service) rememberDeleted(rec *store.Sandbox, data map[string]any) {
+	s.crash.mu.Lock()
+	defer s.crash.mu.Unlock()
+	if s.crash.ghosts == nil {
+		s.crash.ghosts = map[string]*deletedSandbox{}
+	}
+	s.crash.ghosts[rec.ID] = &deletedSandbox{rec: rec, data: data}
 }
 
 // retryGhosts deletes the records a store outage kept this gateway from deleting: a
 // create that overlapped the start of an outage is gone within a pass of the store's
-// return, not left Pending until someone's patience runs out.
+// return, not left Pending until someone's patience runs out; a sandbox deleted during
+// one leaves the list and its tenant's usage then, and its sandbox.deleted is emitted.
 func (s *Service) retryGhosts(ctx context.Context) {
 	s.crash.mu.Lock()
-	ids := make([]string, 0, len(s.crash.ghosts))
-	for id := range s.crash.ghosts {
-		ids = append(ids, id)
+	ghosts := make(map[string]*deletedSandbox, len(s.crash.ghosts))
+	for id, g := range s.crash.ghosts {
+		ghosts[id] = g
 	}
 	s.crash.mu.Unlock()
-	for _, id := range ids {
-		if err := s.store.DeleteSandbox(ctx, id); err != nil {
+	for id, deleted := range ghosts {
+		removed, err := s.store.RemoveSandbox(ctx, id)
+		if err != nil && !removed {
 			continue
 		}
 		if err := s.runtime.Delete(ctx, id); err != nil {
 			// Its container, if any, is an orphan now: the reconciler removes it.
-			s.log.Warn("remove the container of a create that failed while the store was unreachable", "id", id, "err", err)
+			s.log.Warn("remove the container of a sandbox whose record the store could not remove", "id", id, "err", err)
 		}
-		s.log.Info("removed the record of a create that failed while the store was unreachable", "id", id)
+		if deleted != nil {
+			s.log.Info("removed the record of a sandbox deleted while the store was unreachable", "id", id)
+			if removed {
+				s.emit(ctx, deleted.rec, plugins.EventSandboxDeleted, deleted.data)
+			}
+		} else {
+			s.log.Info("removed the record of a create that failed while the store was unreachable", "id", id)
+		}
 		s.crash.mu.Lock()
 		delete(s.crash.ghosts, id)
 		s.crash.mu.Unlock()

@@ -66,6 +66,11 @@ type App struct {
 	RedisPrefix string `json:"redis_prefix,omitempty"`
 	// RedisCluster "on" takes RedisURL as a seed of a Redis Cluster.
 	RedisCluster string `json:"redis_cluster,omitempty"`
+	// StoreDir is the embedded store's directory, where it keeps its cluster id: one
+	// running gateway holds it at a time, and one restarted on it adopts its sandboxes
+	// again. Empty takes the first free slot under the user's configuration directory.
+	// Unused with Redis.
+	StoreDir string `json:"store_dir,omitempty"`
 	// Runtime selects the engine: "docker" (default) or "kubernetes".
 	Runtime string `json:"runtime,omitempty"`
 	// DockerHost overrides DOCKER_HOST.
@@ -229,7 +234,7 @@ func (s sharedStore) Destruct() error { return s.Close() }
 // storeKey identifies the settings the store is built from (a digest: redis_url may
 // hold a password).
 func (a *App) storeKey() string {
-	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix + "\x00" + a.RedisCluster))
+	sum := sha256.Sum256([]byte(a.RedisURL + "\x00" + a.RedisPrefix + "\x00" + a.RedisCluster + "\x00" + a.StoreDir))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -363,7 +368,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 	bg := context.Background()
 	storeKey := a.storeKey()
 	sv, _, err := stores.LoadOrNew(storeKey, func() (caddy.Destructor, error) {
-		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Cluster: a.RedisCluster == "on", Logger: log})
+		st, err := store.Open(bg, store.Options{URL: a.RedisURL, Prefix: a.RedisPrefix, Cluster: a.RedisCluster == "on", Dir: a.StoreDir, Logger: log})
 		return sharedStore{st}, err
 	})
 	if err != nil {

@@ -58,6 +58,7 @@ var settings = []setting{
 	{name: "redis_url", env: "SANDGATE_REDIS_URL", kind: kindSecret, doc: "empty: embedded store; {env.VAR} keeps a password out of the config", field: func(a *App) any { return &a.RedisURL }},
 	{name: "redis_prefix", env: "SANDGATE_REDIS_PREFIX", doc: "key namespace", field: func(a *App) any { return &a.RedisPrefix }},
 	{name: "redis_cluster", env: "SANDGATE_REDIS_CLUSTER", def: "off", values: []string{"on", "off"}, doc: "on: redis_url seeds a Redis Cluster (more seeds as ?addr=host:port)", field: func(a *App) any { return &a.RedisCluster }},
+	{name: "store_dir", env: "SANDGATE_STORE_DIR", doc: "the embedded store's directory, held by one gateway at a time (default: a free slot under the user's configuration directory)", field: func(a *App) any { return &a.StoreDir }},
 	{name: "runtime", env: "SANDGATE_RUNTIME", def: "docker", doc: "docker|kubernetes", field: func(a *App) any { return &a.Runtime }},
 	{name: "docker_host", env: "SANDGATE_DOCKER_HOST", doc: "unix:///…", field: func(a *App) any { return &a.DockerHost }},
 	{name: "docker_network", env: "SANDGATE_DOCKER_NETWORK", def: "sandgate", doc: "the sandboxes' bridge network", field: func(a *App) any { return &a.DockerNetwork }},

@@ -63,6 +63,13 @@ func TestClaimOwnPool(t *testing.T) {
 	if err := s.DeleteSandbox(ctx, got[0].ID); err != nil {
 		t.Fatalf("second delete: %v", err)
 	}
+	// Of two removals of one record, only the first reports that it took it.
+	if removed, err := s.RemoveSandbox(ctx, got[1].ID); err != nil || !removed {
+		t.Fatalf("first removal = %t, %v; want true", removed, err)
+	}
+	if removed, err := s.RemoveSandbox(ctx, got[1].ID); err != nil || removed {
+		t.Fatalf("second removal = %t, %v; want false", removed, err)
+	}
 }
 
 // TestClaimAcrossRepaired: a claim from another tenant's pool whose gateway died halfway

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -18,18 +17,17 @@ import (
 // ClusterID returns the identity of this store: a random id made once and kept, carried
 // by every sandbox the gateways of this store start (runtimes.LabelCluster), so that a
 // gateway adopts and removes only its own store's sandboxes. With Redis the id is a key;
-// the embedded store is lost when its gateway stops, so its id is kept in a file instead
-// (Options.ClusterFile), which lets a restarted gateway recognise its own sandboxes.
+// the embedded store is lost when its gateway stops, so its id is kept in its directory
+// instead (embeddeddir.go), which lets a restarted gateway recognise its own sandboxes.
 func (s *Store) ClusterID(ctx context.Context) (string, error) {
-	if s.embedded != nil && s.clusterFile != "" {
-		id, err := clusterFromFile(s.clusterFile)
+	if s.embedded != nil && s.dir != nil {
+		id, err := clusterFromFile(s.dir.clusterFile())
 		if err == nil {
 			return id, nil
 		}
-		// Without a writable file the id lives only as long as this process: a restart
-		// then leaves this run's sandboxes alone (neither adopted nor removed).
-		s.log.Warn("cannot keep the embedded store's cluster id in a file; a restart will not recognise this run's sandboxes", "file", s.clusterFile, "err", err)
-		s.clusterFile = ""
+		s.log.Warn("cannot keep the embedded store's cluster id in its directory; a restart will not recognise this run's sandboxes", "dir", s.dir.path, "err", err)
+		s.dir.release()
+		s.dir = nil
 	}
 	key := s.Key("cluster")
 	if err := s.rdb.SetNX(ctx, key, randomID(), 0).Err(); err != nil {
@@ -40,13 +38,11 @@ func (s *Store) ClusterID(ctx context.Context) (string, error) {
 }
 
 // clusterFromFile reads the id kept in path, making it first if there is none. The
-// first writer wins (O_EXCL), so that gateways starting together agree.
+// first writer wins (a hard link), so that stores sharing a directory where it cannot
+// be locked agree.
 func clusterFromFile(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
 		return strings.TrimSpace(string(b)), nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", fmt.Errorf("cluster id: %w", err)
 	}
 	tmp := fmt.Sprintf("%s.%s", path, randomID())
 	if err := os.WriteFile(tmp, []byte(randomID()+"\n"), 0o600); err != nil {
@@ -62,22 +58,6 @@ func clusterFromFile(path string) (string, error) {
 		return "", fmt.Errorf("cluster id: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-// DefaultClusterFile is where the embedded store keeps its cluster id when Options
-// name no file: the user's configuration directory, one file per key prefix.
-func DefaultClusterFile(prefix string) string {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		dir = os.TempDir()
-	}
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
-			return r
-		}
-		return '_'
-	}, prefix)
-	return filepath.Join(dir, "sandgate", "embedded-cluster-"+name)
 }
 
 func randomID() string {

@@ -262,24 +262,34 @@ func decodeSandbox(body, rev any) (*Sandbox, error) {
 
 // DeleteSandbox removes a record and its index entries; a missing record is not an error.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	_, err := s.RemoveSandbox(ctx, id)
+	return err
+}
+
+// RemoveSandbox is DeleteSandbox that also reports whether this call removed the record
+// (false: there was none), so that of several removals of one sandbox exactly one
+// announces it. A record removed whose follow-up steps failed reports true with the error.
+func (s *Store) RemoveSandbox(ctx context.Context, id string) (removed bool, err error) {
 	tenant, err := s.locate(ctx, locSandbox, id)
 	if errors.Is(err, ErrNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	keys := []string{s.sandboxKey(tenant, id), s.tenantIndex(tenant), s.expiryKey(tenant), s.usageKey(tenant)}
 	res, err := deleteScript.Run(ctx, s, keys, id, tenant, s.tkey(tenant, "pool")+":").Slice()
 	if err != nil {
-		return wrap(err)
+		return false, wrap(err)
 	}
+	n, _ := res[0].(int64)
+	removed = n == 1
 	if len(res) == 2 {
 		if other, _ := res[1].(string); other != "" {
 			// A member claimed from another tenant's pool leaves that pool's set too.
 			if pt, pn, ok := strings.Cut(other, "/"); ok {
 				if err := s.rdb.SRem(ctx, s.allocKey(pt, pn), id).Err(); err != nil {
-					return wrap(err)
+					return removed, wrap(err)
 				}
 			}
 		}
@@ -289,12 +299,12 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	// the change is announced, in one round trip.
 	s.locs.drop(locSandbox, id)
 	pipe := s.rdb.Pipeline()
-	if n, _ := res[0].(int64); n == 1 {
+	if removed {
 		pipe.Del(ctx, s.locKey(locSandbox, id))
 	}
 	pipe.Publish(ctx, s.changesChannel(), id)
 	_, err = pipe.Exec(ctx)
-	return wrap(err)
+	return removed, wrap(err)
 }
 
 // ListSandboxes returns the records of one tenant (all tenants when tenant is ""), newest first.

@@ -49,9 +49,10 @@ type Store struct {
 	scannedClean atomic.Bool
 	// meter measures records for the tenants' usage counters (usage.go).
 	meter Meter
-	// clusterFile keeps the embedded store's cluster id across restarts.
-	clusterFile string
-	log         *slog.Logger
+	// dir is the embedded store's directory, which keeps its cluster id across
+	// restarts (embeddeddir.go); nil with Redis, or when no directory could be had.
+	dir *embeddedDir
+	log *slog.Logger
 
 	// blocking serves blocking reads (live event streams) on connections of its own.
 	blockingOnce sync.Once
@@ -64,9 +65,10 @@ type Options struct {
 	URL string
 	// Prefix namespaces every key (default "sg:"), so that tests can share one server.
 	Prefix string
-	// ClusterFile is where the embedded store keeps its cluster id (ClusterID) across
-	// restarts; empty uses DefaultClusterFile(Prefix). Unused with Redis.
-	ClusterFile string
+	// Dir is the embedded store's directory, where it keeps its cluster id (ClusterID)
+	// across restarts; one running gateway holds it at a time. Empty takes the first
+	// free slot under DefaultDir(Prefix). Unused with Redis.
+	Dir string
 	// Cluster treats URL as a seed of a Redis Cluster (redis://host:port, more seeds as
 	// ?addr=host:port); every script and transaction of the store stays on one slot.
 	Cluster bool
@@ -106,12 +108,19 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {
 			return nil, fmt.Errorf("start embedded store: %w", err)
 		}
+		if opts.Dir != "" {
+			// A directory the operator named is this store's alone.
+			if s.dir, err = claimDir(opts.Dir); err != nil {
+				m.Close()
+				return nil, err
+			}
+		} else if s.dir, err = claimDefaultDir(s.prefix); err != nil {
+			// Without a directory the id lives only as long as this process: a restart
+			// then leaves this run's sandboxes alone (neither adopted nor removed).
+			log.Warn("cannot keep the embedded store's cluster id; a restart will not recognise this run's sandboxes", "err", err)
+		}
 		s.embedded = m
 		url = "redis://:" + password + "@" + m.Addr()
-		s.clusterFile = opts.ClusterFile
-		if s.clusterFile == "" {
-			s.clusterFile = DefaultClusterFile(s.prefix)
-		}
 		log.Info("no Redis configured: using the embedded in-process store (state is lost when the gateway stops)", "addr", m.Addr())
 	}
 	ro, err := redis.ParseURL(withDeadlines(url))
@@ -239,6 +248,7 @@ func (s *Store) Close() error {
 	if s.embedded != nil {
 		s.embedded.Close()
 	}
+	s.dir.release()
 	return err
 }
 

@@ -452,6 +452,35 @@ func TestSeparateStoresOnOneEngine(t *testing.T) {
 	}
 }
 
+// TestEmbeddedGatewaysOfOneUser: two gateways one user runs with the embedded store and
+// the same settings (two `sandgate run` on one host) share an engine: neither adopts nor
+// removes the other's sandboxes, and the first, restarted, gets its own back.
+func TestEmbeddedGatewaysOfOneUser(t *testing.T) {
+	e := newEnv(t, nil)
+	user := []string{"XDG_CONFIG_HOME=" + t.TempDir(), "SANDGATE_READY_TIMEOUT=5s"}
+	a := e.startGateway(user...)
+	x := a.createSandbox(map[string]any{"timeout": 600})
+	b := e.startGateway(user...)
+	y := b.createSandbox(map[string]any{"timeout": 600})
+	// Past the adoption grace (the ready timeout) of both, and many sync passes.
+	time.Sleep(8 * time.Second)
+	la, lb := a.listed(), b.listed()
+	if len(la) != 1 || la[x] != "Running" {
+		t.Errorf("gateway A lists %v, want only its own %s Running", la, x)
+	}
+	if len(lb) != 1 || lb[y] != "Running" {
+		t.Errorf("gateway B lists %v, want only its own %s Running", lb, y)
+	}
+	if f := e.facts(); !f[x].complete() || !f[y].complete() {
+		t.Errorf("a sandbox was removed or broken by the other gateway: %v", f)
+	}
+	a.Stop()
+	again := e.startGateway(user...)
+	if l := again.listed(); len(l) != 1 || l[x] != "Running" {
+		t.Errorf("gateway A restarted lists %v, want its own %s adopted Running and nothing else", l, x)
+	}
+}
+
 // TestOutOfMemoryReported: a sandbox whose entrypoint is killed at its memory limit is
 // Failed with reason OOM_KILLED, not a bare exit code, in its status and its event.
 func TestOutOfMemoryReported(t *testing.T) {

@@ -57,8 +57,8 @@ func TestLocalReaders(t *testing.T) {
 	g := e.startGateway("SANDGATE_ADMIN=", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "config"),
 		"XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CACHE_HOME="+filepath.Join(home, "cache"))
 	t.Run("the gateway's files are its user's alone", func(t *testing.T) {
-		// The default Caddyfile (cache) and the embedded store's cluster id (config).
-		ownerOnly(t, home, "cache/sandgate/Caddyfile-*", "config/sandgate/embedded-cluster-*")
+		// The default Caddyfile (cache), the embedded store's cluster id and lock (config).
+		ownerOnly(t, home, "cache/sandgate/Caddyfile-*", "config/sandgate/embedded-*/*/cluster-id", "config/sandgate/embedded-*/*/lock")
 	})
 	t.Run("make run and the CLI write nothing another local user reads", func(t *testing.T) {
 		makeRunReaders(t, e)
@@ -305,7 +305,7 @@ func makeRunReaders(t *testing.T, e *env) {
 		t.Fatalf("sandgate login: %v\n%s", err, out)
 	}
 	ownerOnly(t, root, ".sandgate/api-key")
-	ownerOnly(t, home, ".config/sandgate/config.json", ".config/sandgate/embedded-cluster-*", ".cache/sandgate/Caddyfile-*")
+	ownerOnly(t, home, ".config/sandgate/config.json", ".config/sandgate/embedded-*/*/cluster-id", ".cache/sandgate/Caddyfile-*")
 	proc.Stop()
 
 	// As an older `make run` left it.

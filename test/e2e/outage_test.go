@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -466,6 +467,50 @@ func TestEnforcerKilled(t *testing.T) {
 			t.Errorf("no sandbox.enforcer.restored event")
 		}
 	})
+}
+
+// TestDeleteBurst: 20 sandboxes deleted at once while the gateway reconciles every
+// 100 ms: containers exit and leave the engine's list before their records go, and
+// none is reported failed; each emits one sandbox.deleted.
+func TestDeleteBurst(t *testing.T) {
+	e := newEnv(t, startRedis(t))
+	g := e.startGateway("SANDGATE_SYNC_INTERVAL=100ms")
+	const n = 20
+	ids := g.createSandboxes(n, map[string]any{"timeout": 600})
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != http.StatusNoContent {
+				t.Errorf("delete %s: %d %s", id, r.Status, r.Body)
+			}
+		}(id)
+	}
+	wg.Wait()
+	time.Sleep(2 * time.Second) // passes that would judge a deleted sandbox late
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	failed := 0
+	for id := range g.eventSandboxes("sandbox.failed") {
+		if want[id] {
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d deleted sandboxes were reported failed", failed, n)
+	}
+	deleted := 0
+	for id := range g.eventSandboxes("sandbox.deleted") {
+		if want[id] {
+			deleted++
+		}
+	}
+	if deleted != n {
+		t.Errorf("%d of %d deleted sandboxes have a sandbox.deleted event", deleted, n)
+	}
 }
 
 // TestAdoptedSandboxKeepsItsEgressPolicy: a gateway on the embedded store is restarted
