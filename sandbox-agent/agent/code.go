@@ -186,7 +186,15 @@ func (ci *codeInterpreter) list(language string) []*codeContext {
 func writeCodeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, jupyter.ErrUnavailable):
-		writeError(w, http.StatusNotImplemented, CodeNotSupported, err.Error())
+		writeError(w, http.StatusNotImplemented, CodeNotSupported,
+			"this sandbox has no Jupyter (jupyter-server and ipykernel): its only code language is bash")
+	case errors.Is(err, jupyter.ErrNoKernel):
+		var nk *jupyter.NoKernelError
+		msg := err.Error()
+		if errors.As(err, &nk) {
+			msg = fmt.Sprintf("no kernel for language %q in this sandbox; its code languages are: %s", nk.Language, strings.Join(append([]string{"bash"}, nk.Languages...), ", "))
+		}
+		writeError(w, http.StatusNotImplemented, CodeNotSupported, msg)
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, errBadRequest), errors.Is(err, os.ErrPermission):
 		writeFSError(w, err)
 	default:

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,21 @@ import (
 
 // ErrUnavailable means the image has no usable Jupyter (jupyter-server and ipykernel).
 var ErrUnavailable = errors.New("jupyter: jupyter-server and ipykernel are not installed in this sandbox")
+
+// ErrNoKernel means Jupyter runs but has no kernel for the language asked for.
+var ErrNoKernel = errors.New("jupyter: no kernel for that language")
+
+// NoKernelError is a language no installed kernel speaks, with the languages that are.
+type NoKernelError struct {
+	Language  string
+	Languages []string // sorted
+}
+
+func (e *NoKernelError) Error() string {
+	return fmt.Sprintf("no Jupyter kernel for language %q in this sandbox; its kernels speak: %s", e.Language, strings.Join(e.Languages, ", "))
+}
+
+func (e *NoKernelError) Unwrap() error { return ErrNoKernel }
 
 // Python returns the Python interpreter that has jupyter_server and ipykernel, or
 // ErrUnavailable.
@@ -77,8 +93,9 @@ type Server struct {
 	done    chan struct{}
 	logFile *os.File
 
-	mu    sync.Mutex
-	specs map[string]string // language → kernel name
+	mu        sync.Mutex
+	specs     map[string]string // language → kernel name
+	languages []string          // the kernels' languages, as listed
 }
 
 // Start launches a Jupyter Server with python on a free loopback port and waits until
@@ -206,11 +223,12 @@ func (s *Server) do(ctx context.Context, method, path string, body, out any) err
 }
 
 // KernelName returns the kernel spec for a language ("python" → "python3"), or
-// ErrUnavailable when no installed kernel speaks it.
+// a *NoKernelError when no installed kernel speaks it.
 func (s *Server) KernelName(ctx context.Context, language string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.specs == nil {
+		s.languages = nil
 		var resp struct {
 			Default     string `json:"default"`
 			Kernelspecs map[string]struct {
@@ -226,6 +244,9 @@ func (s *Server) KernelName(ctx context.Context, language string) (string, error
 		s.specs = map[string]string{}
 		for name, ks := range resp.Kernelspecs {
 			lang := strings.ToLower(ks.Spec.Language)
+			if _, ok := s.specs[lang]; !ok {
+				s.languages = append(s.languages, lang)
+			}
 			if cur, ok := s.specs[lang]; !ok || name == resp.Default || cur > name {
 				s.specs[lang] = name
 			}
@@ -235,7 +256,9 @@ func (s *Server) KernelName(ctx context.Context, language string) (string, error
 	if name, ok := s.specs[strings.ToLower(language)]; ok {
 		return name, nil
 	}
-	return "", fmt.Errorf("%w: no kernel for language %q", ErrUnavailable, language)
+	langs := slices.Clone(s.languages)
+	slices.Sort(langs)
+	return "", &NoKernelError{Language: language, Languages: slices.Compact(langs)}
 }
 
 func freePort() (int, error) {

@@ -317,6 +317,9 @@ func TestAgentAPI(t *testing.T) {
 		a := agentOf.as(t)
 		r := a.call("POST", "/code/context", map[string]any{"language": "python"})
 		expectError(t, r, 501, "NOT_SUPPORTED")
+		if msg, _ := r.JSON(t)["message"].(string); !strings.Contains(msg, "only code language is bash") {
+			t.Errorf("message %q does not say which language the sandbox has", msg)
+		}
 	})
 
 	portProxyTests(t, g, id, agentOf)

@@ -260,6 +260,12 @@ func TestGoSDKAgent(t *testing.T) {
 		if err := a.DeleteCodeContext(ctx, cc.ID); err != nil {
 			t.Fatal(err)
 		}
+		// A language the image has no kernel for names the ones it has.
+		var noKernel *sandgate.Error
+		if _, err := a.CreateCodeContext(ctx, "java", ""); !errors.As(err, &noKernel) || noKernel.Code != "NOT_SUPPORTED" ||
+			!strings.Contains(noKernel.Message, `"java"`) || !strings.Contains(noKernel.Message, "bash, python") {
+			t.Fatalf("java context: %v, want NOT_SUPPORTED naming the image's languages", err)
+		}
 		// No interrupt target remains: the agent answers with a typed error.
 		var apiErr *sandgate.Error
 		if err := a.InterruptCode(ctx, cc.ID); !errors.As(err, &apiErr) || apiErr.Code == "" {
