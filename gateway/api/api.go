@@ -198,15 +198,16 @@ func (h *Handler) register(rt route) {
 // beside /sandboxes/{id}) cannot take an any-method pattern (the mux refuses the
 // overlap), so it gets one pattern per method instead.
 func (h *Handler) registerFallback(path string, methods []string, shadows bool) {
+	refuse := h.methodNotAllowed(methods)
 	for _, prefix := range []string{"/v1", ""} {
 		pattern := prefix + path
 		if !shadows {
-			h.mux.HandleFunc(pattern, h.methodNotAllowed)
+			h.mux.HandleFunc(pattern, refuse)
 			continue
 		}
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 			if !slices.Contains(methods, m) {
-				h.mux.HandleFunc(m+" "+pattern, h.methodNotAllowed)
+				h.mux.HandleFunc(m+" "+pattern, refuse)
 			}
 		}
 	}
@@ -237,8 +238,19 @@ func shadowsWildcard(path string, routes []route) bool {
 	return false
 }
 
-func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	h.writeError(w, r, gateway.Errorf(gateway.KindMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+// methodNotAllowed answers a method a path does not have with a 405 whose Allow header
+// lists the methods it has (RFC 9110 §15.5.6); GET brings HEAD.
+func (h *Handler) methodNotAllowed(methods []string) http.HandlerFunc {
+	allowed := slices.Clone(methods)
+	if slices.Contains(allowed, http.MethodGet) && !slices.Contains(allowed, http.MethodHead) {
+		allowed = append(allowed, http.MethodHead)
+	}
+	slices.Sort(allowed)
+	allow := strings.Join(slices.Compact(allowed), ", ")
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		h.writeError(w, r, gateway.Errorf(gateway.KindMethodNotAllowed, gateway.CodeMethodNotAllowed, "%s is not allowed on %s; it allows %s", r.Method, r.URL.Path, allow))
+	}
 }
 
 // ServeHTTP implements http.Handler: request id, panic safety, then the routes.

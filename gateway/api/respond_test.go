@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -168,5 +169,27 @@ func TestServerErrorsAreLogged(t *testing.T) {
 	}
 	if cause, _ := byID["req-redis-gone"].ContextMap()["err"].(string); !strings.Contains(cause, "connect") && !strings.Contains(cause, "refused") && !strings.Contains(cause, "EOF") {
 		t.Errorf("the store's 503 is logged without its cause: %q", cause)
+	}
+}
+
+// TestMethodNotAllowedSaysWhatIs: a 405 carries Allow with the path's methods (GET
+// brings HEAD), on a plain path and on one beside a wildcard route.
+func TestMethodNotAllowedSaysWhatIs(t *testing.T) {
+	srv, _ := startTestAPI(t, nil)
+	for _, tt := range []struct{ method, path, allow string }{
+		{"PATCH", "/v1/sandboxes", "GET, HEAD, POST"},
+		{"DELETE", "/sandboxes", "GET, HEAD, POST"},
+		{"DELETE", "/v1/sandboxes/watch", "GET, HEAD"},
+	} {
+		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, nil)
+		req.Header.Set("OPEN-SANDBOX-API-KEY", "admin-key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tt.allow {
+			t.Errorf("%s %s = %d, Allow %q; want 405, Allow %q", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Allow"), tt.allow)
+		}
 	}
 }
