@@ -145,10 +145,7 @@ func (s *Service) imageWillNotBePulled(ctx context.Context, image, tenant string
 	case !s.cfg.CheckRegistries:
 		return false
 	}
-	type imageChecker interface {
-		HasImage(ctx context.Context, image, tenant string) (bool, error)
-	}
-	if ic, ok := s.runtime.(imageChecker); ok {
+	if ic, ok := s.runtime.(runtimes.ImageChecker); ok {
 		has, err := ic.HasImage(ctx, image, tenant)
 		return err == nil && has
 	}

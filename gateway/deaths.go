@@ -41,13 +41,6 @@ func deathOf(inst runtimes.Instance, exists bool) (reason, message string) {
 	}
 }
 
-// helperReleaser is implemented by a runtime whose sandboxes have parts beside the
-// workload (Docker: the egress enforcer and the namespace holder) that can be removed
-// while the dead workload is kept for its logs.
-type helperReleaser interface {
-	ReleaseHelpers(ctx context.Context, id string) error
-}
-
 // markDead marks a sandbox Failed for its death as inst tells it, emits
 // sandbox.failed and releases its helpers. It returns the record as marked, or nil when
 // the sandbox was deleted or is being deleted, is still being created, or was marked by
@@ -79,7 +72,7 @@ func (s *Service) markDead(ctx context.Context, id string, inst runtimes.Instanc
 
 // releaseHelpers removes a dead sandbox's helpers in the background.
 func (s *Service) releaseHelpers(id string) {
-	hr, ok := s.runtime.(helperReleaser)
+	hr, ok := s.runtime.(runtimes.HelperReleaser)
 	if !ok {
 		return
 	}

@@ -27,14 +27,8 @@ import (
 	"github.com/sandgate/sandgate/sandbox-agent/strictjson"
 )
 
-// egressEnforcing is implemented by runtimes that can run an egress enforcer; a runtime
-// without it (or with enforcement turned off) runs sandboxes with open egress.
-type egressEnforcing interface {
-	EnforcesEgress() bool
-}
-
 func (s *Service) enforcesEgress() bool {
-	e, ok := s.runtime.(egressEnforcing)
+	e, ok := s.runtime.(runtimes.EgressEnforcer)
 	return ok && e.EnforcesEgress()
 }
 

@@ -24,15 +24,6 @@ import (
 // ReasonEnforcerLost is the Failed reason of a sandbox whose enforcer could not be restored.
 const ReasonEnforcerLost = "ENFORCER_LOST"
 
-// enforcerRestorer is implemented by runtimes that run the enforcer as a separate part
-// of a sandbox that can die alone (Docker's sidecar).
-type enforcerRestorer interface {
-	// MissingEnforcers returns the ids among instances whose enforcer is not running.
-	MissingEnforcers(ctx context.Context, instances []runtimes.Instance) ([]string, error)
-	// RestoreEnforcer starts a new enforcer for a running sandbox with egress and token.
-	RestoreEnforcer(ctx context.Context, id, egressToken string, egress runtimes.EgressSpec) error
-}
-
 // enforcerRestoreAttempts is how many restores in a row may fail before the sandbox is
 // marked Failed (a loaded engine may refuse one).
 const enforcerRestoreAttempts = 3
@@ -93,7 +84,7 @@ func (s *Service) recordEgressPolicy(ctx context.Context, id string, effective a
 // It is part of a reconcile pass (records as read by it); restores run in the
 // background and report through events.
 func (s *Service) checkEnforcers(ctx context.Context, instances []runtimes.Instance, records []*store.Sandbox, now time.Time) {
-	rr, ok := s.runtime.(enforcerRestorer)
+	rr, ok := s.runtime.(runtimes.EnforcerRestorer)
 	if !ok || !s.enforcesEgress() {
 		return
 	}
@@ -126,7 +117,7 @@ func (s *Service) checkEnforcers(ctx context.Context, instances []runtimes.Insta
 }
 
 // restoreEnforcer restores one sandbox's enforcer, or marks the sandbox Failed.
-func (s *Service) restoreEnforcer(ctx context.Context, rr enforcerRestorer, id string) {
+func (s *Service) restoreEnforcer(ctx context.Context, rr runtimes.EnforcerRestorer, id string) {
 	// Read again: the sandbox may have been deleted or changed since the pass listed it.
 	rec, err := s.store.GetSandbox(ctx, id)
 	if err != nil || rec.State != StateRunning || s.expiring(rec, time.Now()) {

@@ -290,7 +290,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 // calls agents while sandboxes start), so that the gateway's calls reuse its
 // connections; else a new one.
 func agentClientOf(rt runtimes.Runtime) *agentclient.Client {
-	if p, ok := rt.(interface{ AgentClient() *agentclient.Client }); ok && p.AgentClient() != nil {
+	if p, ok := rt.(runtimes.AgentClientProvider); ok && p.AgentClient() != nil {
 		return p.AgentClient()
 	}
 	return agentclient.New()

@@ -265,17 +265,11 @@ func (s *Service) UpstreamFailed(ctx context.Context, sb *store.Sandbox, cause e
 	return unavailable(sb.ID)
 }
 
-// runtimeDeathWatcher is implemented by a runtime that reports a sandbox's death as the
-// engine sees it (Docker's event stream).
-type runtimeDeathWatcher interface {
-	WatchDeaths(ctx context.Context, dead func(id string)) error
-}
-
 // watchMemberDeaths learns of sandboxes' deaths from the runtime as they happen: a
 // warm member leaves its pool at once (it is never handed out), a claimed one is marked
 // Failed, and so is any other sandbox (deaths.go). Without such a runtime the pool manager's sweep (SyncInterval) finds them.
 func (s *Service) watchMemberDeaths() {
-	w, ok := s.runtime.(runtimeDeathWatcher)
+	w, ok := s.runtime.(runtimes.DeathWatcher)
 	if !ok {
 		return
 	}

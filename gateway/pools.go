@@ -131,20 +131,12 @@ func withoutImageAuth(t *CreateRequest) *CreateRequest {
 	return &c
 }
 
-// imagePuller is a runtime that pulls images itself (Docker). CheckRegistry refuses, at
-// once, a pull Pull would refuse for its registry.
-type imagePuller interface {
-	HasImage(ctx context.Context, image, tenant string) (bool, error)
-	CheckRegistry(ctx context.Context, image string) error
-	Pull(ctx context.Context, image string, auth *runtimes.ImageAuth, progress func(runtimes.PullProgress)) error
-}
-
 // poolImage decides how a new pool gets its image: nil when it is on the engine (or the
 // runtime pulls on its own nodes), a puller when this gateway must pull it first, and
 // IMAGE_NOT_FOUND when it is missing and pulling is off.
-func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequest) (imagePuller, error) {
+func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequest) (runtimes.ImagePuller, error) {
 	image := tmpl.Image.URI
-	ip, ok := s.runtime.(imagePuller)
+	ip, ok := s.runtime.(runtimes.ImagePuller)
 	if !ok || !s.cfg.PullImages {
 		return nil, s.checkImage(ctx, image, tenant)
 	}
@@ -162,7 +154,7 @@ func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequ
 // startPoolPull pulls a new pool's image once, in the background, with the template's
 // credentials; the pool's status shows the progress, and the manager fills the pool only
 // once the pull is done.
-func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip imagePuller) {
+func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip runtimes.ImagePuller) {
 	st := &PoolImagePull{State: PoolImagePulling}
 	s.pools.mu.Lock()
 	if s.pools.pulls == nil {
@@ -212,10 +204,7 @@ func (s *Service) poolPull(key string) *PoolImagePull {
 
 // checkImage fails early when a pool's image is not on the host.
 func (s *Service) checkImage(ctx context.Context, image, tenant string) error {
-	type imageChecker interface {
-		HasImage(ctx context.Context, image, tenant string) (bool, error)
-	}
-	if ic, ok := s.runtime.(imageChecker); ok {
+	if ic, ok := s.runtime.(runtimes.ImageChecker); ok {
 		has, err := ic.HasImage(ctx, image, tenant)
 		if err == nil && !has {
 			return runtimeCreateError(image, runtimes.ErrImageNotFound)
@@ -244,7 +233,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 		return nil, err
 	}
 	tmpl, _ := json.Marshal(withoutImageAuth(req.Template))
-	var pull imagePuller
+	var pull runtimes.ImagePuller
 	changed := string(tmpl) != string(p.Template)
 	if changed {
 		if pull, err = s.poolImage(ctx, caller.Tenant, req.Template); err != nil {

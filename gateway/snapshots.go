@@ -34,12 +34,6 @@ const snapshotTimeout = 10 * time.Minute
 // such an image directly must name one of its own tenant's (see checkSnapshotImage).
 const snapshotRepoPrefix = "sandgate-snapshots/"
 
-// Snapshotter is what a runtime offers to keep a sandbox's filesystem as an image.
-type Snapshotter interface {
-	Snapshot(ctx context.Context, id, ref string, labels map[string]string) error
-	RemoveSnapshot(ctx context.Context, ref string) error
-}
-
 // SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
 type SnapshotRequest struct {
 	Name string `json:"name,omitempty"`
@@ -70,8 +64,8 @@ func snapshotNotFound(id string) *Error {
 	return Errorf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
 }
 
-func (s *Service) snapshotter() (Snapshotter, error) {
-	if sn, ok := s.runtime.(Snapshotter); ok {
+func (s *Service) snapshotter() (runtimes.Snapshotter, error) {
+	if sn, ok := s.runtime.(runtimes.Snapshotter); ok {
 		return sn, nil
 	}
 	return nil, Errorf(KindInvalid, CodeSnapshotUnsupported,

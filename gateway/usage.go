@@ -39,11 +39,6 @@ var gatewayStart = time.Now()
 // usageConcurrency bounds the readings under way at once.
 const usageConcurrency = 4
 
-// engineUsage is implemented by runtimes that read a sandbox's use from the engine.
-type engineUsage interface {
-	Usage(ctx context.Context, id string, withDisk bool) (runtimes.Usage, error)
-}
-
 // UsagePoint is one point of a sandbox's resource history (fields the source cannot
 // tell are null) and SandboxUsage the body of GET /sandboxes/{id}/metrics, declared
 // once for the gateway and the Go SDK in apiproto. DiskBytes is read every
@@ -151,7 +146,7 @@ func (s *Service) sampleOne(ctx context.Context, sb *store.Sandbox) {
 	var p UsagePoint
 	var u runtimes.Usage
 	source := "agent"
-	eng, fromEngine := s.runtime.(engineUsage)
+	eng, fromEngine := s.runtime.(runtimes.UsageReader)
 	if fromEngine {
 		var err error
 		if u, err = eng.Usage(ctx, sb.ID, withDisk); err != nil {

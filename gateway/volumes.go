@@ -319,13 +319,10 @@ func volumeCreateError(err error) error {
 // so that a refused create leaves nothing behind; runtimes without named volumes of their
 // own (Kubernetes removes its claims in Create) skip it.
 func (s *Service) discardVolumes(ctx context.Context, spec runtimes.Spec) {
-	type volumeDiscarder interface {
-		DiscardVolumes(ctx context.Context, id string)
-	}
 	if len(spec.Volumes) == 0 {
 		return
 	}
-	if d, ok := s.runtime.(volumeDiscarder); ok {
+	if d, ok := s.runtime.(runtimes.VolumeDiscarder); ok {
 		d.DiscardVolumes(ctx, spec.ID)
 	}
 }

@@ -178,12 +178,6 @@ type EgressSpec struct {
 	CredentialProxy bool
 }
 
-// CredentialProxyRuntime is implemented by runtimes that can run the credential vault
-// (EgressSpec.CredentialProxy); the gateway refuses credentialProxy on the others.
-type CredentialProxyRuntime interface {
-	RunsCredentialProxy() bool
-}
-
 // State is the runtime's view of a sandbox's process.
 type State string
 
@@ -250,11 +244,4 @@ type Runtime interface {
 	Logs(ctx context.Context, id string, lines int) (string, error)
 	// Close releases the runtime's clients.
 	Close() error
-}
-
-// HelperSweeper is implemented by a runtime that runs helper containers beside a sandbox
-// (Docker's egress enforcer). SweepHelpers removes the helpers whose sandbox no longer
-// exists and returns how many it removed; the reconciler calls it on every pass.
-type HelperSweeper interface {
-	SweepHelpers(ctx context.Context) (int, error)
 }

@@ -381,8 +381,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		releaseStore()
 		return nil, err
 	}
-	dockerRT, _ := rt.(*docker.Runtime)
-	gatewayAddrs, err := a.gatewayAddresses(bg, dockerRT)
+	gatewayAddrs, err := a.gatewayAddresses(bg, rt)
 	if err != nil {
 		rt.Close()
 		releaseStore()
@@ -462,14 +461,14 @@ func (a *App) resolveSecrets() error {
 // gatewayAddresses lists what the platform denies as the gateway's own: the operator's
 // list, every address of the host's interfaces and, on Docker, the host's address on
 // every network of the engine.
-func (a *App) gatewayAddresses(ctx context.Context, d *docker.Runtime) ([]string, error) {
+func (a *App) gatewayAddresses(ctx context.Context, rt runtimes.Runtime) ([]string, error) {
 	host, err := gateway.HostAddresses()
 	if err != nil {
 		return nil, err
 	}
 	var bridges []string
-	if d != nil {
-		if bridges, err = d.GatewayAddresses(ctx); err != nil {
+	if ga, ok := rt.(runtimes.GatewayAddresser); ok {
+		if bridges, err = ga.GatewayAddresses(ctx); err != nil {
 			return nil, err
 		}
 	}

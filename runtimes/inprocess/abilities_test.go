@@ -1,0 +1,17 @@
+package inprocess
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// TestAbilities states which of the optional abilities (runtimes/capabilities.go) this
+// runtime has; the core does without the others.
+func TestAbilities(t *testing.T) {
+	want := []string(nil) // None: sandboxes are local processes with no enforcer, images, snapshots or volumes of their own.
+	if got := runtimes.Abilities((*Runtime)(nil)); !slices.Equal(got, want) {
+		t.Errorf("abilities %q, want %q", got, want)
+	}
+}
