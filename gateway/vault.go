@@ -1,6 +1,6 @@
 package gateway
 
-// Credential vault (issue 16). A sandbox created with credentialProxy: {"enabled":
+// Credential vault. A sandbox created with credentialProxy: {"enabled":
 // true} (and a networkPolicy) gets a vault in its egress enforcer: the enforcer holds
 // the real credentials and injects them into the workload's matching requests. The
 // gateway relays the vault API (/credential-vault on the enforcer's port) with its own

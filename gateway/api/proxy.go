@@ -236,7 +236,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	defer release()
 	// A claimed pool member's late bindings (env, egress policy…) hold from its first
 	// call: the call waits for them; a member that died after its claim answers
-	// SANDBOX::UNAVAILABLE (hotpaths, latebind.go).
+	// SANDBOX::UNAVAILABLE (latebind.go).
 	if err := h.svc.BeforeAgentCall(r.Context(), sb); err != nil {
 		h.writeError(w, r, err)
 		return

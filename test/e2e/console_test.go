@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// The web console (issue 9) driven in headless Chromium against a real gateway: the
+// The web console driven in headless Chromium against a real gateway: the
 // SPA embedded in bin/sandgate, its session sign-in, the live sandbox list, the agent
 // views and the policy editor. Every step saves a screenshot under
 // artifacts/console/<step>.png.

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Attacks of a hostile workload on its own egress enforcer (issue 13, items 2 and 3),
+// Attacks of a hostile workload on its own egress enforcer,
 // each run from inside a sandbox against servers the test started on its own network.
 
 // resolverScript is a DNS server the test runs in its own container on the sandbox
@@ -349,7 +349,7 @@ print(' '.join(out) or 'none')
 }
 
 // TestEgressPolicyRoundTrip: within one PATCH the first rule for a target wins, and
-// what GET /policy returns can be PUT back without changing anything (issue 21 item 2).
+// what GET /policy returns can be PUT back without changing anything.
 func TestEgressPolicyRoundTrip(t *testing.T) {
 	w := newEgressWorld(t, map[string][]string{"allowed": {"allowed.test"}, "blocked": {"blocked.test"}},
 		"SANDGATE_EGRESS_ALWAYS_DENY={ip:blocked}")

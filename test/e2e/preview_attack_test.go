@@ -20,7 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// Issue 13, item 1: a page a sandbox of tenant B serves, opened in Chromium by a signed-in
+// A page a sandbox of tenant B serves, opened in Chromium by a signed-in
 // tenant-A admin, must achieve nothing: no session read, no key minted for A, no command
 // run in A's sandbox, nothing of A's sent out. It is run in both preview modes; in host
 // mode the page, refused everywhere across origins, bounces itself to the path-mode URL
@@ -286,7 +286,7 @@ const report = {where: location.host, origin: self.origin, steps: {}};
 })();
 </script></body></html>`
 
-// TestPreviewCrossPreviewForgery (issue 32, item 8): host-mode previews share one
+// TestPreviewCrossPreviewForgery: host-mode previews share one
 // registrable domain, so a page of tenant B's preview is same-site with tenant A's, and
 // the browser of A's user attaches A's SameSite=Lax preview cookie to the requests B's
 // page makes it send there. In Chromium, A's user opens A's preview (whose own page

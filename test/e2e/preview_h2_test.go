@@ -65,7 +65,7 @@ func TestPreviewWebSocketOverHTTP2(t *testing.T) {
 	}
 
 	// A console session is no credential on a preview route, whatever the Origin: a
-	// page the sandbox serves would otherwise act with it (issue 13, item 1).
+	// page the sandbox serves would otherwise act with it.
 	r := g.do("POST", "/v1/session", map[string]any{"apiKey": g.APIKey})
 	var session string
 	for _, c := range (&http.Response{Header: r.Header}).Cookies() {

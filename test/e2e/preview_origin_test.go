@@ -16,7 +16,7 @@ import (
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
-// Issue 13, item 12: host-mode previews. The link exchange redirects only on its own
+// Host-mode previews. The link exchange redirects only on its own
 // host, a WebSocket opened with a preview cookie must come from the preview's own page,
 // and behind a TLS proxy (SANDGATE_PUBLIC_URL=https://…) every cookie is Secure.
 

@@ -16,7 +16,7 @@ import (
 // stateBenchRounds is how many samples each figure of BenchmarkState takes per run.
 const stateBenchRounds = 5
 
-// BenchmarkState measures the state features (issue 17), each beside its raw baseline
+// BenchmarkState measures the state features (snapshots, forks, idle pause), each beside its raw baseline
 // from the same run:
 //   - snapshot_create: POST /snapshots until Ready, beside a bare `docker commit` of the
 //     same container;

@@ -24,7 +24,7 @@ import (
 	"time"
 )
 
-// Credential vault tests (issue 16). The upstream is an HTTPS echo server the test
+// Credential vault tests. The upstream is an HTTPS echo server the test
 // starts in a container on the sandbox network, with a certificate from a CA the test
 // makes (the gateway trusts it for upstream TLS through SANDGATE_VAULT_UPSTREAM_CA);
 // it answers with the SHA-256 of the Authorization header it received, and echoes the
