@@ -405,7 +405,24 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		<-watching
 	}
 	usageInterval, _ := a.usageInterval() // Validate checked it
-	svc := gateway.New(gateway.Config{
+	svc := gateway.New(a.gatewayConfig(usageInterval), st, rt, pol, log)
+	host, err := a.startPlugins(bg, svc, log)
+	if err != nil {
+		stopPolicy()
+		rt.Close()
+		releaseStore()
+		return nil, err
+	}
+	svc.Start(bg)
+	log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
+	return &core{store: st, storeKey: storeKey, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host}, nil
+}
+
+// gatewayConfig is the core's configuration from the app's settings (Config.Defaults
+// fills what is zero; TestSettingDefaultsAreTheCore's keeps the two sets of defaults
+// one).
+func (a *App) gatewayConfig(usageInterval time.Duration) gateway.Config {
+	return gateway.Config{
 		MinTimeout:       time.Duration(a.MinTimeout),
 		MaxTimeout:       time.Duration(a.MaxTimeout),
 		RequireTimeout:   a.RequireTimeout == "on",
@@ -426,17 +443,7 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		CheckRegistries:  len(a.ImageRegistries) > 0,
 		UsageInterval:    usageInterval,
 		TestClock:        a.TestClock == "on",
-	}, st, rt, pol, log)
-	host, err := a.startPlugins(bg, svc, log)
-	if err != nil {
-		stopPolicy()
-		rt.Close()
-		releaseStore()
-		return nil, err
 	}
-	svc.Start(bg)
-	log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
-	return &core{store: st, storeKey: storeKey, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host}, nil
 }
 
 // resolveSecrets replaces the placeholders of the secret settings ({env.*}, {file.*})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/inprocess"
@@ -228,5 +229,28 @@ func TestReloadAppliesEverySetting(t *testing.T) {
 	last["api_key"] = "k2"
 	if a := load(last); a.core != prev {
 		t.Fatal("a reload changing only the admin key rebuilt the core")
+	}
+}
+
+// TestSettingDefaultsAreTheCore: the defaults the settings table gives (the default
+// Caddyfile's) are the ones the core takes for a zero value (gateway.Config.Defaults),
+// so that a gateway configured by JSON without them behaves as the Caddyfile's.
+func TestSettingDefaultsAreTheCore(t *testing.T) {
+	var a App
+	for _, s := range settings {
+		if err := s.parse(&a, s.def); err != nil {
+			t.Fatalf("%s: default %q: %v", s.name, s.def, err)
+		}
+	}
+	fromSettings := a.gatewayConfig(0)
+	zero := a.gatewayConfig(0)
+	zero.MinTimeout, zero.MaxTimeout, zero.ReadyTimeout, zero.FailedRetention, zero.SyncInterval = 0, 0, 0, 0, 0
+	zero.PoolWait, zero.RenewCooldown, zero.PoolFallback, zero.PoolConcurrency, zero.AgentIdleTimeout = 0, 0, "", 0, 0
+	core := zero
+	core.Defaults()
+	withDefaults := fromSettings
+	withDefaults.Defaults()
+	if diff := cmp.Diff(core, withDefaults); diff != "" {
+		t.Errorf("the settings' defaults (+) differ from the core's (-):\n%s", diff)
 	}
 }
