@@ -91,8 +91,9 @@ func TestInstanceStates(t *testing.T) {
 	}
 }
 
-// TestEgressSidecarIsolated: the workload cannot see the enforcer's processes (no shared
-// PID namespace) nor its state volume, and the enforcer keeps its policy in that volume.
+// TestEgressSidecarIsolated: the enforcer runs from the agent image with the runtime's
+// environment only; the workload cannot see its processes (no shared PID namespace) nor
+// its state volume, and the enforcer keeps its policy in that volume.
 func TestEgressSidecarIsolated(t *testing.T) {
 	r := testRuntime()
 	spec := runtimes.Spec{ID: "0f8e2b9c-1111-4222-8333-444455556666", Tenant: "t", Image: "python:3.12", EgressToken: "egress-tok",
@@ -109,6 +110,19 @@ func TestEgressSidecarIsolated(t *testing.T) {
 	}
 	if sidecar == nil {
 		t.Fatal("no egress sidecar")
+	}
+	// The enforcer runs from sandgate's agent image, never from the workload's (whose
+	// files and environment a tenant controls), and its environment is the runtime's.
+	if sidecar.Image != r.opts.AgentImage {
+		t.Errorf("enforcer image %q, want the agent image %q", sidecar.Image, r.opts.AgentImage)
+	}
+	for _, e := range sidecar.Env {
+		if e.Name != EnvEgressToken && e.Name != EnvEgressPolicy {
+			t.Errorf("enforcer environment has %s beside the runtime's two variables", e.Name)
+		}
+	}
+	if len(sidecar.EnvFrom) != 0 {
+		t.Errorf("enforcer environment comes from %v", sidecar.EnvFrom)
 	}
 	if !strings.Contains(strings.Join(sidecar.Command, " "), "--state-file "+egressStateDir+"/") {
 		t.Errorf("enforcer command %v keeps no state file", sidecar.Command)
