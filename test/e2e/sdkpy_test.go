@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,7 @@ func TestSDKPy(t *testing.T) {
 	run := randomHex(4)
 	removeSDKPyVolumes(t, e, run)
 	g := e.startGateway("SANDGATE_VAULT_UPSTREAM_CA="+caFile, "SANDGATE_VOLUME_HOST_PREFIXES="+prefix)
+	removeSDKPySnapshots(t, e, g)
 	secret := "sk-sdkpy-" + randomHex(16)
 	dockerAPI, err := exec.Command("docker", "version", "-f", "{{.Server.APIVersion}}").Output()
 	if err != nil {
@@ -119,6 +121,31 @@ func removeSDKPyVolumes(t *testing.T, e *env, run string) {
 		for _, v := range strings.Fields(string(out)) {
 			if strings.Contains(v, "-sdkpy-"+run) {
 				_ = exec.Command("docker", "volume", "rm", "-f", v).Run()
+			}
+		}
+	})
+}
+
+// removeSDKPySnapshots removes, at the end of the test and while the gateway still runs,
+// the images of the snapshots the suite left in the gateway's store (its own Redis
+// prefix: no other test's), after the env's containers.
+func removeSDKPySnapshots(t *testing.T, e *env, g *gateway) {
+	t.Cleanup(func() {
+		e.removeDockerObjects()
+		var list struct {
+			Items []struct {
+				ID string `json:"id"`
+			} `json:"items"`
+		}
+		r := g.do("GET", "/v1/snapshots?pageSize=200", nil)
+		if err := json.Unmarshal(r.Body, &list); err != nil {
+			t.Errorf("list snapshots: %d %s", r.Status, r.Body)
+			return
+		}
+		for _, s := range list.Items {
+			out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label=sandgate.io/snapshot="+s.ID).Output()
+			for _, img := range strings.Fields(string(out)) {
+				_ = exec.Command("docker", "image", "rm", "-f", img).Run()
 			}
 		}
 	})

@@ -7,11 +7,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import API_KEY, DOMAIN, IMAGE, READY, REQUEST, RUN
+from conftest import API_KEY, DOMAIN, IMAGE, READY, REQUEST, RUN, connection
 from opensandbox import Sandbox
 from opensandbox.config import ConnectionConfig
+from opensandbox.config.connection_sync import ConnectionConfigSync
 from opensandbox.exceptions import SandboxApiException
-from opensandbox.models.sandboxes import SandboxFilter
+from opensandbox.models.sandboxes import SandboxFilter, SnapshotFilter
 from opensandbox.sync import SandboxSync
 
 
@@ -82,14 +83,133 @@ def test_endpoint_for_the_agent_points_at_the_gateway(sbx):
     assert ep.headers, "the endpoint carries no access header"
 
 
+def test_connect_to_an_existing_sandbox(sbx):
+    again = SandboxSync.connect(sbx.id, connection_config=connection(), connect_timeout=READY)
+    try:
+        assert again.get_info().id == sbx.id
+        assert again.commands.run("echo $GREETING").text == "hi"
+    finally:
+        again.close()
+
+
+def test_server_proxy_mode_reaches_the_agent_and_egress_api(sbx):
+    config = ConnectionConfigSync(domain=DOMAIN, api_key=API_KEY, protocol="http", request_timeout=REQUEST, use_server_proxy=True)
+    proxied = SandboxSync.connect(sbx.id, connection_config=config, connect_timeout=READY)
+    try:
+        assert proxied.commands.run("echo through-the-proxy").text == "through-the-proxy"
+        proxied.files.write_file("/tmp/proxied.txt", "p")
+        assert proxied.files.read_file("/tmp/proxied.txt") == "p"
+    finally:
+        proxied.close()
+
+
+def test_metrics_describe_the_sandbox(sbx):
+    m = sbx.get_metrics()
+    assert m.cpu_count > 0
+    assert 0 <= m.cpu_used_percentage <= 100 * m.cpu_count
+    assert 0 < m.memory_used_in_mib <= m.memory_total_in_mib
+    assert m.timestamp > 0
+
+
+def test_diagnostics_read_output_and_events(sbx):
+    sbx.commands.run("echo diagnostics-marker")
+    events = sbx.get_diagnostic_events("all")
+    assert (events.sandbox_id, events.kind, events.scope, events.delivery) == (sbx.id, "events", "all", "inline")
+    assert "sandbox.created" in (events.content or "")
+    logs = sbx.get_diagnostic_logs("container")
+    assert (logs.kind, logs.delivery) == ("logs", "inline")
+
+
+def test_unknown_sandbox_and_wrong_key_are_errors_with_codes(manager):
+    with pytest.raises(SandboxApiException) as err:
+        manager.get_sandbox_info("00000000-0000-4000-8000-000000000000")
+    assert err.value.status_code == 404
+    assert err.value.error.code == "SANDBOX::NOT_FOUND"
+    from opensandbox.sync import SandboxManagerSync
+
+    wrong = SandboxManagerSync.create(connection_config=ConnectionConfigSync(domain=DOMAIN, api_key="not-the-key", protocol="http"))
+    try:
+        with pytest.raises(SandboxApiException) as err:
+            wrong.list_sandbox_infos(SandboxFilter())
+        assert err.value.status_code == 401
+        assert err.value.error.code == "INVALID_API_KEY"
+    finally:
+        wrong.close()
+
+
+def test_snapshot_then_create_from_it(sandboxes, manager):
+    src = sandboxes.create(metadata={"run": RUN, "role": "snapshot-source"})
+    src.files.write_file("/root/snap.txt", "captured")
+    snap = src.create_snapshot(name=f"sdkpy-{RUN}")
+    try:
+        assert snap.sandbox_id == src.id
+        deadline = time.monotonic() + 120
+        while snap.status.state != "Ready" and time.monotonic() < deadline:
+            assert snap.status.state == "Creating", snap.status
+            time.sleep(0.5)
+            snap = manager.get_snapshot(snap.id)
+        assert snap.status.state == "Ready"
+        listed = manager.list_snapshots(SnapshotFilter(sandbox_id=src.id))
+        assert [s.id for s in listed.snapshot_infos] == [snap.id]
+        copy = sandboxes.create(None, snapshot_id=snap.id, metadata={"run": RUN, "role": "snapshot-copy"})
+        try:
+            assert copy.files.read_file("/root/snap.txt") == "captured"
+            with pytest.raises(SandboxApiException) as err:
+                manager.delete_snapshot(snap.id)
+            assert (err.value.status_code, err.value.error.code) == (409, "SNAPSHOT::IN_USE")
+        finally:
+            copy.kill()
+    finally:
+        # The image is released shortly after the last sandbox made from it goes.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                manager.delete_snapshot(snap.id)
+                break
+            except SandboxApiException as e:
+                if e.status_code != 409 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    with pytest.raises(SandboxApiException) as err:
+        manager.get_snapshot(snap.id)
+    assert err.value.status_code == 404
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "GET /v1/sandboxes/{id} of a sandbox created with snapshotId answers no snapshotId "
+    "(sandbox-lifecycle.yml's Sandbox.snapshotId: 'present when the sandbox was restored from "
+    "a snapshot'), so SandboxInfo.snapshot_id is None"
+))
+def test_a_copy_names_its_snapshot(sandboxes, manager):
+    src = sandboxes.create(metadata={"run": RUN, "role": "snapshot-named"})
+    snap = src.create_snapshot()
+    try:
+        deadline = time.monotonic() + 120
+        while snap.status.state != "Ready" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            snap = manager.get_snapshot(snap.id)
+        copy = sandboxes.create(None, snapshot_id=snap.id, metadata={"run": RUN, "role": "snapshot-named-copy"})
+        try:
+            assert copy.get_info().snapshot_id == snap.id
+        finally:
+            copy.kill()
+    finally:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                manager.delete_snapshot(snap.id)
+                break
+            except SandboxApiException as e:
+                if e.status_code != 409 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
 def test_pause_then_resume_keeps_the_sandbox(sandboxes):
     sbx = sandboxes.create(metadata={"run": RUN, "role": "pause"})
     sbx.files.write_file("/tmp/kept", "before the pause")
     sbx.pause()
     assert wait_state(sbx, "Paused") == "Paused"
-    with pytest.raises(SandboxApiException) as err:
-        sbx.pause()
-    assert err.value.status_code == 409
     resumed = SandboxSync.resume(sbx.id, connection_config=sbx.connection_config, resume_timeout=READY)
     try:
         assert resumed.get_info().status.state == "Running"
@@ -97,6 +217,26 @@ def test_pause_then_resume_keeps_the_sandbox(sandboxes):
         assert resumed.commands.run("echo back").text == "back"
     finally:
         resumed.close()
+    with pytest.raises(SandboxApiException) as err:
+        SandboxSync.resume(sbx.id, connection_config=connection(), resume_timeout=READY)
+    assert (err.value.status_code, err.value.error.code) == (409, "SANDBOX::NOT_PAUSED")
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "intermittent, so not strict: a second pause of a sandbox that get_info already reports "
+    "Paused sometimes answers 500 SANDBOX::RUNTIME_ERROR 'the runtime refused the change' "
+    "(Docker: 'Container … is already paused') instead of 409 SANDBOX::NOT_RUNNING: the "
+    "gateway's record read Running again when the pause handler checked it"
+))
+def test_a_second_pause_is_a_conflict(sandboxes):
+    sbx = sandboxes.create(metadata={"run": RUN, "role": "pause-twice"})
+    sbx.pause()
+    assert wait_state(sbx, "Paused") == "Paused"
+    for _ in range(5):
+        with pytest.raises(SandboxApiException) as err:
+            sbx.pause()
+        assert (err.value.status_code, err.value.error.code) == (409, "SANDBOX::NOT_RUNNING")
+        time.sleep(0.5)
 
 
 def test_kill_removes_the_sandbox(sandboxes, manager):

@@ -3,6 +3,7 @@ credential_proxy. The upstream is an HTTPS echo server the Go test started on th
 sandbox network; it answers the SHA-256 of the Authorization and X-Api-Key headers it
 received, so the real value never has to be printed inside the sandbox."""
 
+import base64
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from opensandbox.models.sandboxes import (
     CredentialMutationSet,
     CredentialBindingMutationSet,
     CredentialProxyConfig,
+    CustomHeaderEntry,
     InlineCredentialSource,
     NetworkPolicy,
     NetworkRule,
@@ -32,9 +34,9 @@ def sha256(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
 
 
-def curl(sbx, path: str, scheme: str = "https") -> dict:
+def curl(sbx, path: str, method: str = "GET") -> dict:
     ex = sbx.commands.run(
-        f"curl -sS --max-time 20 -H 'Authorization: Bearer fake' -H 'X-Api-Key: fake' {scheme}://{HOST}{path}"
+        f"curl -sS --max-time 20 -X {method} -H 'Authorization: Bearer fake' -H 'X-Api-Key: fake' https://{HOST}{path}"
     )
     assert ex.exit_code == 0, str(ex)
     return json.loads(ex.text)
@@ -96,6 +98,25 @@ def test_getters_answer_sanitized_metadata(sbx):
     assert SECRET not in dumped
 
 
+def test_basic_and_custom_header_bindings(sbx):
+    rev = sbx.credential_vault.get().revision
+    userpass = base64.b64encode(f"user:{SECRET}".encode()).decode()
+    state = sbx.credential_vault.patch(
+        expected_revision=rev,
+        credentials=CredentialMutationSet(add=[Credential(name="basic", source=InlineCredentialSource(value=userpass))]),
+        bindings=CredentialBindingMutationSet(add=[
+            CredentialBinding(name="basic", match=CredentialMatch(hosts=[HOST], paths=["/basic"], methods=["POST"]),
+                              auth=CredentialAuth(type="basic", credential="basic")),
+            CredentialBinding(name="custom", match=CredentialMatch(hosts=[HOST], paths=["/custom/*"]),
+                              auth=CredentialAuth(type="customHeaders", headers=[CustomHeaderEntry(name="X-Api-Key", credential="k2")])),
+        ]),
+    )
+    assert state.revision == rev + 1
+    assert curl(sbx, "/basic", method="POST")["auth"] == sha256(f"Basic {userpass}")
+    assert curl(sbx, "/basic")["auth"] == sha256("Bearer fake")  # GET is not bound
+    assert curl(sbx, "/custom/x")["apiKey"] == sha256(SECRET + "-2")
+
+
 def test_a_plain_http_binding_is_refused_by_policy(sbx):
     # sandgate's default vault policy (policy/rego/vault.rego) injects over https only:
     # an http binding would hand the credential to anyone on the path.
@@ -107,7 +128,7 @@ def test_a_plain_http_binding_is_refused_by_policy(sbx):
         )]))
     assert err.value.status_code == 403
     assert "VAULT::SCHEME_NOT_ALLOWED" in f"{err.value} {err.value.response_body!r}"
-    assert sbx.credential_vault.get().revision == 2
+    assert sbx.credential_vault.get().revision == 3
 
 
 def test_delete_removes_the_vault(sbx):
