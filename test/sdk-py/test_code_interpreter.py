@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from code_interpreter import CodeInterpreterSync, SupportedLanguage
-from conftest import READY, RUN
+from conftest import RUN
 
 CODE_IMAGE = os.environ["SANDGATE_SDK_CODE_IMAGE"]
 

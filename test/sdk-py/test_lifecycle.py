@@ -13,7 +13,7 @@ from opensandbox.config import ConnectionConfig
 from opensandbox.config.connection_sync import ConnectionConfigSync
 from opensandbox.exceptions import SandboxApiException
 from opensandbox.models.sandboxes import SandboxFilter, SnapshotFilter
-from opensandbox.sync import SandboxSync
+from opensandbox.sync import SandboxManagerSync, SandboxSync
 
 
 def wait_state(sbx, want: str, budget: float = 120) -> str:
@@ -125,8 +125,6 @@ def test_unknown_sandbox_and_wrong_key_are_errors_with_codes(manager):
         manager.get_sandbox_info("00000000-0000-4000-8000-000000000000")
     assert err.value.status_code == 404
     assert err.value.error.code == "SANDBOX::NOT_FOUND"
-    from opensandbox.sync import SandboxManagerSync
-
     wrong = SandboxManagerSync.create(connection_config=ConnectionConfigSync(domain=DOMAIN, api_key="not-the-key", protocol="http"))
     try:
         with pytest.raises(SandboxApiException) as err:
