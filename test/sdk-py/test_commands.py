@@ -116,3 +116,8 @@ def test_session_keeps_its_shell_state(sbx):
 def test_set_env_reaches_later_commands(sbx):
     sbx.commands.set_env("SDK_SET_ENV", "persisted")
     assert sbx.commands.run("echo $SDK_SET_ENV").text == "persisted"
+
+
+def test_uid_and_gid(sbx):
+    ex = sbx.commands.run("id -u; id -g", opts=RunCommandOpts(uid=1234, gid=2345))
+    assert ex.text == "1234\n2345"

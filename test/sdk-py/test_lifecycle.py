@@ -5,6 +5,7 @@ import asyncio
 import time
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 
 from conftest import API_KEY, DOMAIN, IMAGE, READY, REQUEST, RUN, connection
@@ -12,6 +13,7 @@ from opensandbox import Sandbox
 from opensandbox.config import ConnectionConfig
 from opensandbox.config.connection_sync import ConnectionConfigSync
 from opensandbox.exceptions import SandboxApiException
+from opensandbox.models.execd import RunCommandOpts
 from opensandbox.models.sandboxes import SandboxFilter, SnapshotFilter
 from opensandbox.sync import SandboxManagerSync, SandboxSync
 
@@ -81,6 +83,23 @@ def test_endpoint_for_the_agent_points_at_the_gateway(sbx):
     ep = sbx.get_endpoint(44772)
     assert ep.endpoint.startswith(DOMAIN), ep.endpoint
     assert ep.headers, "the endpoint carries no access header"
+
+
+def test_a_port_of_the_sandbox_is_reached_through_its_endpoint(sbx):
+    sbx.commands.run("mkdir -p /tmp/www && echo served-from-sandbox > /tmp/www/index.html && "
+                     "cd /tmp/www && python3 -m http.server 8080 --bind 0.0.0.0", opts=RunCommandOpts(background=True))
+    ep = sbx.get_endpoint(8080)
+    deadline = time.monotonic() + 30
+    while True:
+        r = httpx.get(f"http://{ep.endpoint}/index.html", headers=ep.headers, timeout=10)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert r.status_code == 200 and r.text == "served-from-sandbox\n"
+    signed = sbx.get_signed_endpoint(8080, int(time.time()) + 300)
+    r = httpx.get(f"http://{signed.endpoint}/index.html", headers=signed.headers, timeout=10)
+    assert r.status_code == 200 and r.text == "served-from-sandbox\n"
+    assert httpx.get(f"http://{ep.endpoint}/index.html", timeout=10).status_code in (401, 403)
 
 
 def test_connect_to_an_existing_sandbox(sbx):
