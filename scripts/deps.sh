@@ -2,7 +2,7 @@
 # Installs what sandgate needs on a Debian machine and makes sure a Docker engine answers.
 # Idempotent: a second run only checks.
 set -euo pipefail
-PACKAGES=(docker.io redis-server redis-tools debootstrap nftables iproute2 curl ca-certificates chromium openssl)
+PACKAGES=(docker.io redis-server redis-tools debootstrap nftables iproute2 curl ca-certificates chromium openssl python3 python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
