@@ -48,10 +48,6 @@ func TestSDKPy(t *testing.T) {
 	g := e.startGateway("SANDGATE_VAULT_UPSTREAM_CA="+caFile, "SANDGATE_VOLUME_HOST_PREFIXES="+prefix)
 	removeSDKPySnapshots(t, e, g)
 	secret := "sk-sdkpy-" + randomHex(16)
-	dockerAPI, err := exec.Command("docker", "version", "-f", "{{.Server.APIVersion}}").Output()
-	if err != nil {
-		t.Fatalf("docker version: %v", err)
-	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -73,7 +69,6 @@ func TestSDKPy(t *testing.T) {
 		"SANDGATE_SDK_HOST_PREFIX="+prefix,
 		"SANDGATE_SDK_HOST_RW="+rw,
 		"SANDGATE_SDK_HOST_RO="+ro,
-		"SANDGATE_SDK_DOCKER_API="+strings.TrimSpace(string(dockerAPI)),
 		// The SDK reports create latencies to the server it talks to; sandgate has no use
 		// for them.
 		"OPENSANDBOX_DISABLE_METRICS=1",

@@ -20,7 +20,6 @@ environment:
   SANDGATE_SDK_HOST_PREFIX     a host directory the gateway allows host volumes under
   SANDGATE_SDK_HOST_RW         a writable directory under it
   SANDGATE_SDK_HOST_RO         a directory under it holding the file `given`
-  SANDGATE_SDK_DOCKER_API      the Docker Engine API version of the gateway's engine
 
 Every sandbox a test creates is killed when its fixture ends.
 """
