@@ -503,6 +503,14 @@ func (p *vaultProxy) forward(w http.ResponseWriter, r *http.Request, scheme, sni
 	out.RequestURI = ""
 	out.URL.Scheme = scheme
 	out.URL.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	if scheme == "http" {
+		// The transport keeps idle connections per URL host. Over TLS a connection
+		// is verified for its host, whatever address it went to; in plain HTTP only
+		// the address tells one upstream from another, so connections are kept per
+		// address: a request that may be injected never rides one opened for another
+		// address under the same Host.
+		out.URL.Host = dst.String()
+	}
 	out.Host = r.Host
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
