@@ -151,7 +151,8 @@ func (top *topology) send(tb testing.TB, r workloadRequest) (workloadAnswer, err
 // the enforcer resolves bound hosts itself and intercepts by address; a connection to
 // that address under another server name or Host gets nothing, a request outside
 // /api/ gets nothing, and a path an upstream may normalise into another is refused on
-// plain http as on https.
+// plain http as on https. A bound host the egress policy denies stays unreachable: the
+// enforcer resolves only names the policy allows.
 func TestVaultInterceptionInNetns(t *testing.T) {
 	top := newTopology(t)
 	upstreamCA := top.upstreamTLS(t, "allowed.test", "short.test")
@@ -176,6 +177,10 @@ func TestVaultInterceptionInNetns(t *testing.T) {
 			map[string]any{"name": "api", "match": map[string]any{"schemes": []string{"https", "http"}, "ports": []int{443, 80}, "hosts": []string{"allowed.test"}, "paths": []string{"/api/*"}},
 				"auth": map[string]any{"type": "bearer", "credential": "tok"}},
 			map[string]any{"name": "short", "match": map[string]any{"schemes": []string{"http"}, "hosts": []string{"short.test"}},
+				"auth": map[string]any{"type": "bearer", "credential": "tok"}},
+			// The gateway's vault policy refuses a host the egress denies; the enforcer
+			// must not make one reachable by resolving it either.
+			map[string]any{"name": "denied", "match": map[string]any{"schemes": []string{"http"}, "hosts": []string{"denied.test"}},
 				"auth": map[string]any{"type": "bearer", "credential": "tok"}},
 		},
 	})
@@ -219,6 +224,12 @@ func TestVaultInterceptionInNetns(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a bound host the policy denies is not resolved for the workload", func(t *testing.T) {
+		if ans, err := top.send(t, workloadRequest{addr: deniedIP + ":80", host: "denied.test", target: "/"}); !isTimeoutOrRefused(err) {
+			t.Fatalf("pinned http to denied.test: %+v %v, want the connection dropped", ans, err)
+		}
+	})
 
 	t.Run("http after a DNS lookup is injected", func(t *testing.T) {
 		if ip, _ := top.resolve(t, "allowed.test"); ip != allowedIP {
