@@ -176,6 +176,12 @@ type App struct {
 	// an address of the platform itself (loopback, private, link-local, the host's own)
 	// the Docker runtime pulls from.
 	ImageRegistries []string `json:"image_registries,omitempty"`
+	// VaultSchemes are the schemes a credential-vault binding may name ("https",
+	// "http"; empty: https only), enforced by the Rego vault rule on platform data
+	// vault_schemes (SANDGATE_VAULT_SCHEMES, comma-separated). With "http" the vault
+	// injects into plain HTTP, which anyone on the path between the sandbox and the
+	// upstream can read.
+	VaultSchemes []string `json:"vault_schemes,omitempty"`
 	// VaultUpstreamCA is a PEM file of extra roots the credential vault verifies
 	// upstream TLS against, besides the sandbox image's system roots
 	// (SANDGATE_VAULT_UPSTREAM_CA).
@@ -510,6 +516,9 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 	}
 	if a.EgressDefaultAction != "" {
 		data["default_action"] = a.EgressDefaultAction
+	}
+	if len(a.VaultSchemes) > 0 {
+		data["vault_schemes"] = a.VaultSchemes
 	}
 	if len(a.ImageRegistries) > 0 {
 		data["allowed_registries"] = a.ImageRegistries

@@ -130,6 +130,8 @@ func TestValidate(t *testing.T) {
 		{"sandbox dns not an address", `{"sandbox_dns":["dns.example"]}`, "sandbox_dns"},
 		{"sandbox dns IPv6", `{"sandbox_dns":["2001:db8::53"]}`, "sandbox_dns"},
 		{"sandbox dns loopback", `{"sandbox_dns":["127.0.0.53"]}`, "sandbox_dns"},
+		{"vault schemes", `{"vault_schemes":["https","http"]}`, ""},
+		{"vault scheme unknown", `{"vault_schemes":["https","ftp"]}`, "vault_schemes"},
 		{"negative duration", `{"pool_wait":-1}`, "pool_wait: must not be negative"},
 		{"negative integer", `{"k8s_qps":-3}`, "k8s_qps"},
 		{"public url", `{"public_url":"ftp://x"}`, "public_url"},

@@ -11,8 +11,11 @@
 #
 # By default a binding must be https only, and every host it names must be one
 # the sandbox's egress policy allows (first matching rule wins, as in the
-# enforcer; no match falls to the default action). Operators add their own
-# vetoes in files of this package, e.g.
+# enforcer; no match falls to the default action). The schemes a binding may
+# name are data.sandgate.platform.vault_schemes (the gateway's vault_schemes,
+# SANDGATE_VAULT_SCHEMES; default ["https"]): with "http" the enforcer injects
+# into plain HTTP, readable by anyone on the path to the upstream. Operators add
+# their own vetoes in files of this package, e.g.
 #
 #	deny contains {"code": "VAULT::HOST_NOT_ALLOWED", "message": "no GitHub"} if {
 #		some h in input.binding.match.hosts
@@ -37,10 +40,14 @@ default_action := lower(input.networkPolicy.defaultAction) if {
 	is_string(input.networkPolicy.defaultAction)
 } else := "deny"
 
+allowed_schemes := {lower(s) | some s in data.sandgate.platform.vault_schemes} if {
+	is_array(data.sandgate.platform.vault_schemes)
+} else := {"https"}
+
 deny contains {"code": "VAULT::SCHEME_NOT_ALLOWED", "message": msg} if {
 	some s in schemes
-	lower(s) != "https"
-	msg := sprintf("binding %s: scheme %s is not allowed; the vault injects credentials over https only", [name, s])
+	not lower(s) in allowed_schemes
+	msg := sprintf("binding %s: scheme %s is not allowed; the vault injects credentials over %s only", [name, s, concat(" and ", sort(allowed_schemes))])
 }
 
 deny contains {"code": "VAULT::HOST_NOT_ALLOWED", "message": msg} if {

@@ -35,6 +35,18 @@ test_http_refused if {
 	d.code == "VAULT::SCHEME_NOT_ALLOWED"
 }
 
+test_http_allowed_by_the_operator if {
+	d := vault.deny with input as {"binding": bind(["api.test"], ["https", "http"]), "networkPolicy": deny_policy}
+		with data.sandgate.platform.vault_schemes as ["https", "http"]
+	count(d) == 0
+}
+
+test_operator_schemes_still_refuse_others if {
+	some d in vault.deny with input as {"binding": bind(["api.test"], ["https"]), "networkPolicy": deny_policy}
+		with data.sandgate.platform.vault_schemes as ["http"]
+	d.code == "VAULT::SCHEME_NOT_ALLOWED"
+}
+
 test_default_allow_allows_any_host if {
 	count(denials(bind(["anything.test"], ["https"]), {"defaultAction": "allow", "egress": []})) == 0
 }

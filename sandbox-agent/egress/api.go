@@ -67,6 +67,7 @@ type api struct {
 	ready    *atomic.Bool
 	log      *slog.Logger
 	proxy    *vaultProxy // nil: no credential proxy
+	bound    *boundHosts // with the credential proxy: resolves the hosts bindings name
 
 	// updateMu makes read-modify-write updates (PATCH, DELETE) and the hook call
 	// one step, so two concurrent PATCHes cannot lose each other's rules.

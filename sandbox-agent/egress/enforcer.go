@@ -193,11 +193,7 @@ func (e *enforcer) pinAnswer(name string, addrs []dnsAddr) error {
 	now := time.Now()
 	var pins4, pins6 []pin
 	for _, da := range addrs {
-		ttl := max(da.ttl, e.minTTL)
-		if e.maxTTL > 0 {
-			ttl = min(ttl, e.maxTTL)
-		}
-		exp := now.Add(ttl)
+		exp := now.Add(e.pinLife(da.ttl))
 		pn := e.pins[da.addr]
 		if pn != nil && pn.expires.After(now) {
 			pn.names[name] = true
@@ -218,11 +214,7 @@ func (e *enforcer) pinAnswer(name string, addrs []dnsAddr) error {
 	if v := e.vault.Load(); e.vaultPort != 0 && v.names(name) {
 		for _, da := range addrs {
 			if da.addr.Is4() {
-				ttl := max(da.ttl, e.minTTL)
-				if e.maxTTL > 0 {
-					ttl = min(ttl, e.maxTTL)
-				}
-				intercepted = append(intercepted, pin{addr: da.addr, expires: now.Add(ttl), name: name})
+				intercepted = append(intercepted, pin{addr: da.addr, expires: now.Add(e.pinLife(da.ttl)), name: name})
 			}
 		}
 	}
@@ -243,6 +235,15 @@ func (e *enforcer) pinAnswer(name string, addrs []dnsAddr) error {
 	}
 	e.prune(now)
 	return nil
+}
+
+// pinLife is how long an address answered with ttl stays pinned.
+func (e *enforcer) pinLife(ttl time.Duration) time.Duration {
+	ttl = max(ttl, e.minTTL)
+	if e.maxTTL > 0 {
+		ttl = min(ttl, e.maxTTL)
+	}
+	return ttl
 }
 
 // prune forgets expired pins once the map grows, so a long-lived sandbox that

@@ -213,16 +213,22 @@ func Main(ctx context.Context, args []string) error {
 	}
 
 	waitVault := func() {}
+	var bound *boundHosts
 	if vproxy != nil {
 		if waitVault, err = vproxy.serve(ctx, c.vaultListen); err != nil {
 			cancel()
 			waitDNS()
 			return fmt.Errorf("egress: %w", err)
 		}
+		bound = newBoundHosts(enf, proxy.lookupA, log)
+		resolved := make(chan struct{})
+		go func() { defer close(resolved); bound.run(ctx) }()
+		waitProxy := waitVault
+		waitVault = func() { waitProxy(); <-resolved }
 	}
 
 	ready := &atomic.Bool{}
-	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log, proxy: vproxy}
+	a := &api{enf: enf, hook: newPolicyHook(c.policyHook, c.hookToken), state: state, maxRules: c.maxRules, ready: ready, log: log, proxy: vproxy, bound: bound}
 	if tok := os.Getenv(EnvToken); tok != "" {
 		// Requests signed before this process started are refused: one captured by a
 		// workload that held the port while no enforcer ran cannot be replayed to it.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -271,12 +272,20 @@ func (top *topology) startServers(tb testing.TB) {
 		<-started
 		tb.Cleanup(func() { _ = s.Shutdown() })
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		fmt.Fprint(w, local.String())
-	})}
+	srv := &http.Server{Handler: http.HandlerFunc(echoServer)}
 	go func() { _ = srv.Serve(httpLn[0]) }()
 	tb.Cleanup(func() { _ = srv.Close() })
+}
+
+// echoServer answers with the address it was reached on and, when the request has an
+// Authorization header, a second line with its SHA-256 (so that a test can tell which
+// credential arrived without the body carrying it back).
+func echoServer(w http.ResponseWriter, r *http.Request) {
+	local := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	fmt.Fprint(w, local.String())
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		fmt.Fprintf(w, "\nauthorization-sha256=%x", sha256.Sum256([]byte(auth)))
+	}
 }
 
 // enforcerProc is a running enforcer (this test binary in child mode) in the sandbox

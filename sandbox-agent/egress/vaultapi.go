@@ -1,10 +1,12 @@
 package egress
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
@@ -133,6 +135,13 @@ func (v *vaultAPI) handleVault(w http.ResponseWriter, r *http.Request) {
 		v.api.log.Error("install credential vault failed; vault unchanged", "err", err)
 		writeError(w, http.StatusInternalServerError, CodeApplyFailed, "could not install the interception rules; the credential vault is unchanged")
 		return
+	}
+	if v.api.bound != nil && next != nil {
+		// Before the answer: once the client hears of the binding, a connection to its
+		// host's address is intercepted whether or not the workload asked DNS.
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		v.api.bound.refresh(ctx, true)
+		cancel()
 	}
 	if next == nil {
 		v.api.log.Info("credential vault deleted")

@@ -1,7 +1,8 @@
 package egress
 
 // The vault proxy: the nat chain sends TCP for a bound host's address on a bound port
-// here (127.0.0.1, --vault-listen). It reads the original destination from conntrack
+// here (127.0.0.1, --vault-listen), whether or not the workload asked DNS for it (the
+// enforcer resolves bound hosts itself: vaultresolve.go). It reads the original destination from conntrack
 // (SO_ORIGINAL_DST) and peeks at the first bytes:
 //
 //   - TLS whose SNI a binding names, to an address that host resolved to: the TLS is
@@ -12,8 +13,9 @@ package egress
 //     the operator's bundle (SANDGATE_VAULT_UPSTREAM_CA) for that same host.
 //   - any other TLS (an address shared with an unbound host): spliced to the original
 //     destination byte for byte, never terminated.
-//   - plaintext HTTP (a binding with scheme http): proxied request by request, with
-//     injection only when the Host resolved to the destination.
+//   - plaintext HTTP (a binding with scheme http): proxied request by request over
+//     upstream connections kept per destination address, with injection only when the
+//     Host resolved to the destination.
 //
 // Bindings match the path as the workload sent it. A path the upstream may read as
 // another once it normalises it (a dot segment, an encoded dot, slash or backslash:
@@ -503,6 +505,14 @@ func (p *vaultProxy) forward(w http.ResponseWriter, r *http.Request, scheme, sni
 	out.RequestURI = ""
 	out.URL.Scheme = scheme
 	out.URL.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	if scheme == "http" {
+		// The transport keeps idle connections per URL host. Over TLS a connection
+		// is verified for its host, whatever address it went to; in plain HTTP only
+		// the address tells one upstream from another, so connections are kept per
+		// address: a request that may be injected never rides one opened for another
+		// address under the same Host.
+		out.URL.Host = dst.String()
+	}
 	out.Host = r.Host
 	for _, h := range hopHeaders {
 		out.Header.Del(h)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -180,6 +181,81 @@ func TestAmbiguousPath(t *testing.T) {
 		}
 		if got := ambiguousPath(u.EscapedPath(), u.Path); got != tt.want {
 			t.Errorf("ambiguousPath(%q) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+}
+
+// TestVaultPlainHTTPKeepsConnectionsPerAddress: over plain HTTP nothing but the
+// address ties a connection to a host, so the proxy's upstream connections are kept per
+// address the workload connected to. A request under a bound Host that no binding
+// matches may go to any intercepted address (nothing is injected); the next, matching
+// request to the host's own address must not ride the connection the first one left
+// open to that other address. Both upstreams are plain-HTTP servers this test starts
+// on loopback, on one port of two addresses.
+func TestVaultPlainHTTPKeepsConnectionsPerAddress(t *testing.T) {
+	const secret = "s3cret-upstream-token"
+	type seenReq struct{ server, auth string }
+	var mu sync.Mutex
+	var seen []seenReq
+	serve := func(name string, ln net.Listener) {
+		srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen = append(seen, seenReq{name, r.Header.Get("Authorization")})
+			mu.Unlock()
+			_, _ = io.WriteString(w, name)
+		})}}
+		srv.Start()
+		t.Cleanup(srv.Close)
+	}
+	good, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := good.Addr().(*net.TCPAddr).Port
+	other, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", strconv.Itoa(port)))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2:%d: %v", port, err)
+	}
+	serve("good", good)
+	serve("other", other)
+	goodDst := netip.MustParseAddrPort(good.Addr().String())
+	otherDst := netip.MustParseAddrPort(other.Addr().String())
+
+	enf := &enforcer{vaultPort: DefaultVaultPort, pins: map[netip.Addr]*pinned{
+		goodDst.Addr():  {expires: time.Now().Add(time.Hour), names: map[string]bool{"api.test": true}},
+		otherDst.Addr(): {expires: time.Now().Add(time.Hour), names: map[string]bool{"other.test": true}},
+	}}
+	b := bearer("api", "api.test", "/api/*")
+	b.Match.Schemes = []string{"http"}
+	b.Match.Ports = []int{port}
+	v, verr := newVault(VaultCreate{Credentials: []Credential{{Name: "tok", Source: CredentialSource{Value: secret}}}, Bindings: []Binding{b}})
+	if verr != nil {
+		t.Fatal(verr)
+	}
+	enf.vault.Store(v)
+	p := &vaultProxy{enf: enf, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dialer: &net.Dialer{Timeout: 5 * time.Second}}
+	p.client = &http.Transport{DialContext: p.dialPlain, MaxIdleConnsPerHost: 8}
+	t.Cleanup(p.client.CloseIdleConnections)
+
+	send := func(target string, dst netip.AddrPort) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", target, nil)
+		req.Host = "api.test"
+		req.Header.Set("Authorization", "Bearer fake-token-in-sandbox")
+		rec := httptest.NewRecorder()
+		p.forward(rec, req, "http", "", dst)
+		return rec
+	}
+	if rec := send("/other", otherDst); rec.Code != 200 || rec.Body.String() != "other" {
+		t.Fatalf("unbound path to the other address: %d %s", rec.Code, rec.Body)
+	}
+	if rec := send("/api/x", goodDst); rec.Code != 200 || rec.Body.String() != "good" {
+		t.Fatalf("bound path to the host's address answered %d %q, want the host's own server", rec.Code, rec.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		if s.server != "good" && strings.Contains(s.auth, secret) {
+			t.Fatalf("the %s server got the credential", s.server)
 		}
 	}
 }

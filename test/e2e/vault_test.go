@@ -24,9 +24,9 @@ import (
 	"time"
 )
 
-// Credential vault tests. The upstream is an HTTPS echo server the test
-// starts in a container on the sandbox network, with a certificate from a CA the test
-// makes (the gateway trusts it for upstream TLS through SANDGATE_VAULT_UPSTREAM_CA);
+// Credential vault tests. The upstream is an HTTPS echo server (plain HTTP on port 80
+// too) the test starts in a container on the sandbox network, with a certificate from a
+// CA the test makes (the gateway trusts it for upstream TLS through SANDGATE_VAULT_UPSTREAM_CA);
 // it answers with the SHA-256 of the Authorization header it received, and echoes the
 // header itself back as a response header (which the vault must redact).
 
@@ -61,6 +61,9 @@ class H(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = answer
     def log_message(self, *a):
         pass
+import threading
+plain = http.server.ThreadingHTTPServer(('0.0.0.0', 80), H)
+threading.Thread(target=plain.serve_forever, daemon=True).start()
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain('/tmp/c.pem', '/tmp/k.pem')
 srv = http.server.ThreadingHTTPServer(('0.0.0.0', 443), H)
@@ -830,4 +833,97 @@ func TestPolicyBodiesWithTrailingDataRefused(t *testing.T) {
 			t.Fatalf("the policy changed:\nbefore %s\nafter  %s", before.Body, after.Body)
 		}
 	})
+}
+
+// curlAnswer runs curl in the sandbox with the fake token and the given arguments (the
+// URL among them) and returns the echo server's answer; a refusal of the vault (no
+// JSON of the echo server) is fatal unless wantStatus names it, and then its body is
+// returned in raw.
+func curlAnswer(t testing.TB, a *agent, args string) (ans echoAnswer, status, raw string) {
+	t.Helper()
+	out := strings.TrimSpace(stdoutOf(a.run("curl -sS --max-time 20 -H 'Authorization: Bearer fake-token-in-sandbox' -w ' %{http_code}' " + args)))
+	i := strings.LastIndex(out, " ")
+	if i < 0 {
+		t.Fatalf("curl %s: %q", args, out)
+	}
+	raw, status = out[:i], out[i+1:]
+	if status == "200" {
+		if err := json.Unmarshal([]byte(raw), &ans); err != nil {
+			t.Fatalf("curl %s: %v; output:\n%s", args, err, out)
+		}
+	}
+	return ans, status, raw
+}
+
+// TestCredentialVaultPlainHTTPAndPinnedAddresses: with the operator's vault_schemes
+// allowing http, a binding for https and http injects over plain HTTP as over TLS; and
+// a workload that never asks DNS but pins the bound host's address itself (`curl
+// --resolve`, for port 443 and for port 80) is intercepted and injected, because the
+// enforcer resolves bound hosts itself and intercepts by address. The same address
+// under another server name or Host, a path outside the binding's, and a path an
+// upstream may normalise into another get nothing. The default vault_schemes refusing
+// http is in TestCredentialVault.
+func TestCredentialVaultPlainHTTPAndPinnedAddresses(t *testing.T) {
+	w := newVaultWorld(t, "SANDGATE_VAULT_SCHEMES=https,http")
+	g := w.g
+	real := "sk-plain-" + randomHex(16)
+	id, a := w.vaultSandbox(nil)
+	if r := g.vault(id, "POST", "/credential-vault", map[string]any{
+		"credentials": []map[string]any{{"name": "tok", "source": map[string]any{"type": "inline", "value": real}}},
+		"bindings": []map[string]any{
+			{"name": "api", "match": map[string]any{"schemes": []string{"https", "http"}, "ports": []int{443, 80}, "hosts": []string{vaultEchoHost}, "paths": []string{"/api/*"}},
+				"auth": map[string]any{"type": "bearer", "credential": "tok"}},
+			{"name": "tls-only", "match": map[string]any{"hosts": []string{vaultEchoHost}, "paths": []string{"/tls/*"}},
+				"auth": map[string]any{"type": "bearer", "credential": "tok"}},
+		},
+	}); r.Status != 201 {
+		t.Fatalf("POST /credential-vault: %d %s", r.Status, r.Body)
+	}
+	injected, untouched := sha256Hex([]byte("Bearer "+real)), sha256Hex([]byte("Bearer fake-token-in-sandbox"))
+	https443 := fmt.Sprintf("--resolve %s:443:%s ", vaultEchoHost, w.echoIP)
+	http80 := fmt.Sprintf("--resolve %s:80:%s ", vaultEchoHost, w.echoIP)
+
+	// No lookup of the echo server's name from the sandbox before these: the workload
+	// reaches its address only because it names it itself.
+	for _, tt := range []struct {
+		name, args string
+		status     string
+		auth       string // the echo server's answer, for a 200
+		code       string // the vault's refusal, otherwise
+	}{
+		{"pinned https is injected", https443 + "https://" + vaultEchoHost + "/api/pinned", "200", injected, ""},
+		{"pinned plain http is injected", http80 + "http://" + vaultEchoHost + "/api/pinned", "200", injected, ""},
+		{"pinned https under another server name is spliced, not injected", fmt.Sprintf("-k --resolve %s:443:%s https://%s/api/other-name", vaultPlainHost, w.echoIP, vaultPlainHost), "200", untouched, ""},
+		{"pinned plain http under another Host is not injected", fmt.Sprintf("--resolve %s:80:%s http://%s/api/other-name", vaultPlainHost, w.echoIP, vaultPlainHost), "200", untouched, ""},
+		{"pinned https with a Host other than the server name is refused", https443 + "-H 'Host: " + vaultPlainHost + "' https://" + vaultEchoHost + "/api/host", "421", "", "VAULT::HOST_MISMATCH"},
+		{"plain http outside the binding's paths is not injected", http80 + "http://" + vaultEchoHost + "/other", "200", untouched, ""},
+		{"plain http to an https-only binding is not injected", http80 + "http://" + vaultEchoHost + "/tls/x", "200", untouched, ""},
+		{"plain http dot segments are refused", http80 + "--path-as-is http://" + vaultEchoHost + "/api/../debug/echo", "400", "", "VAULT::AMBIGUOUS_PATH"},
+		{"plain http encoded dots are refused", http80 + "--path-as-is http://" + vaultEchoHost + "/api/%2e%2e/debug/echo", "400", "", "VAULT::AMBIGUOUS_PATH"},
+		{"plain http encoded slashes are refused", http80 + "--path-as-is 'http://" + vaultEchoHost + "/api%2f..%2fdebug/echo'", "400", "", "VAULT::AMBIGUOUS_PATH"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ans, status, raw := curlAnswer(t, a, tt.args)
+			if status != tt.status || (tt.auth != "" && ans.Auth != tt.auth) || (tt.code != "" && !strings.Contains(raw, tt.code)) {
+				t.Fatalf("answer %s %q (auth sha256 %s), want %s %s%s (injected is %s)", status, raw, ans.Auth, tt.status, tt.auth, tt.code, injected)
+			}
+		})
+	}
+
+	t.Run("plain http after a DNS lookup is injected", func(t *testing.T) {
+		if ans, status, raw := curlAnswer(t, a, "http://"+vaultEchoHost+"/api/looked-up"); status != "200" || ans.Auth != injected {
+			t.Fatalf("answer %s %q (auth sha256 %s), want the real token", status, raw, ans.Auth)
+		}
+	})
+
+	logs, _ := exec.Command("docker", "logs", w.echo).CombinedOutput()
+	if strings.Contains(string(logs), "debug") {
+		t.Errorf("the echo server received a traversal:\n%s", logs)
+	}
+	if strings.Contains(g.proc.Logs(), real) {
+		t.Error("the gateway's log holds the credential's value")
+	}
+	if elogs, _ := exec.Command("docker", "logs", "sandgate-"+id+"-egress").CombinedOutput(); strings.Contains(string(elogs), real) {
+		t.Error("the enforcer's log holds the credential's value")
+	}
 }
