@@ -7,7 +7,8 @@ package gateway
 //
 //   - writes its cluster id back, so that the sandboxes it labelled stay its store's
 //     for every gateway, a restarted one included;
-//   - reads API key bindings again.
+//   - reads API key bindings again, and the policy overrides (none now: the built-in
+//     policy applies, as on a gateway started afresh).
 //
 // The reconciler then finds every running sandbox without a record and adopts it from
 // its labels (tenant, expiry, metadata) and its enforcer (the egress policy in force),
@@ -32,6 +33,13 @@ func (s *Service) checkStoreLoss(ctx context.Context) {
 	s.crash.mu.Unlock()
 	if lost {
 		s.keyBindingsStale()
+		// The policy overrides went with the store: every gateway falls back to the
+		// policy a restarted one would load, not only those whose subscription broke.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.loadPolicyOverrides(s.stopCtx)
+		}()
 	} else if id == "" {
 		// Every gateway learns the id as soon as it can, not at its first create or
 		// reconcile pass: one that did not know it when the store lost it could not

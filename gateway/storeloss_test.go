@@ -42,6 +42,29 @@ func TestStoreLossReadoption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tmpl := sleeper(600)
+	pool := PoolRequest{Name: "warm", Template: &tmpl, CapacitySpec: store.Capacity{BufferMin: 1, BufferMax: 1, PoolMin: 0, PoolMax: 3}}
+	if _, err := svcs[0].CreatePool(ctx, admin, pool); err != nil {
+		t.Fatal(err)
+	}
+	available := func() int64 {
+		p, err := svcs[0].GetPool(ctx, admin, "warm")
+		if err != nil {
+			return -1
+		}
+		return p.Status.Available
+	}
+	eventually(t, "a warm member", func() bool { return available() == 1 })
+	oldMembers := map[string]bool{}
+	insts, err := d.Runtime.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range insts {
+		if inst.Pool != "" {
+			oldMembers[inst.ID] = true
+		}
+	}
 	before := map[string]Sandbox{}
 	for _, r := range []*CreateResponse{a, b} {
 		got, err := svcs[0].Get(ctx, admin, r.ID)
@@ -88,5 +111,25 @@ func TestStoreLossReadoption(t *testing.T) {
 	})
 	if _, err := svcs[0].Get(ctx, admin, a.ID); err != nil {
 		t.Fatalf("the long-lived sandbox: %v", err)
+	}
+
+	// Pools were in the store only: made again, they fill anew, and a claim never
+	// hands out a member of the lost pool (a container without a record, which the
+	// reconciler removes as unowned once past its start's grace).
+	if pools, err := svcs[1].ListPools(ctx, admin); err != nil || len(pools) != 0 {
+		t.Fatalf("pools after the loss = %v, %v; want none", pools, err)
+	}
+	if _, err := svcs[0].CreatePool(ctx, admin, pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool made again to fill", func() bool { return available() == 1 })
+	claim := sleeper(600)
+	claim.Extensions = map[string]string{"poolRef": "warm"}
+	got, err := svcs[1].Create(ctx, admin, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oldMembers[got.ID] {
+		t.Errorf("the claim handed out %s, a member of the pool the store lost", got.ID)
 	}
 }
