@@ -18,7 +18,8 @@ func TestStoreLostWhileGatewaysRun(t *testing.T) {
 	g1 := e.startGateway()
 	g2 := e.startGateway()
 
-	long := g1.createSandbox(map[string]any{"timeout": 600, "metadata": map[string]string{"team": "alpha"}})
+	long := g1.createSandbox(map[string]any{"timeout": 600, "metadata": map[string]string{"team": "alpha"},
+		"networkPolicy": map[string]any{"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": "allowed.test"}}}})
 	short := g1.createSandbox(map[string]any{"timeout": 40, "metadata": map[string]string{"team": "beta"}})
 	before := map[string]sandboxSeen{}
 	for _, id := range []string{long, short} {
@@ -48,6 +49,10 @@ func TestStoreLostWhileGatewaysRun(t *testing.T) {
 	for _, g := range []*gateway{g1, g2} {
 		if out := stdoutOf(g.agent(long).run("echo regained")); strings.TrimSpace(out) != "regained" {
 			t.Errorf("command through gateway %s after the store loss: stdout %q", g.Addr, out)
+		}
+		// The record keeps the egress policy in force, read back from the enforcer.
+		if logs := g.proc.Logs(); strings.Contains(logs, "egress policy not read from its enforcer") {
+			t.Errorf("gateway %s adopted a sandbox without its egress policy:\n%s", g.Addr, tail(logs, 4000))
 		}
 	}
 
