@@ -18,6 +18,7 @@
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	lease.go         the lease that lets one gateway of several reap and reconcile
 //	takeover.go      crash-only recovery of a dead gateway's half-done work
+//	storeloss.go     a store that comes back empty: its memos dropped, the cluster id written back
 //	enforcer.go      restoring an egress enforcer that died
 //	egress.go        egress policy through Rego to the enforcer
 //	authenticate.go  API keys to callers

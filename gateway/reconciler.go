@@ -25,6 +25,10 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	if !s.holdLease(ctx, "reconciler") {
 		return nil
 	}
+	// A store that lost its contents is known before its records are compared with the
+	// runtime, so that the adoptions below register their tenants again, and before the
+	// cluster id is read, so that it is written back rather than made anew.
+	s.checkStoreLoss(ctx)
 	cluster, err := s.clusterID(ctx)
 	if err != nil {
 		return err

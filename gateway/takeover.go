@@ -42,6 +42,9 @@ const maxTakeovers = 3
 type crashState struct {
 	mu      sync.Mutex
 	cluster string
+	// restoreCluster is set while cluster is still to be written back to a store that
+	// lost its contents (storeloss.go).
+	restoreCluster bool
 	// ghosts are records whose deletion the store did not take; retried every pass.
 	// A deleted sandbox's carries what its sandbox.deleted event says; a failed
 	// create's is nil (it was never announced).
@@ -96,7 +99,8 @@ func ownInstance(inst runtimes.Instance, cluster string) bool {
 	return inst.Labels[runtimes.LabelCluster] == cluster
 }
 
-// runHeartbeat renews this gateway's heartbeat and retries its ghosts until Stop.
+// runHeartbeat renews this gateway's heartbeat, checks that the store kept its contents
+// (storeloss.go) and retries its ghosts until Stop.
 func (s *Service) runHeartbeat() {
 	beat := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), heartbeatEvery)
@@ -104,6 +108,7 @@ func (s *Service) runHeartbeat() {
 		if err := s.store.Heartbeat(ctx, s.owner, heartbeatTTL); err != nil {
 			s.log.Debug("heartbeat", "err", err)
 		}
+		s.checkStoreLoss(ctx)
 	}
 	beat()
 	s.loop(heartbeatEvery, func(ctx context.Context) {

@@ -69,6 +69,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		{"Heartbeat", TestHeartbeat},
 		{"PublishStarting", TestPublishStarting},
 		{"ListAcrossTenants", TestListAcrossTenants},
+		{"StoreLoss", TestStoreLoss},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

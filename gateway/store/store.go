@@ -45,6 +45,8 @@ type Store struct {
 	warm warmCache
 	// active caches the tenants already added to the active-tenants set.
 	active sync.Map
+	// epoch is the store's epoch as last seen, which tells a store loss (loss.go).
+	epoch epochState
 	// scannedClean is set once this process scanned for old-layout keys and found none.
 	scannedClean atomic.Bool
 	// meter measures records for the tenants' usage counters (usage.go).
