@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"sort"
 	"strings"
 	"time"
@@ -32,9 +33,13 @@ func newStateFilter(states []string) stateFilter {
 
 func (f stateFilter) admits(state string) bool { return len(f) == 0 || f[strings.ToLower(state)] }
 
+// DefaultPageSize is a list's page size when the caller names none.
+const DefaultPageSize = 20
+
 // pageOf sorts items newest first (by createdAt) and returns page (from 1) of size items
-// with its pagination.
+// with its pagination; a page below 1 is the first, a size below 1 DefaultPageSize.
 func pageOf[T any](items []T, createdAt func(T) time.Time, page, size int) ([]T, Pagination) {
+	page, size = max(page, 1), cmp.Or(max(size, 0), DefaultPageSize)
 	sort.SliceStable(items, func(i, j int) bool { return createdAt(items[i]).After(createdAt(items[j])) })
 	total := len(items)
 	pages := (total + size - 1) / size

@@ -34,6 +34,11 @@ func TestPageOf(t *testing.T) {
 			}
 		})
 	}
+	// A caller of the core that names no page or size (the API always does) gets the
+	// first page of the default size, not a division by zero.
+	if got, p := pageOf(make([]time.Time, 25), func(at time.Time) time.Time { return at }, 0, 0); len(got) != DefaultPageSize || p.Page != 1 || p.TotalPages != 2 {
+		t.Errorf("pageOf(page 0, size 0) = %d items, %+v; want the first %d of 2 pages", len(got), p, DefaultPageSize)
+	}
 	if f := newStateFilter(nil); !f.admits("Running") {
 		t.Error("an empty state filter refuses a state")
 	}

@@ -121,7 +121,7 @@ func pageNumbers(q url.Values) (page, pageSize int, err error) {
 	if page, err = intParam(q, "page", 1, 1, 1<<30); err != nil {
 		return 0, 0, err
 	}
-	if pageSize, err = intParam(q, "pageSize", 20, 1, 200); err != nil {
+	if pageSize, err = intParam(q, "pageSize", gateway.DefaultPageSize, 1, 200); err != nil {
 		return 0, 0, err
 	}
 	return page, pageSize, nil
