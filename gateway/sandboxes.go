@@ -40,6 +40,9 @@ const (
 	StatePausing, StateResuming = "Pausing", "Resuming"
 )
 
+// SandboxStates are every state a sandbox can be listed in, for the list's filter.
+var SandboxStates = []string{StatePending, StateRunning, StatePausing, StatePaused, StateResuming, StateStopping, StateTerminated, StateFailed}
+
 // Status is a sandbox's state with its explanation, and Pagination one page of a list:
 // shapes the Go SDK reads too, declared once in the leaf package apiproto.
 type (

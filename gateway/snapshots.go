@@ -24,6 +24,9 @@ const (
 	SnapshotDeleting = "Deleting"
 )
 
+// SnapshotStates are every state a snapshot can be listed in, for the list's filter.
+var SnapshotStates = []string{SnapshotCreating, SnapshotReady, SnapshotFailed}
+
 // reasonSandboxGone is the reason of a snapshot whose sandbox vanished before the commit.
 const reasonSandboxGone = "sandbox_gone"
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
@@ -125,6 +126,19 @@ func pageNumbers(q url.Values) (page, pageSize int, err error) {
 		return 0, 0, err
 	}
 	return page, pageSize, nil
+}
+
+// stateParam reads a list's state filter (repeated or comma-separated, any case): each
+// must be one of known, or the request is refused naming them, rather than matching
+// nothing.
+func stateParam(q url.Values, known []string) ([]string, error) {
+	states := listParam(q["state"])
+	for _, st := range states {
+		if !slices.ContainsFunc(known, func(k string) bool { return strings.EqualFold(k, st) }) {
+			return nil, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "state %q: want one of %s", st, strings.Join(known, ", "))
+		}
+	}
+	return states, nil
 }
 
 // listParam splits the values of a repeated, comma-separated query parameter

@@ -193,3 +193,27 @@ func TestMethodNotAllowedSaysWhatIs(t *testing.T) {
 		}
 	}
 }
+
+// TestListStateFilterIsStrict: a state filter naming no state of the list is refused
+// with the states it may name, not answered with an empty list; any case and the
+// comma-separated form are accepted.
+func TestListStateFilterIsStrict(t *testing.T) {
+	srv, _ := startTestAPI(t, nil)
+	admin := map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"}
+	for _, tt := range []struct {
+		path   string
+		status int
+	}{
+		{"/v1/sandboxes?state=Bogus", 400},
+		{"/v1/sandboxes?state=running,PAUSED&state=Failed", 200},
+		{"/v1/snapshots?state=Running", 400},
+		{"/v1/snapshots?state=ready", 200},
+	} {
+		code, body := call(t, "GET", srv.URL+tt.path, nil, admin)
+		var e errorBody
+		_ = json.Unmarshal(body, &e)
+		if code != tt.status || (code == 400 && (e.Code != gateway.CodeInvalidParameter || !strings.Contains(e.Message, "want one of"))) {
+			t.Errorf("GET %s = %d %s, want %d", tt.path, code, body, tt.status)
+		}
+	}
+}

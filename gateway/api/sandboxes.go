@@ -24,7 +24,11 @@ func sandboxListQuery(r *http.Request) (gateway.ListQuery, error) {
 // comma-separated) and metadata (URL-encoded k=v&k2=v2).
 func listQuery(r *http.Request) (gateway.ListQuery, error) {
 	q := r.URL.Query()
-	lq := gateway.ListQuery{Page: 1, PageSize: 20, States: listParam(q["state"])}
+	lq := gateway.ListQuery{Page: 1, PageSize: gateway.DefaultPageSize}
+	var err error
+	if lq.States, err = stateParam(q, gateway.SandboxStates); err != nil {
+		return lq, err
+	}
 	if md := q.Get("metadata"); md != "" {
 		parsed, err := url.ParseQuery(md)
 		if err != nil {

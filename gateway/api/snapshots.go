@@ -21,8 +21,11 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, c gatew
 // snapshotListQuery reads GET /v1/snapshots?sandboxId=&state=&page=&pageSize=.
 func snapshotListQuery(r *http.Request) (gateway.SnapshotQuery, error) {
 	q := r.URL.Query()
-	sq := gateway.SnapshotQuery{SandboxID: q.Get("sandboxId"), States: listParam(q["state"])}
+	sq := gateway.SnapshotQuery{SandboxID: q.Get("sandboxId")}
 	var err error
+	if sq.States, err = stateParam(q, gateway.SnapshotStates); err != nil {
+		return sq, err
+	}
 	sq.Page, sq.PageSize, err = pageNumbers(q)
 	return sq, err
 }
