@@ -33,11 +33,11 @@ type ImageAuth struct {
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
 	Image          *ImageSpec        `json:"image"`
-	Entrypoint     []string          `json:"entrypoint"`
-	Timeout        *int64            `json:"timeout"`
-	ResourceLimits map[string]string `json:"resourceLimits"`
-	Env            map[string]string `json:"env"`
-	Metadata       map[string]string `json:"metadata"`
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+	Timeout        *int64            `json:"timeout,omitempty"`
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
 	NetworkPolicy  json.RawMessage   `json:"networkPolicy,omitempty"`
 	Volumes        json.RawMessage   `json:"volumes,omitempty"`
 	Platform       *struct {
@@ -46,7 +46,7 @@ type CreateRequest struct {
 	} `json:"platform,omitempty"`
 	SnapshotID   string            `json:"snapshotId,omitempty"`
 	SecureAccess bool              `json:"secureAccess,omitempty"`
-	Extensions   map[string]string `json:"extensions"`
+	Extensions   map[string]string `json:"extensions,omitempty"`
 	// CredentialProxy asks for the credential vault; refused while there is none.
 	CredentialProxy json.RawMessage `json:"credentialProxy,omitempty"`
 }

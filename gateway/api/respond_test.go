@@ -217,3 +217,21 @@ func TestListStateFilterIsStrict(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersHoldNoNulls: what a client reads back has no null where the document
+// promises a value: a pool's template leaves out what it does not set.
+func TestAnswersHoldNoNulls(t *testing.T) {
+	srv, _ := startTestAPI(t, nil)
+	admin := map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"}
+	if code, body := call(t, "POST", srv.URL+"/v1/pools", map[string]any{"name": "bare",
+		"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
+		"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin); code != 201 && code != 200 {
+		t.Fatalf("create pool: %d %s", code, body)
+	}
+	for _, path := range []string{"/v1/pools", "/v1/pools/bare", "/v1/sandboxes", "/v1/snapshots", "/v1/batches"} {
+		code, body := call(t, "GET", srv.URL+path, nil, admin)
+		if code == 200 && strings.Contains(string(body), "null") {
+			t.Errorf("GET %s holds a null: %s", path, body)
+		}
+	}
+}
