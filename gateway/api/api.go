@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway"
@@ -35,6 +36,9 @@ type Handler struct {
 	mux     *http.ServeMux
 	forward Forward
 	mcp     *mcpHandler
+	// openAPI is the document this gateway serves (openAPIFor), made on first use.
+	openAPI     []byte
+	openAPIOnce sync.Once
 }
 
 // route is one registered endpoint; the table is also what the OpenAPI test checks.
@@ -89,7 +93,7 @@ func (h *Handler) routes() []route {
 	return []route{
 		{method: "GET", path: "/health", handler: h.health, public: true},
 		{method: "GET", path: "/ready", handler: h.ready, public: true},
-		{method: "GET", path: "/openapi.json", handler: serveOpenAPI, public: true},
+		{method: "GET", path: "/openapi.json", handler: h.serveOpenAPI, public: true},
 		{method: "GET", path: "/metrics", handler: h.serveMetrics, action: "metrics.read"},
 		{method: "GET", path: "/fleet/metrics", handler: h.fleetMetrics, action: "metrics.read"},
 		{method: "POST", path: "/sandboxes", endpoint: decodeAndCall(http.StatusAccepted, h.svc.Create)},

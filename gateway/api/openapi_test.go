@@ -1,12 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate/gateway"
 )
 
 // TestOpenAPIMatchesRoutes fails when a registered route is missing from the document or
@@ -74,5 +78,22 @@ func TestActionFor(t *testing.T) {
 				t.Errorf("actionFor = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestOpenAPITellsThisGatewaysBounds: the document served names the create's timeout
+// bounds this gateway enforces, not the defaults, when they are set otherwise.
+func TestOpenAPITellsThisGatewaysBounds(t *testing.T) {
+	doc := openAPIFor(gateway.Config{MinTimeout: 2 * time.Minute, MaxTimeout: time.Hour})
+	var parsed map[string]any
+	if err := json.Unmarshal(doc, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	timeout := walk(parsed, "components", "schemas", "CreateSandboxRequest", "properties", "timeout").(map[string]any)
+	if timeout["minimum"] != float64(120) || timeout["maximum"] != float64(3600) {
+		t.Errorf("timeout bounds %v..%v, want 120..3600", timeout["minimum"], timeout["maximum"])
+	}
+	if def := openAPIFor(gateway.Config{MinTimeout: time.Minute, MaxTimeout: 7 * 24 * time.Hour}); !bytes.Equal(def, openAPIDocument) {
+		t.Error("with the default bounds the document is not the embedded one")
 	}
 }
