@@ -50,11 +50,6 @@ def test_working_directory_and_environment(sbx):
     assert ex.text == "/tmp\nfrom-opts"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "commands.run with an argv list sends POST /command {\"argv\": [...]} (execd-api.yaml's "
-    "RunCommandRequest.argv, no `command`); sandgate's agent answers 400 "
-    "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"command is required\"}"
-))
 def test_argv_runs_without_a_shell(sbx):
     argv = sbx.commands.run(["printf", "%s|", "a b", "c"])
     assert argv.text == "a b|c|"
