@@ -618,3 +618,22 @@ func TestCommandPlainProgram(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvFileReachesLaterCommands appends to $EXECD_ENVS the way the SDKs' set_env
+// does and checks that later commands get it and that request envs override it.
+func TestEnvFileReachesLaterCommands(t *testing.T) {
+	t.Setenv("EXECD_ENVS", "")
+	a := newTestAgent(t, agent.Config{})
+	set := `test -n "$EXECD_ENVS" && mkdir -p "$(dirname "$EXECD_ENVS")" && printf '%s\n' "SET_LATER='a b \$HOME'" 'QUOTED="x\ty"' >> "$EXECD_ENVS"`
+	if end := last(t, a.runStream("/command", map[string]any{"command": set})); end.Type != agent.EventComplete {
+		t.Fatalf("append: %+v", end)
+	}
+	events := a.runStream("/command", map[string]any{"command": `printf '%s|%s\n' "$SET_LATER" "$QUOTED"`})
+	if diff := cmp.Diff([]string{"a b $HOME|x\ty"}, texts(events, agent.EventStdout)); diff != "" {
+		t.Errorf("later command (-want +got):\n%s", diff)
+	}
+	events = a.runStream("/command", map[string]any{"argv": []string{"printenv", "SET_LATER"}, "envs": map[string]string{"SET_LATER": "request"}})
+	if diff := cmp.Diff([]string{"request"}, texts(events, agent.EventStdout)); diff != "" {
+		t.Errorf("request envs over the file (-want +got):\n%s", diff)
+	}
+}

@@ -96,6 +96,17 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: create state dir: %w", err)
 	}
+	if cfg.Env.EnvFile() == "" {
+		// The file is the agent user's own (0600 in a 0700 directory): a command run as
+		// another uid cannot change what later commands of the default user get.
+		envFile := filepath.Join(cfg.StateDir, "envs")
+		f, err := os.OpenFile(envFile, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("agent: create environment file: %w", err)
+		}
+		f.Close()
+		cfg.Env.SetEnvFile(envFile)
+	}
 	s := &Server{
 		cfg:       cfg,
 		env:       cfg.Env,

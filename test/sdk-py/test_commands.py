@@ -103,11 +103,6 @@ def test_session_keeps_its_shell_state(sbx):
         sbx.commands.delete_session(sid)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "commands.set_env appends KEY=VALUE to the file named by $EXECD_ENVS through a /command "
-    "run; sandgate's agent sets no EXECD_ENVS (nor loads such a file for later commands), so "
-    "the command fails with 'EXECD_ENVS is not set; cannot persist environment variable'"
-))
 def test_set_env_reaches_later_commands(sbx):
     sbx.commands.set_env("SDK_SET_ENV", "persisted")
     assert sbx.commands.run("echo $SDK_SET_ENV").text == "persisted"
