@@ -442,6 +442,53 @@ func TestFilesUploadDownload(t *testing.T) {
 	})
 }
 
+func TestFilesDownloadLines(t *testing.T) {
+	a := newTestAgent(t, agent.Config{})
+	dir := t.TempDir()
+	p := filepath.Join(dir, "lines.txt")
+	long := strings.Repeat("x", 200<<10)
+	writeFile(t, p, "line 1\nline 2\r\n"+long+"\nline 4\n\nline 6")
+	tests := []struct {
+		name, offset, limit, want string
+	}{
+		{"offset and limit", "2", "2", "line 2\r\n" + long + "\n"},
+		{"offset alone reads to the end", "4", "", "line 4\n\nline 6"},
+		{"limit alone reads from the first line", "", "1", "line 1\n"},
+		{"last line without a newline", "6", "5", "line 6"},
+		{"past the end", "7", "1", ""},
+		{"empty line", "5", "1", "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			params := []string{"path", p}
+			if tt.offset != "" {
+				params = append(params, "offset", tt.offset)
+			}
+			if tt.limit != "" {
+				params = append(params, "limit", tt.limit)
+			}
+			resp := a.request(http.MethodGet, "/files/download"+q(params...), nil, nil)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || string(b) != tt.want {
+				t.Fatalf("status %d body %.80q, want 200 %.80q", resp.StatusCode, b, tt.want)
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+				t.Fatalf("Content-Type %q, want text/plain", ct)
+			}
+		})
+	}
+	for _, bad := range [][]string{{"offset", "0"}, {"offset", "-1"}, {"limit", "0"}, {"limit", "x"}, {"offset", "1.5"}, {"offset", ""}} {
+		a.wantError(http.MethodGet, "/files/download"+q("path", p, bad[0], bad[1]), nil, 400, agent.CodeInvalidRequest)
+	}
+	resp := a.request(http.MethodGet, "/files/download"+q("path", p, "offset", "1"), nil, http.Header{"Range": {"bytes=0-1"}})
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("lines and Range: status %d, want 400", resp.StatusCode)
+	}
+	a.wantError(http.MethodGet, "/files/download"+q("path", filepath.Join(dir, "missing"), "offset", "1"), nil, 404, agent.CodeFileNotFound)
+}
+
 // TestFilesLargeUploadDownload moves 100 MiB both ways, compares hashes, and checks that
 // the heap stays far below the file size (nothing buffers the whole file).
 func TestFilesLargeUploadDownload(t *testing.T) {

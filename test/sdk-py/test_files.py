@@ -44,11 +44,6 @@ def test_upload_many_and_download_bytes(sbx):
     assert info.size == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "read_file(offset=, limit=) sends GET /files/download?path=&offset=3&limit=2, the "
-    "line-based read of execd-api.yaml; sandgate's agent ignores offset and limit and "
-    "answers 200 with the whole file"
-))
 def test_read_lines_with_offset_and_limit(sbx):
     sbx.files.write_file("/tmp/sdk/lines.txt", "".join(f"line {i}\n" for i in range(1, 11)))
     assert sbx.files.read_file("/tmp/sdk/lines.txt", offset=3, limit=2) == "line 3\nline 4\n"
