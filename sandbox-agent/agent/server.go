@@ -165,18 +165,26 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /code", s.handleRunCode)
 	m.HandleFunc("DELETE /code", s.handleInterruptCode)
 
-	m.HandleFunc("GET /files/info", s.handleFilesInfo)
-	m.HandleFunc("DELETE /files", s.handleRemoveFiles)
-	m.HandleFunc("POST /files/permissions", s.handlePermissions)
-	m.HandleFunc("POST /files/mv", s.handleMove)
-	m.HandleFunc("GET /files/search", s.handleSearch)
-	m.HandleFunc("POST /files/replace", s.handleReplace)
-	m.HandleFunc("POST /files/upload", s.handleUpload)
-	m.HandleFunc("GET /files/download", s.handleDownload)
-
-	m.HandleFunc("GET /directories/list", s.handleListDirectory)
-	m.HandleFunc("POST /directories", s.handleMakeDirs)
-	m.HandleFunc("DELETE /directories", s.handleRemoveDirs)
+	// The file and directory routes, each also under identityPrefix (as a given user).
+	for _, route := range []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"GET", "/files/info", s.handleFilesInfo},
+		{"DELETE", "/files", s.handleRemoveFiles},
+		{"POST", "/files/permissions", s.handlePermissions},
+		{"POST", "/files/mv", s.handleMove},
+		{"GET", "/files/search", s.handleSearch},
+		{"POST", "/files/replace", s.handleReplace},
+		{"POST", "/files/upload", s.handleUpload},
+		{"GET", "/files/download", s.handleDownload},
+		{"GET", "/directories/list", s.handleListDirectory},
+		{"POST", "/directories", s.handleMakeDirs},
+		{"DELETE", "/directories", s.handleRemoveDirs},
+	} {
+		m.HandleFunc(route.method+" "+route.path, route.h)
+		m.HandleFunc(route.method+" "+identityPrefix+route.path, s.asIdentity(route.h))
+	}
 
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.HandleFunc("GET /metrics/watch", s.handleWatchMetrics)

@@ -89,11 +89,6 @@ def test_delete_files_and_directories(sbx):
     assert sbx.commands.run("test -e /tmp/sdk/dirs && echo there || echo gone").text == "gone"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "files_with_identity(uid, gid) prefixes every file call with /v1/filesystem/{uid}/{gid} "
-    "on the agent's endpoint (identity-aware execd); sandgate's agent answers 404 "
-    "{\"code\":\"NOT_FOUND\",\"message\":\"no such endpoint: POST /v1/filesystem/1234/2345/files/upload\"}"
-))
 def test_files_with_identity_write_as_that_user(sbx):
     sbx.commands.run("mkdir -p /tmp/sdk/ident && chmod 777 /tmp/sdk/ident")
     as_user = sbx.files_with_identity(1234, 2345)
