@@ -423,3 +423,29 @@ func TestAccessEventsWritten(t *testing.T) {
 		t.Fatalf("%d preview.accessed events written, want %d", seen, n)
 	}
 }
+
+// TestSnapshotIDInTheView: the snapshot a sandbox was created from (store.Sandbox's
+// SnapshotID, written by a create with snapshotId on a runtime with snapshots) is in
+// what GET answers, and a sandbox made from an image has none.
+func TestSnapshotIDInTheView(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	plain, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := uuid.NewString()
+	if _, err := c.store.ModifySandbox(ctx, copied.ID, func(sb *store.Sandbox) error { sb.SnapshotID = snap; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{plain.ID: "", copied.ID: snap} {
+		got, err := c.svc.Get(ctx, admin, id)
+		if err != nil || got.SnapshotID != want {
+			t.Fatalf("Get %s = %+v, %v; want snapshotId %q", id, got, err, want)
+		}
+	}
+}

@@ -56,6 +56,8 @@ type Sandbox struct {
 	Entrypoint []string          `json:"entrypoint"`
 	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
 	CreatedAt  time.Time         `json:"createdAt"`
+	// SnapshotID is present when the sandbox was created from a snapshot.
+	SnapshotID string `json:"snapshotId,omitempty"`
 }
 
 // Endpoint tells a client where one port of a sandbox is reached and with which headers
@@ -84,6 +86,7 @@ func View(sb *store.Sandbox) Sandbox {
 		Entrypoint: sb.Entrypoint,
 		ExpiresAt:  sb.ExpiresAt,
 		CreatedAt:  sb.CreatedAt,
+		SnapshotID: sb.SnapshotID,
 	}
 }
 

@@ -192,11 +192,6 @@ def test_snapshot_then_create_from_it(sandboxes, manager):
     assert err.value.status_code == 404
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GET /v1/sandboxes/{id} of a sandbox created with snapshotId answers no snapshotId "
-    "(sandbox-lifecycle.yml's Sandbox.snapshotId: 'present when the sandbox was restored from "
-    "a snapshot'), so SandboxInfo.snapshot_id is None"
-))
 def test_a_copy_names_its_snapshot(sandboxes, manager):
     src = sandboxes.create(metadata={"run": RUN, "role": "snapshot-named"})
     snap = src.create_snapshot()
