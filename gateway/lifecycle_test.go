@@ -449,3 +449,95 @@ func TestSnapshotIDInTheView(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcilerListOlderThanAPause replays a reconcile pass that lists the containers,
+// then sees a pause land, then reads the records: the list (running) is older than the
+// record (paused) and must not write Running back. A second pause of that sandbox is a
+// conflict, and so is one the engine refuses because it has paused the sandbox already.
+func TestReconcilerListOlderThanAPause(t *testing.T) {
+	// No pass of its own meanwhile: this test plays the pass.
+	c := newTestCore(t, Config{SyncInterval: time.Hour})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listedAt := time.Now().UTC()
+	inst, err := c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StateRunning {
+		t.Fatalf("runtime before the pause: %+v, %v", inst, err)
+	}
+	if err := c.svc.Pause(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := c.store.GetSandbox(ctx, resp.ID)
+	if err != nil || rec.State != StatePaused {
+		t.Fatalf("record after the pause: %+v, %v", rec, err)
+	}
+	c.svc.syncRecord(ctx, rec, inst, true, listedAt, time.Now().UTC())
+	if got, err := c.store.GetSandbox(ctx, resp.ID); err != nil || got.State != StatePaused {
+		t.Fatalf("after a pass with a list older than the pause: %+v, %v; want Paused", got, err)
+	}
+	wantCode(t, c.svc.Pause(ctx, admin, resp.ID), KindConflict, CodeNotRunning)
+
+	// The record says Running while the engine has the sandbox paused (a write of the
+	// record lost, or another gateway's view): the engine's refusal is a conflict too.
+	if _, err := c.store.ModifySandbox(ctx, resp.ID, func(sb *store.Sandbox) error { sb.State = StateRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, c.svc.Pause(ctx, admin, resp.ID), KindConflict, CodeNotRunning)
+
+	// A list taken after the last transition still corrects the record.
+	rec, err = c.store.GetSandbox(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listedAt = time.Now().UTC()
+	inst, err = c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StatePaused {
+		t.Fatalf("runtime: %+v, %v", inst, err)
+	}
+	c.svc.syncRecord(ctx, rec, inst, true, listedAt, time.Now().UTC())
+	if got, err := c.store.GetSandbox(ctx, resp.ID); err != nil || got.State != StatePaused {
+		t.Fatalf("after a pass with a newer list: %+v, %v; want Paused", got, err)
+	}
+}
+
+// TestReconcilerWriteChecksTheTransition: a record that went through a transition and
+// back to the state the pass read (paused, resumed, paused again) since the pass read it
+// is not written.
+func TestReconcilerWriteChecksTheTransition(t *testing.T) {
+	// No pass of its own meanwhile: this test plays the pass.
+	c := newTestCore(t, Config{SyncInterval: time.Hour})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.svc.Pause(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StatePaused {
+		t.Fatalf("runtime: %+v, %v", inst, err)
+	}
+	// The pass read the record Running (before the pause) and lists the sandbox
+	// paused; meanwhile the record was paused, resumed and is Running again with a
+	// newer transition.
+	stale, err := c.store.GetSandbox(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.State = StateRunning
+	stale.LastTransitionAt = stale.LastTransitionAt.Add(-time.Minute)
+	if _, err := c.store.ModifySandbox(ctx, resp.ID, func(sb *store.Sandbox) error {
+		sb.State, sb.LastTransitionAt = StateRunning, time.Now().UTC()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.svc.syncRecord(ctx, stale, inst, true, time.Now().UTC(), time.Now().UTC())
+	if got, err := c.store.GetSandbox(ctx, resp.ID); err != nil || got.State != StateRunning {
+		t.Fatalf("record %+v, %v; want the newer Running left alone", got, err)
+	}
+}

@@ -305,6 +305,11 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 			// Not every engine can freeze a sandbox (Kubernetes cannot): the caller's to know.
 			return &Error{Kind: KindUnsupported, Code: CodeUnsupported, Message: err.Error(), Cause: err}
 		}
+		if errors.Is(err, runtimes.ErrWrongState) {
+			// The engine is ahead of the record (a second pause of a sandbox whose
+			// record the reconciler has not caught up with yet): the caller's conflict.
+			return &Error{Kind: KindConflict, Code: code, Message: fmt.Sprintf("sandbox %s is not %s", id, from), Cause: err}
+		}
 		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}
 	_, err = s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
