@@ -55,6 +55,10 @@ type Config struct {
 	SettleEntrypoint func(ctx context.Context, window time.Duration) (exited bool, code int)
 	// Logger receives operational messages; nil means the standard logger.
 	Logger *log.Logger
+	// JupyterProbe makes the agent answer the code-interpreter SDKs' readiness probe in
+	// a sandbox with Jupyter (jupyterprobe.go). Only an agent that is its sandbox's own
+	// sets it: the port is the sandbox's loopback one.
+	JupyterProbe bool
 }
 
 // Server is the agent API. Create it with New and release it with Close.
@@ -70,6 +74,9 @@ type Server struct {
 	metrics  *metricsSampler
 	// verifier checks signed requests (nil: no token, the API is open).
 	verifier *signedhttp.Verifier
+
+	// jupyterProbe is the readiness port's listener (nil: none).
+	jupyterProbe *jupyterProbe
 
 	// shellTraits enables running plain commands without the shell (directexec.go)
 	// once probeDone is closed and the probe found what it needs.
@@ -123,6 +130,9 @@ func New(cfg Config) (*Server, error) {
 	s.ptys = newRegistry[*ptyhub.Session]()
 	s.code = newCodeInterpreter(s)
 	s.routes()
+	if cfg.JupyterProbe {
+		s.startJupyterProbe()
+	}
 	// Off the start's path: until the probe is done commands go through the shell.
 	go func() {
 		defer close(s.probeDone)
@@ -136,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		<-s.probeDone
+		s.closeJupyterProbe()
 		s.code.close()
 		s.ptys.closeAll()
 		s.sessions.closeAll()
