@@ -119,6 +119,8 @@ type Sandbox struct {
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
 	CreatedAt  time.Time         `json:"createdAt"`
+	// SnapshotID is the snapshot the sandbox was created from, if any.
+	SnapshotID string `json:"snapshotId,omitempty"`
 }
 
 // The gateway answers these in the very form it declares them (package apiproto, a

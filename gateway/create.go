@@ -75,13 +75,14 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		}
 		rec, err = s.createFromPool(ctx, caller, pool, req)
 	} else {
+		snapshotID := req.SnapshotID
 		if req, err = s.resolveSnapshot(ctx, caller, req); err != nil {
 			return nil, err
 		}
 		var spec runtimes.Spec
 		if spec, err = s.validateCreate(req); err == nil {
 			if _, err = s.admit(ctx, caller, admissionFor(spec, req, 1)); err == nil {
-				rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "")
+				rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "", snapshotID)
 			}
 		}
 	}
@@ -97,8 +98,9 @@ func createResponse(rec *store.Sandbox) *CreateResponse {
 }
 
 // createCold starts a new container for a validated request, waits for its agent and
-// records it under id. batch, when set, is recorded as the sandbox's batch.
-func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch string) (*store.Sandbox, error) {
+// records it under id. batch, when set, is recorded as the sandbox's batch, and
+// snapshotID as the snapshot it was created from.
+func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch, snapshotID string) (*store.Sandbox, error) {
 	// Wait for a create slot first: the record's clock (createdAt, expiry, the
 	// reconciler's patience with a Pending record) starts when the work does.
 	select {
@@ -159,6 +161,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		Metadata: metadata, ResourceLimits: req.ResourceLimits, Extensions: req.Extensions,
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
 		AgentToken: spec.AgentToken, AgentAuth: store.AgentAuthSigned, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
+		SnapshotID:   snapshotID,
 		EgressPolicy: egressPolicyOf(spec.Egress),
 		Owner:        s.owner,
 	}

@@ -423,3 +423,121 @@ func TestAccessEventsWritten(t *testing.T) {
 		t.Fatalf("%d preview.accessed events written, want %d", seen, n)
 	}
 }
+
+// TestSnapshotIDInTheView: the snapshot a sandbox was created from (store.Sandbox's
+// SnapshotID, written by a create with snapshotId on a runtime with snapshots) is in
+// what GET answers, and a sandbox made from an image has none.
+func TestSnapshotIDInTheView(t *testing.T) {
+	c := newTestCore(t, Config{})
+	ctx := context.Background()
+	plain, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := uuid.NewString()
+	if _, err := c.store.ModifySandbox(ctx, copied.ID, func(sb *store.Sandbox) error { sb.SnapshotID = snap; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{plain.ID: "", copied.ID: snap} {
+		got, err := c.svc.Get(ctx, admin, id)
+		if err != nil || got.SnapshotID != want {
+			t.Fatalf("Get %s = %+v, %v; want snapshotId %q", id, got, err, want)
+		}
+	}
+}
+
+// TestReconcilerListOlderThanAPause replays a reconcile pass that lists the containers,
+// then sees a pause land, then reads the records: the list (running) is older than the
+// record (paused) and must not write Running back. A second pause of that sandbox is a
+// conflict, and so is one the engine refuses because it has paused the sandbox already.
+func TestReconcilerListOlderThanAPause(t *testing.T) {
+	// No pass of its own meanwhile: this test plays the pass.
+	c := newTestCore(t, Config{SyncInterval: time.Hour})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listedAt := time.Now().UTC()
+	inst, err := c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StateRunning {
+		t.Fatalf("runtime before the pause: %+v, %v", inst, err)
+	}
+	if err := c.svc.Pause(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := c.store.GetSandbox(ctx, resp.ID)
+	if err != nil || rec.State != StatePaused {
+		t.Fatalf("record after the pause: %+v, %v", rec, err)
+	}
+	c.svc.syncRecord(ctx, rec, inst, true, listedAt, time.Now().UTC())
+	if got, err := c.store.GetSandbox(ctx, resp.ID); err != nil || got.State != StatePaused {
+		t.Fatalf("after a pass with a list older than the pause: %+v, %v; want Paused", got, err)
+	}
+	wantCode(t, c.svc.Pause(ctx, admin, resp.ID), KindConflict, CodeNotRunning)
+
+	// The record says Running while the engine has the sandbox paused (a write of the
+	// record lost, or another gateway's view): the engine's refusal is a conflict too.
+	if _, err := c.store.ModifySandbox(ctx, resp.ID, func(sb *store.Sandbox) error { sb.State = StateRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, c.svc.Pause(ctx, admin, resp.ID), KindConflict, CodeNotRunning)
+
+	// A list taken after the last transition still corrects the record.
+	rec, err = c.store.GetSandbox(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listedAt = time.Now().UTC()
+	inst, err = c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StatePaused {
+		t.Fatalf("runtime: %+v, %v", inst, err)
+	}
+	c.svc.syncRecord(ctx, rec, inst, true, listedAt, time.Now().UTC())
+	if got, err := c.store.GetSandbox(ctx, resp.ID); err != nil || got.State != StatePaused {
+		t.Fatalf("after a pass with a newer list: %+v, %v; want Paused", got, err)
+	}
+}
+
+// TestReconcilerWriteChecksTheTransition: a record that went through a transition and
+// back to the state the pass read (paused, resumed, paused again) since the pass read it
+// is not written.
+func TestReconcilerWriteChecksTheTransition(t *testing.T) {
+	// No pass of its own meanwhile: this test plays the pass.
+	c := newTestCore(t, Config{SyncInterval: time.Hour})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.svc.Pause(ctx, admin, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := c.rt.Inspect(ctx, resp.ID)
+	if err != nil || inst.State != runtimes.StatePaused {
+		t.Fatalf("runtime: %+v, %v", inst, err)
+	}
+	// The pass read the record Running (before the pause) and lists the sandbox
+	// paused; meanwhile the record was paused, resumed and is Running again with a
+	// newer transition.
+	stale, err := c.store.GetSandbox(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.State = StateRunning
+	stale.LastTransitionAt = stale.LastTransitionAt.Add(-time.Minute)
+	if _, err := c.store.ModifySandbox(ctx, resp.ID, func(sb *store.Sandbox) error {
+		sb.State, sb.LastTransitionAt = StateRunning, time.Now().UTC()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.svc.syncRecord(ctx, stale, inst, true, time.Now().UTC(), time.Now().UTC())
+	if got, err := c.store.GetSandbox(ctx, resp.ID); err != nil || got.State != StateRunning {
+		t.Fatalf("record %+v, %v; want the newer Running left alone", got, err)
+	}
+}

@@ -44,6 +44,9 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	} else if n > 0 {
 		s.log.Info("settled cross-tenant claims a gateway left halfway", "members", n)
 	}
+	// The list is what the containers were at listedAt: a record that changed state
+	// after it (a pause, a resume, a create finishing) is newer than the list.
+	listedAt := time.Now().UTC()
 	instances, err := s.runtime.List(ctx)
 	if err != nil {
 		return err
@@ -75,7 +78,7 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		if s.takeOverPending(ctx, rec, alive) {
 			continue
 		}
-		s.syncRecord(ctx, rec, inst, exists, now)
+		s.syncRecord(ctx, rec, inst, exists, listedAt, now)
 	}
 	s.checkEnforcers(ctx, instances, records, now)
 	s.takeOverBatches(ctx)
@@ -129,7 +132,9 @@ func (s *Service) settleAfterClaim(ctx context.Context) bool {
 	}
 }
 
-func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, now time.Time) {
+// syncRecord brings rec in line with inst, its container as the runtime listed it at
+// listedAt (exists false: the list had none).
+func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runtimes.Instance, exists bool, listedAt, now time.Time) {
 	if rec.State == StateStopping {
 		// A delete under way owns its record and its vanishing container (deleting.go).
 		if now.Sub(rec.LastTransitionAt) > stoppingTakeover {
@@ -156,6 +161,12 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 		}
 		return
 	}
+	if rec.LastTransitionAt.After(listedAt) {
+		// The record changed state after the list was taken: the list may show the
+		// container as it was before (running before a pause), so it says nothing here.
+		// The next pass judges this record against a newer list.
+		return
+	}
 	if exists && inst.State == runtimes.StateExited {
 		// The list says little of how a container ended (Docker's: "Exited (137) …");
 		// one inspect of the dead sandbox tells an out-of-memory kill from an exit.
@@ -175,7 +186,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 	}
 	if wantState != rec.State || (inst.Address != "" && inst.Address != rec.Address) {
 		_, err := s.store.ModifySandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
-			if sb.State != rec.State {
+			if sb.State != rec.State || !sb.LastTransitionAt.Equal(rec.LastTransitionAt) {
 				return errNotAsJudged
 			}
 			if sb.State != wantState {

@@ -59,6 +59,8 @@ type Sandbox struct {
 	Entrypoint []string          `json:"entrypoint"`
 	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
 	CreatedAt  time.Time         `json:"createdAt"`
+	// SnapshotID is present when the sandbox was created from a snapshot.
+	SnapshotID string `json:"snapshotId,omitempty"`
 }
 
 // Endpoint tells a client where one port of a sandbox is reached and with which headers
@@ -87,6 +89,7 @@ func View(sb *store.Sandbox) Sandbox {
 		Entrypoint: sb.Entrypoint,
 		ExpiresAt:  sb.ExpiresAt,
 		CreatedAt:  sb.CreatedAt,
+		SnapshotID: sb.SnapshotID,
 	}
 }
 
@@ -304,6 +307,11 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 		if errors.Is(err, errors.ErrUnsupported) {
 			// Not every engine can freeze a sandbox (Kubernetes cannot): the caller's to know.
 			return &Error{Kind: KindUnsupported, Code: CodeUnsupported, Message: err.Error(), Cause: err}
+		}
+		if errors.Is(err, runtimes.ErrWrongState) {
+			// The engine is ahead of the record (a second pause of a sandbox whose
+			// record the reconciler has not caught up with yet): the caller's conflict.
+			return &Error{Kind: KindConflict, Code: code, Message: fmt.Sprintf("sandbox %s is not %s", id, from), Cause: err}
 		}
 		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "the runtime refused the change", Cause: err}
 	}

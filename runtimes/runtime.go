@@ -64,6 +64,9 @@ var (
 	// ErrEnforcementMismatch is an egress enforcer whose signed report of the policy it
 	// enforces is not the policy it was given: the sandbox must not run behind it.
 	ErrEnforcementMismatch = errors.New("the egress enforcer does not enforce the policy it was given")
+	// ErrWrongState is a pause of a sandbox the engine has paused already (or that is
+	// not running), or a resume of one it has not paused.
+	ErrWrongState = errors.New("the sandbox is not in a state that allows the change")
 )
 
 // Spec is what the core asks a runtime to start.

@@ -158,8 +158,8 @@ func listenAddr() string {
 
 // startAPI binds the API port and serves it in the background. Binding before the
 // entrypoint starts means that the API answers as soon as the sandbox runs.
-func startAPI(env *procs.Environment, sup *initproc.Supervisor) (*agent.Server, *http.Server, error) {
-	cfg := agent.Config{Token: os.Getenv(agentproto.EnvAgentToken), Env: env}
+func startAPI(env *procs.Environment, sup *initproc.Supervisor, ownSandbox bool) (*agent.Server, *http.Server, error) {
+	cfg := agent.Config{Token: os.Getenv(agentproto.EnvAgentToken), Env: env, JupyterProbe: ownSandbox}
 	if sup != nil {
 		cfg.StartEntrypoint = sup.Start
 		cfg.SettleEntrypoint = sup.Settle
@@ -220,7 +220,7 @@ func runInit(args []string) int {
 	go initproc.Reap(ctx)
 
 	sup := initproc.NewSupervisor(env)
-	api, srv, err := startAPI(env, sup)
+	api, srv, err := startAPI(env, sup, true)
 	if err != nil {
 		log.Print(err)
 		return 1
@@ -258,7 +258,7 @@ func runServe() int {
 	defer stop()
 	env := procs.NewEnvironment()
 	sup := initproc.NewSupervisor(env)
-	api, srv, err := startAPI(env, sup)
+	api, srv, err := startAPI(env, sup, false)
 	if err != nil {
 		log.Print(err)
 		return 1

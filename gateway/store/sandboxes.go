@@ -40,6 +40,9 @@ type Sandbox struct {
 	AccessToken string `json:"accessToken,omitempty"`
 	Pool        string `json:"pool,omitempty"`
 	Batch       string `json:"batch,omitempty"`
+	// SnapshotID is the snapshot the sandbox was created from (POST /v1/sandboxes with
+	// snapshotId).
+	SnapshotID string `json:"snapshotId,omitempty"`
 	// EgressPolicy is the effective egress policy its enforcer last accepted (at create,
 	// claim or through the egress API): what a restored enforcer starts with.
 	EgressPolicy json.RawMessage `json:"egressPolicy,omitempty"`

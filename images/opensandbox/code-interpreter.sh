@@ -5,7 +5,8 @@
 #
 # In sandgate the kernel gateway belongs to the sandbox agent: it starts Jupyter Server
 # (loopback only, with a token the workload never sees) on the first code call, and
-# stops it with the sandbox. So this script checks that the interpreter stack the agent
+# stops it with the sandbox; the SDKs' readiness probe of 127.0.0.1:44771 reaches the
+# agent, which starts Jupyter in the background then. So this script checks that the interpreter stack the agent
 # will start is installed (which also brings it into the page cache, so the first call
 # starts faster), then keeps running, as the SDK expects of a sandbox's entrypoint,
 # until the sandbox is stopped. OpenSandbox's language selection variables

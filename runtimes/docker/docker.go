@@ -806,12 +806,29 @@ func (r *Runtime) ReleaseHelpers(ctx context.Context, id string) error {
 // Pause implements runtimes.Runtime.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
 	_, err := r.cli.ContainerPause(ctx, containerName(id), client.ContainerPauseOptions{})
-	return mapErr(id, err)
+	return mapFreezeErr(id, err)
 }
 
 // Resume implements runtimes.Runtime.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
 	_, err := r.cli.ContainerUnpause(ctx, containerName(id), client.ContainerUnpauseOptions{})
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		// The engine answers an unpause of a container it has not paused with a plain
+		// failure: its state tells that case apart.
+		if c, ierr := r.cli.ContainerInspect(ctx, containerName(id), client.ContainerInspectOptions{}); ierr == nil &&
+			c.Container.State != nil && !c.Container.State.Paused {
+			return fmt.Errorf("sandbox %s: %w: %w", id, runtimes.ErrWrongState, err)
+		}
+	}
+	return mapFreezeErr(id, err)
+}
+
+// mapFreezeErr is mapErr for a pause or resume: the engine answers a conflict for a
+// container already paused, not paused, or not running.
+func mapFreezeErr(id string, err error) error {
+	if cerrdefs.IsConflict(err) {
+		return fmt.Errorf("sandbox %s: %w: %w", id, runtimes.ErrWrongState, err)
+	}
 	return mapErr(id, err)
 }
 

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
@@ -213,5 +215,32 @@ func TestHolderDeathReported(t *testing.T) {
 		case <-timeout:
 			t.Fatal("the holder's death was not reported as the sandbox's")
 		}
+	}
+}
+
+// TestPauseTwiceIsWrongState: a pause of a sandbox the engine has paused already, and a
+// resume of one it has not paused, are ErrWrongState (the core's conflict), not an
+// engine failure.
+func TestPauseTwiceIsWrongState(t *testing.T) {
+	r, image := testRuntime(t)
+	ctx := context.Background()
+	id := "rt" + testenv.RandomHex(3) + "-0000-4000-8000-" + testenv.RandomHex(6)
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	spec := runtimes.Spec{ID: id, Tenant: "t", Image: image, Entrypoint: []string{"sleep", "infinity"}, CreatedAt: time.Now(),
+		AgentToken: testenv.RandomHex(16)}
+	if _, err := r.Create(ctx, spec); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := r.Pause(ctx, id); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if err := r.Pause(ctx, id); !errors.Is(err, runtimes.ErrWrongState) {
+		t.Fatalf("second pause: %v, want ErrWrongState", err)
+	}
+	if err := r.Resume(ctx, id); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if err := r.Resume(ctx, id); !errors.Is(err, runtimes.ErrWrongState) {
+		t.Fatalf("resume of a running sandbox: %v, want ErrWrongState", err)
 	}
 }

@@ -311,6 +311,9 @@ func (r *Runtime) freeze(id string, stop bool) error {
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if sb.paused == stop {
+		return fmt.Errorf("sandbox %s (paused %t): %w", id, sb.paused, runtimes.ErrWrongState)
+	}
 	if err := sb.signal(sig); err != nil {
 		return err
 	}

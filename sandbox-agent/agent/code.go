@@ -136,9 +136,14 @@ func (ci *codeInterpreter) create(ctx context.Context, language, cwd string) (*c
 			return nil, err
 		}
 		c.kernel = k
-		if extra := ci.s.env.Extra(); len(extra) > 0 && language == "python" {
+		extra := ci.s.env.Extra()
+		for k, v := range ci.s.env.FileVars() {
+			extra[k] = v
+		}
+		if len(extra) > 0 && language == "python" {
 			// Kernels inherit the Jupyter server's environment, fixed when it
-			// started; variables set later through /sandgate/env are applied here.
+			// started; variables set later through /sandgate/env or the environment
+			// file are applied here.
 			b, _ := json.Marshal(extra)
 			code := fmt.Sprintf("import os as __sg_os, json as __sg_json\n__sg_os.environ.update(__sg_json.loads(%q))\ndel __sg_os, __sg_json", string(b))
 			_ = k.Execute(ctx, code, true, func(jupyter.Output) {})

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,7 +32,11 @@ const stopGrace = 500 * time.Millisecond
 const drainGrace = 100 * time.Millisecond
 
 type runCommandRequest struct {
-	Command    string            `json:"command"`
+	// Command is shell text, run as `<shell> -c command`.
+	Command string `json:"command"`
+	// Argv is a program and its literal arguments, exec'd without a shell; exactly one
+	// of Command and Argv is set. A pointer, so that an empty list is told from none.
+	Argv       *[]string         `json:"argv,omitempty"`
 	Cwd        string            `json:"cwd,omitempty"`
 	Background bool              `json:"background,omitempty"`
 	Timeout    int64             `json:"timeout,omitempty"`
@@ -132,8 +137,51 @@ func credential(uid, gid *uint32) *syscall.Credential {
 
 // shellCommand builds "<shell> -c script" in its own process group.
 func (s *Server) shellCommand(script, cwd string, envs map[string]string, uid, gid *uint32) (*exec.Cmd, error) {
-	shell := procs.Shell()
-	cmd := exec.Command(shell, "-c", script)
+	return s.processCommand([]string{procs.Shell(), "-c", script}, cwd, envs, uid, gid)
+}
+
+// argvCommand builds a command that execs argv without a shell: argv[0] containing a
+// slash is a path (relative ones from the working directory), a bare name is looked up
+// in the absolute elements of the command's own PATH.
+func (s *Server) argvCommand(argv []string, cwd string, envs map[string]string, uid, gid *uint32) (*exec.Cmd, error) {
+	cmd, err := s.processCommand(argv, cwd, envs, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	program := argv[0]
+	switch {
+	case strings.Contains(program, "/"):
+		if !filepath.IsAbs(program) && cmd.Dir != "" {
+			program = filepath.Join(cmd.Dir, program)
+		}
+	default:
+		pathList, _ := procs.Lookup(cmd.Env, "PATH")
+		program = ""
+		for _, dir := range filepath.SplitList(pathList) {
+			if !filepath.IsAbs(dir) {
+				continue
+			}
+			if p := filepath.Join(dir, argv[0]); executableFile(p) {
+				program = p
+				break
+			}
+		}
+		if program == "" {
+			return nil, fmt.Errorf("argv[0] %q: %w", argv[0], errProgramNotFound)
+		}
+	}
+	cmd.Path = program
+	cmd.Err = nil
+	return cmd, nil
+}
+
+// errProgramNotFound is an argv whose program is not in the command's PATH.
+var errProgramNotFound = errors.New("executable file not found in PATH")
+
+// processCommand builds the command running argv in its own process group, with the
+// agent's environment plus envs, from cwd, as uid/gid.
+func (s *Server) processCommand(argv []string, cwd string, envs map[string]string, uid, gid *uint32) (*exec.Cmd, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = s.env.Build(envs)
 	if procs.DevNull != nil {
 		cmd.Stdin = procs.DevNull
@@ -157,34 +205,86 @@ func (s *Server) handleRunCommand(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &req) {
 		return
 	}
-	if req.Command == "" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "command is required")
+	if msg := req.invalid(); msg != "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, msg)
 		return
 	}
-	if req.Timeout < 0 {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "timeout must be >= 0 milliseconds")
+	var (
+		cmd     *exec.Cmd
+		err     error
+		content = req.Command
+	)
+	if req.Argv != nil {
+		content = quoteArgv(*req.Argv)
+		cmd, err = s.argvCommand(*req.Argv, req.Cwd, req.Envs, req.UID, req.GID)
+	} else {
+		cmd, err = s.shellCommand(req.Command, req.Cwd, req.Envs, req.UID, req.GID)
+	}
+	if errors.Is(err, errProgramNotFound) {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
 		return
 	}
-	cmd, err := s.shellCommand(req.Command, req.Cwd, req.Envs, req.UID, req.GID)
 	if err != nil {
 		writeFSError(w, err)
 		return
 	}
 	c := &command{
 		id:         uuid.NewString(),
-		content:    req.Command,
+		content:    content,
 		background: req.Background,
 		cmd:        cmd,
 		done:       make(chan struct{}),
 	}
-	if direct := s.directCommand(req.Command, cmd); direct != nil {
-		c.cmd, c.shell = direct, cmd
+	if req.Argv == nil {
+		if direct := s.directCommand(req.Command, cmd); direct != nil {
+			c.cmd, c.shell = direct, cmd
+		}
 	}
 	if req.Background {
 		s.runBackground(w, c, req)
 		return
 	}
 	s.runForeground(w, r, c, req)
+}
+
+// invalid says what is wrong with a run request, or "" when nothing is.
+func (req *runCommandRequest) invalid() string {
+	switch {
+	case req.Argv != nil && req.Command != "":
+		return "command and argv are mutually exclusive"
+	case req.Argv == nil && req.Command == "":
+		return "command or argv is required"
+	case req.Argv != nil && len(*req.Argv) == 0:
+		return "argv must name a program"
+	case req.Argv != nil && (*req.Argv)[0] == "":
+		return "argv[0] must not be empty"
+	case req.Timeout < 0:
+		return "timeout must be >= 0 milliseconds"
+	}
+	if req.Argv != nil {
+		for i, a := range *req.Argv {
+			if strings.ContainsRune(a, 0) {
+				return fmt.Sprintf("argv[%d] contains NUL", i)
+			}
+		}
+	}
+	return ""
+}
+
+// quoteArgv renders argv as shell words, for the command's status content.
+func quoteArgv(argv []string) string {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '=' || r == ':' || r == ',' || r == '+' ||
+				'0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z')
+		}) < 0 {
+			words[i] = a
+			continue
+		}
+		words[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(words, " ")
 }
 
 func (s *Server) runBackground(w http.ResponseWriter, c *command, req runCommandRequest) {

@@ -78,6 +78,13 @@ func TestCommandForeground(t *testing.T) {
 		{"sandgate variables scrubbed", map[string]any{"command": "echo ${SANDGATE_AGENT_TOKEN:-unset}", "envs": map[string]string{"SANDGATE_X": "1"}}, []string{"unset"}, nil, ""},
 		{"unicode", map[string]any{"command": "echo 'héllo 世界'"}, []string{"héllo 世界"}, nil, ""},
 		{"killed by signal", map[string]any{"command": "kill -9 $$"}, nil, nil, "137"},
+		{"argv literal", map[string]any{"argv": []string{"printf", "%s|", "a b", "$HOME", "*", "; echo x"}}, []string{"a b|$HOME|*|; echo x|"}, nil, ""},
+		{"argv exit code", map[string]any{"argv": []string{"sh", "-c", "exit 5"}}, nil, nil, "5"},
+		{"argv path from the request's PATH", map[string]any{"argv": []string{"printenv", "ONLY_HERE"}, "envs": map[string]string{"ONLY_HERE": "yes"}}, []string{"yes"}, nil, ""},
+		{"argv relative to cwd", map[string]any{"argv": []string{"./run.sh"}, "cwd": dir}, []string{"ran"}, nil, ""},
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,6 +124,12 @@ func TestCommandErrors(t *testing.T) {
 		code   string
 	}{
 		{"missing command", http.MethodPost, "/command", map[string]any{}, 400, agent.CodeInvalidRequest},
+		{"command and argv", http.MethodPost, "/command", map[string]any{"command": "true", "argv": []string{"true"}}, 400, agent.CodeInvalidRequest},
+		{"empty argv", http.MethodPost, "/command", map[string]any{"argv": []string{}}, 400, agent.CodeInvalidRequest},
+		{"empty argv[0]", http.MethodPost, "/command", map[string]any{"argv": []string{""}}, 400, agent.CodeInvalidRequest},
+		{"NUL in argv", http.MethodPost, "/command", map[string]any{"argv": []string{"echo", "a\x00b"}}, 400, agent.CodeInvalidRequest},
+		{"argv program not found", http.MethodPost, "/command", map[string]any{"argv": []string{"no-such-program-here"}}, 400, agent.CodeInvalidRequest},
+		{"argv program not on a relative PATH", http.MethodPost, "/command", map[string]any{"argv": []string{"run.sh"}, "envs": map[string]string{"PATH": "."}}, 400, agent.CodeInvalidRequest},
 		{"bad json", http.MethodPost, "/command", "not an object", 400, agent.CodeInvalidRequest},
 		{"missing cwd", http.MethodPost, "/command", map[string]any{"command": "true", "cwd": "/no/such/dir"}, 404, agent.CodeFileNotFound},
 		{"unknown status", http.MethodGet, "/command/status/nope", nil, 404, agent.CodeNotFound},
@@ -603,5 +616,24 @@ func TestCommandPlainProgram(t *testing.T) {
 				t.Fatalf("%q (+) differs from the shell's (-):\n%s", tt.command, diff)
 			}
 		})
+	}
+}
+
+// TestEnvFileReachesLaterCommands appends to $EXECD_ENVS the way the SDKs' set_env
+// does and checks that later commands get it and that request envs override it.
+func TestEnvFileReachesLaterCommands(t *testing.T) {
+	t.Setenv("EXECD_ENVS", "")
+	a := newTestAgent(t, agent.Config{})
+	set := `test -n "$EXECD_ENVS" && mkdir -p "$(dirname "$EXECD_ENVS")" && printf '%s\n' "SET_LATER='a b \$HOME'" 'QUOTED="x\ty"' >> "$EXECD_ENVS"`
+	if end := last(t, a.runStream("/command", map[string]any{"command": set})); end.Type != agent.EventComplete {
+		t.Fatalf("append: %+v", end)
+	}
+	events := a.runStream("/command", map[string]any{"command": `printf '%s|%s\n' "$SET_LATER" "$QUOTED"`})
+	if diff := cmp.Diff([]string{"a b $HOME|x\ty"}, texts(events, agent.EventStdout)); diff != "" {
+		t.Errorf("later command (-want +got):\n%s", diff)
+	}
+	events = a.runStream("/command", map[string]any{"argv": []string{"printenv", "SET_LATER"}, "envs": map[string]string{"SET_LATER": "request"}})
+	if diff := cmp.Diff([]string{"request"}, texts(events, agent.EventStdout)); diff != "" {
+		t.Errorf("request envs over the file (-want +got):\n%s", diff)
 	}
 }

@@ -730,6 +730,10 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	lines, ok := lineWindowQuery(w, r)
+	if !ok {
+		return
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		writeFSError(w, err)
@@ -745,6 +749,13 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeIsADirectory, p+" is a directory")
 		return
 	}
+	if lines != nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		addTiming(w, "file-open", start)
+		w.WriteHeader(http.StatusOK)
+		_ = copyLines(w, f, lines.first, lines.count)
+		return
+	}
 	if rng := r.Header.Get("Range"); rng != "" && !rangeSatisfiable(rng, fi.Size()) {
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", fi.Size()))
 		writeError(w, http.StatusRequestedRangeNotSatisfiable, CodeRangeNotSatisfy, "range "+rng+" not satisfiable for a file of "+strconv.FormatInt(fi.Size(), 10)+" bytes")
@@ -755,6 +766,64 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	addTiming(w, "file-open", start)
 	// ServeContent streams from the file and implements Range (206) itself.
 	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// lineWindow is a line-based read: count lines (all when 0) from line first (1-based).
+type lineWindow struct{ first, count int64 }
+
+// lineWindowQuery reads a download's offset (first line, 1-based, default 1) and limit
+// (number of lines, default all). It answers nil when neither is given (a byte read), and
+// refuses the request when either is not a positive integer or comes with a Range header.
+func lineWindowQuery(w http.ResponseWriter, r *http.Request) (*lineWindow, bool) {
+	q := r.URL.Query()
+	if !q.Has("offset") && !q.Has("limit") {
+		return nil, true
+	}
+	if r.Header.Get("Range") != "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "offset/limit (lines) and a Range header (bytes) are mutually exclusive")
+		return nil, false
+	}
+	win := &lineWindow{first: 1}
+	for _, param := range []struct {
+		name string
+		dst  *int64
+	}{{"offset", &win.first}, {"limit", &win.count}} {
+		if !q.Has(param.name) {
+			continue
+		}
+		n, err := strconv.ParseInt(q.Get(param.name), 10, 64)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("%s must be a positive integer (lines, the first is 1), got %q", param.name, q.Get(param.name)))
+			return nil, false
+		}
+		*param.dst = n
+	}
+	return win, true
+}
+
+// copyLines writes count lines (all when 0) of src from line first (1-based), each with
+// its line ending as in the file.
+func copyLines(dst io.Writer, src io.Reader, first, count int64) error {
+	br := bufio.NewReaderSize(src, 64<<10)
+	for line := int64(1); count == 0 || line < first+count; {
+		chunk, err := br.ReadSlice('\n')
+		if line >= first && len(chunk) > 0 {
+			if _, werr := dst.Write(chunk); werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case err == nil:
+			line++
+		case errors.Is(err, bufio.ErrBufferFull):
+			// A line longer than the buffer: the rest of it comes with the next read.
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
+			return err
+		}
+	}
+	return nil
 }
 
 // rangeSatisfiable reports whether a bytes= Range header selects at least one byte of a

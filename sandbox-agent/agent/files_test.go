@@ -17,7 +17,9 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,6 +304,12 @@ type uploadPart struct {
 // file part with JSON content, then the file.
 func upload(t testing.TB, a *testAgent, parts []uploadPart) (int, []byte) {
 	t.Helper()
+	return uploadTo(t, a, "/files/upload", parts)
+}
+
+// uploadTo is upload to the upload route at path.
+func uploadTo(t testing.TB, a *testAgent, path string, parts []uploadPart) (int, []byte) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	go func() {
@@ -323,7 +331,7 @@ func upload(t testing.TB, a *testAgent, parts []uploadPart) (int, []byte) {
 		}
 		pw.CloseWithError(mw.Close())
 	}()
-	resp := a.request(http.MethodPost, "/files/upload", pr, http.Header{"Content-Type": {mw.FormDataContentType()}})
+	resp := a.request(http.MethodPost, path, pr, http.Header{"Content-Type": {mw.FormDataContentType()}})
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
@@ -440,6 +448,124 @@ func TestFilesUploadDownload(t *testing.T) {
 		a.wantError(http.MethodGet, "/files/download"+q("path", dir), nil, 400, agent.CodeIsADirectory)
 		a.wantError(http.MethodGet, "/files/download", nil, 400, agent.CodeMissingQuery)
 	})
+}
+
+// TestFilesWithIdentity uses the /v1/filesystem/{uid}/{gid} routes: files are created,
+// owned and checked as that user, and the agent's other requests, served meanwhile on
+// other threads, stay the agent's own.
+func TestFilesWithIdentity(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("acting as another user needs root")
+	}
+	a := newTestAgent(t, agent.Config{})
+	// Not t.TempDir: its parent is closed to other users.
+	dir, err := os.MkdirTemp("", "sandgate-identity-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "root-only")
+	writeFile(t, private, "secret")
+	if err := os.Chmod(private, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const as = "/v1/filesystem/1234/2345"
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			p := filepath.Join(dir, fmt.Sprintf("user-%d", i))
+			if status, body := uploadTo(t, a, as+"/files/upload", []uploadPart{{map[string]any{"path": p}, strings.NewReader("mine")}}); status != 200 {
+				t.Errorf("upload as 1234:2345: %d %s", status, body)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			p := filepath.Join(dir, fmt.Sprintf("agent-%d", i))
+			if status, body := upload(t, a, []uploadPart{{map[string]any{"path": p}, strings.NewReader("agent")}}); status != 200 {
+				t.Errorf("upload: %d %s", status, body)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 8 {
+		for name, want := range map[string]string{fmt.Sprintf("user-%d", i): "1234:2345", fmt.Sprintf("agent-%d", i): "0:0"} {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if got := fmt.Sprintf("%d:%d", st.Uid, st.Gid); got != want {
+				t.Errorf("%s owned by %s, want %s", name, got, want)
+			}
+		}
+	}
+	status, body := a.do(http.MethodGet, as+"/files/download"+q("path", filepath.Join(dir, "user-0")), nil)
+	if status != 200 || string(body) != "mine" {
+		t.Fatalf("download as the owner: %d %s", status, body)
+	}
+	a.wantError(http.MethodGet, as+"/files/download"+q("path", private), nil, 403, agent.CodePermissionDenied)
+	closed := filepath.Join(dir, "closed")
+	if err := os.Mkdir(closed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a.wantError(http.MethodPost, as+"/directories", map[string]any{filepath.Join(closed, "x"): map[string]any{"mode": 755}}, 403, agent.CodePermissionDenied)
+	a.wantError(http.MethodGet, "/v1/filesystem/x/1/files/info"+q("path", dir), nil, 400, agent.CodeInvalidRequest)
+	a.wantError(http.MethodGet, "/v1/filesystem/1/4294967295/files/info"+q("path", dir), nil, 400, agent.CodeInvalidRequest)
+	if status, _ := a.do(http.MethodGet, "/files/download"+q("path", private), nil); status != 200 {
+		t.Fatalf("the agent's own download after identity requests: %d", status)
+	}
+}
+
+func TestFilesDownloadLines(t *testing.T) {
+	a := newTestAgent(t, agent.Config{})
+	dir := t.TempDir()
+	p := filepath.Join(dir, "lines.txt")
+	long := strings.Repeat("x", 200<<10)
+	writeFile(t, p, "line 1\nline 2\r\n"+long+"\nline 4\n\nline 6")
+	tests := []struct {
+		name, offset, limit, want string
+	}{
+		{"offset and limit", "2", "2", "line 2\r\n" + long + "\n"},
+		{"offset alone reads to the end", "4", "", "line 4\n\nline 6"},
+		{"limit alone reads from the first line", "", "1", "line 1\n"},
+		{"last line without a newline", "6", "5", "line 6"},
+		{"past the end", "7", "1", ""},
+		{"empty line", "5", "1", "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			params := []string{"path", p}
+			if tt.offset != "" {
+				params = append(params, "offset", tt.offset)
+			}
+			if tt.limit != "" {
+				params = append(params, "limit", tt.limit)
+			}
+			resp := a.request(http.MethodGet, "/files/download"+q(params...), nil, nil)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || string(b) != tt.want {
+				t.Fatalf("status %d body %.80q, want 200 %.80q", resp.StatusCode, b, tt.want)
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+				t.Fatalf("Content-Type %q, want text/plain", ct)
+			}
+		})
+	}
+	for _, bad := range [][]string{{"offset", "0"}, {"offset", "-1"}, {"limit", "0"}, {"limit", "x"}, {"offset", "1.5"}, {"offset", ""}} {
+		a.wantError(http.MethodGet, "/files/download"+q("path", p, bad[0], bad[1]), nil, 400, agent.CodeInvalidRequest)
+	}
+	resp := a.request(http.MethodGet, "/files/download"+q("path", p, "offset", "1"), nil, http.Header{"Range": {"bytes=0-1"}})
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("lines and Range: status %d, want 400", resp.StatusCode)
+	}
+	a.wantError(http.MethodGet, "/files/download"+q("path", filepath.Join(dir, "missing"), "offset", "1"), nil, 404, agent.CodeFileNotFound)
 }
 
 // TestFilesLargeUploadDownload moves 100 MiB both ways, compares hashes, and checks that

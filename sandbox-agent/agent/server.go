@@ -55,6 +55,10 @@ type Config struct {
 	SettleEntrypoint func(ctx context.Context, window time.Duration) (exited bool, code int)
 	// Logger receives operational messages; nil means the standard logger.
 	Logger *log.Logger
+	// JupyterProbe makes the agent answer the code-interpreter SDKs' readiness probe in
+	// a sandbox with Jupyter (jupyterprobe.go). Only an agent that is its sandbox's own
+	// sets it: the port is the sandbox's loopback one.
+	JupyterProbe bool
 }
 
 // Server is the agent API. Create it with New and release it with Close.
@@ -70,6 +74,9 @@ type Server struct {
 	metrics  *metricsSampler
 	// verifier checks signed requests (nil: no token, the API is open).
 	verifier *signedhttp.Verifier
+
+	// jupyterProbe is the readiness port's listener (nil: none).
+	jupyterProbe *jupyterProbe
 
 	// shellTraits enables running plain commands without the shell (directexec.go)
 	// once probeDone is closed and the probe found what it needs.
@@ -96,6 +103,17 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: create state dir: %w", err)
 	}
+	if cfg.Env.EnvFile() == "" {
+		// The file is the agent user's own (0600 in a 0700 directory): a command run as
+		// another uid cannot change what later commands of the default user get.
+		envFile := filepath.Join(cfg.StateDir, "envs")
+		f, err := os.OpenFile(envFile, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("agent: create environment file: %w", err)
+		}
+		f.Close()
+		cfg.Env.SetEnvFile(envFile)
+	}
 	s := &Server{
 		cfg:       cfg,
 		env:       cfg.Env,
@@ -112,6 +130,9 @@ func New(cfg Config) (*Server, error) {
 	s.ptys = newRegistry[*ptyhub.Session]()
 	s.code = newCodeInterpreter(s)
 	s.routes()
+	if cfg.JupyterProbe {
+		s.startJupyterProbe()
+	}
 	// Off the start's path: until the probe is done commands go through the shell.
 	go func() {
 		defer close(s.probeDone)
@@ -125,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		<-s.probeDone
+		s.closeJupyterProbe()
 		s.code.close()
 		s.ptys.closeAll()
 		s.sessions.closeAll()
@@ -154,18 +176,26 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /code", s.handleRunCode)
 	m.HandleFunc("DELETE /code", s.handleInterruptCode)
 
-	m.HandleFunc("GET /files/info", s.handleFilesInfo)
-	m.HandleFunc("DELETE /files", s.handleRemoveFiles)
-	m.HandleFunc("POST /files/permissions", s.handlePermissions)
-	m.HandleFunc("POST /files/mv", s.handleMove)
-	m.HandleFunc("GET /files/search", s.handleSearch)
-	m.HandleFunc("POST /files/replace", s.handleReplace)
-	m.HandleFunc("POST /files/upload", s.handleUpload)
-	m.HandleFunc("GET /files/download", s.handleDownload)
-
-	m.HandleFunc("GET /directories/list", s.handleListDirectory)
-	m.HandleFunc("POST /directories", s.handleMakeDirs)
-	m.HandleFunc("DELETE /directories", s.handleRemoveDirs)
+	// The file and directory routes, each also under identityPrefix (as a given user).
+	for _, route := range []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"GET", "/files/info", s.handleFilesInfo},
+		{"DELETE", "/files", s.handleRemoveFiles},
+		{"POST", "/files/permissions", s.handlePermissions},
+		{"POST", "/files/mv", s.handleMove},
+		{"GET", "/files/search", s.handleSearch},
+		{"POST", "/files/replace", s.handleReplace},
+		{"POST", "/files/upload", s.handleUpload},
+		{"GET", "/files/download", s.handleDownload},
+		{"GET", "/directories/list", s.handleListDirectory},
+		{"POST", "/directories", s.handleMakeDirs},
+		{"DELETE", "/directories", s.handleRemoveDirs},
+	} {
+		m.HandleFunc(route.method+" "+route.path, route.h)
+		m.HandleFunc(route.method+" "+identityPrefix+route.path, s.asIdentity(route.h))
+	}
 
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.HandleFunc("GET /metrics/watch", s.handleWatchMetrics)

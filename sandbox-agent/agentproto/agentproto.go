@@ -11,6 +11,14 @@ const (
 	EgressPort = 18080
 )
 
+// JupyterProbePort is where OpenSandbox's code-interpreter SDKs look, from inside the
+// sandbox, for Jupyter before they call it ready (127.0.0.1:${JUPYTER_PORT:-44771}).
+// EnvJupyterPort moves it.
+const (
+	JupyterProbePort = 44771
+	EnvJupyterPort   = "JUPYTER_PORT"
+)
+
 // Credential headers. The SDKs send exactly these names (OpenSandbox's).
 const (
 	// HeaderAgentToken carries the agent's token on every agent request.

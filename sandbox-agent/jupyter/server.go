@@ -66,6 +66,14 @@ func Python(env []string) (string, error) {
 	return "", ErrUnavailable
 }
 
+// Installed reports, without starting anything, whether the sandbox looks like it has
+// Jupyter: a jupyter-server program on the PATH of env. Python tells for sure, at the
+// cost of starting an interpreter.
+func Installed(env []string) bool {
+	_, err := lookPath("jupyter-server", env)
+	return err == nil
+}
+
 // lookPath resolves name against the PATH of env (the sandbox's, not the agent's).
 func lookPath(name string, env []string) (string, error) {
 	path, _ := procs.Lookup(env, "PATH")

@@ -16,7 +16,8 @@ const reservedPrefix = "SANDGATE_"
 // Environment is the default environment of every process the agent starts: the agent's
 // own environment without SANDGATE_* variables, plus variables set later through
 // PUT /sandgate/env (a warm-pool sandbox receives its tenant's env at claim time), plus
-// the credential vault's trust variables while its bundle exists.
+// the credential vault's trust variables while its bundle exists, plus the entries of
+// the sandbox's environment file (EnvFileVar), read again for every process.
 //
 // The trust variables are added here, not by the container's configuration, because a
 // snapshot's image keeps that configuration: a copy made from it would name the trust
@@ -29,11 +30,56 @@ type Environment struct {
 	extra map[string]string
 	// vaultBundle is the file whose presence says the sandbox has the vault.
 	vaultBundle string
+	// envFile is the environment file's path ("" when the sandbox has none).
+	envFile string
 }
 
 // NewEnvironment captures the current process environment, scrubbed.
 func NewEnvironment() *Environment {
-	return &Environment{base: Scrub(os.Environ()), extra: map[string]string{}, vaultBundle: agentproto.VaultBundlePath}
+	return &Environment{base: Scrub(os.Environ()), extra: map[string]string{}, vaultBundle: agentproto.VaultBundlePath,
+		envFile: os.Getenv(EnvFileVar)}
+}
+
+// EnvFile is the path of the environment file, or "" when there is none.
+func (e *Environment) EnvFile() string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.envFile
+}
+
+// SetEnvFile names the environment file when the agent's own environment named none:
+// every later process gets EnvFileVar=path and the file's entries.
+func (e *Environment) SetEnvFile(path string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.envFile == "" {
+		e.envFile = path
+		e.base = append(e.base, EnvFileVar+"="+path)
+	}
+}
+
+// FileVars returns the entries of the environment file, values expanded with the
+// agent's environment and the variables set through Set.
+func (e *Environment) FileVars() map[string]string {
+	path := e.EnvFile()
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	e.mu.RLock()
+	defaults := make(map[string]string, len(e.base)+len(e.extra))
+	for _, kv := range e.base {
+		k, v, _ := strings.Cut(kv, "=")
+		defaults[k] = v
+	}
+	for k, v := range e.extra {
+		defaults[k] = v
+	}
+	e.mu.RUnlock()
+	return ParseEnvFile(string(data), func(k string) string { return defaults[k] })
 }
 
 // Scrub drops SANDGATE_* variables from env.
@@ -72,8 +118,8 @@ func (e *Environment) Extra() map[string]string {
 }
 
 // Build returns the environment for a new process: defaults, then the vault's trust
-// variables (when the sandbox has the vault), then overrides. Later values win;
-// SANDGATE_* keys in overrides are dropped too.
+// variables (when the sandbox has the vault), then the environment file's entries, then
+// overrides. Later values win; SANDGATE_* keys in overrides are dropped too.
 func (e *Environment) Build(overrides map[string]string) []string {
 	e.mu.RLock()
 	merged := make(map[string]string, len(e.base)+len(e.extra)+len(overrides))
@@ -112,6 +158,15 @@ func (e *Environment) Build(overrides map[string]string) []string {
 				add(k, trust[k])
 			}
 		}
+	}
+	fileVars := e.FileVars()
+	fileKeys := make([]string, 0, len(fileVars))
+	for k := range fileVars {
+		fileKeys = append(fileKeys, k)
+	}
+	sort.Strings(fileKeys)
+	for _, k := range fileKeys {
+		add(k, fileVars[k])
 	}
 	keys := make([]string, 0, len(overrides))
 	for k := range overrides {

@@ -147,3 +147,57 @@ func TestKillTree(t *testing.T) {
 		t.Fatalf("output %q", out.String())
 	}
 }
+
+func TestParseEnvFile(t *testing.T) {
+	lookup := func(k string) string { return map[string]string{"HOME": "/root", "BASE": "/opt"}[k] }
+	tests := []struct {
+		name string
+		file string
+		want map[string]string
+	}{
+		{"plain, trimmed and expanded", "A= x y \nB=$BASE/bin:${HOME}\n", map[string]string{"A": "x y", "B": "/opt/bin:/root"}},
+		{"comments and blank lines", "# c\n\n  \nA=1\n", map[string]string{"A": "1"}},
+		{"single quotes are literal", `A='$HOME "x" \n'`, map[string]string{"A": `$HOME "x" \n`}},
+		{"single quotes span lines", "A='one\ntwo'\nB=3\n", map[string]string{"A": "one\ntwo", "B": "3"}},
+		{"double quotes unescape and expand", `A="a\tb\n\"q\" \\ $HOME"`, map[string]string{"A": "a\tb\n\"q\" \\ /root"}},
+		{"later entries win", "A=1\nA='2'\n", map[string]string{"A": "2"}},
+		{"malformed skipped", "NOEQUALS\n1A=x\nA-B=x\n=x\nOK=y\n", map[string]string{"OK": "y"}},
+		{"unterminated skipped", "A=\"open\nB=2\nC='never closed\n", map[string]string{"B": "2"}},
+		{"reserved names skipped", "SANDGATE_AGENT_TOKEN=x\nA=1\n", map[string]string{"A": "1"}},
+		{"empty value", "A=\n", map[string]string{"A": ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, ParseEnvFile(tt.file, lookup)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEnvironmentFile(t *testing.T) {
+	t.Setenv(EnvFileVar, "")
+	t.Setenv("KEEP_ME", "base")
+	path := filepath.Join(t.TempDir(), "envs")
+	e := NewEnvironment()
+	e.Set(map[string]string{"POOL": "p"})
+	e.SetEnvFile(path)
+	if err := os.WriteFile(path, []byte("KEEP_ME='file'\nPOOL=file-$POOL\nREQ=file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range e.Build(map[string]string{"REQ": "request"}) {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	want := map[string]string{EnvFileVar: path, "KEEP_ME": "file", "POOL": "file-p", "REQ": "request"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	e.SetEnvFile("/elsewhere")
+	if e.EnvFile() != path {
+		t.Fatalf("EnvFile %q after a second SetEnvFile, want the first %q", e.EnvFile(), path)
+	}
+}

@@ -92,6 +92,12 @@ func TestSnapshots(t *testing.T) {
 	if out := sdkExec(t, ctx, ca, cp.ID, "cat /srv/state/f; echo $FROM_SOURCE"); out != "kept-in-snapshot\nyes" {
 		t.Fatalf("the copy sees %q, want the file and the env of the source", out)
 	}
+	if got, err := ca.GetSandbox(ctx, cp.ID); err != nil || got.SnapshotID != snap {
+		t.Fatalf("GET of the copy: %+v, %v; want snapshotId %s", got, err, snap)
+	}
+	if got, err := ca.GetSandbox(ctx, src); err != nil || got.SnapshotID != "" {
+		t.Fatalf("GET of the source: %+v, %v; want no snapshotId", got, err)
+	}
 	if accessToken(t, ctx, ca, cp.ID) == accessToken(t, ctx, ca, src) {
 		t.Fatal("the copy shares the source's access token")
 	}

@@ -24,13 +24,6 @@ def interpreter(sbx):
     ci.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "CodeInterpreterSync.create's default health check runs "
-    "`bash -c 'exec 3<>/dev/tcp/127.0.0.1/${JUPYTER_PORT:-44771}'` through /command and "
-    "waits for exit 0; sandgate's agent starts Jupyter Server only on the first code call "
-    "(images/opensandbox/code-interpreter.sh), on a port of its own, so nothing listens on "
-    "127.0.0.1:44771, the probe answers an error event (exit 1) and create times out"
-))
 def test_create_with_the_default_health_check(sbx):
     ci = CodeInterpreterSync.create(sbx, ready_timeout=timedelta(seconds=20))
     ci.close()

@@ -50,11 +50,6 @@ def test_working_directory_and_environment(sbx):
     assert ex.text == "/tmp\nfrom-opts"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "commands.run with an argv list sends POST /command {\"argv\": [...]} (execd-api.yaml's "
-    "RunCommandRequest.argv, no `command`); sandgate's agent answers 400 "
-    "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"command is required\"}"
-))
 def test_argv_runs_without_a_shell(sbx):
     argv = sbx.commands.run(["printf", "%s|", "a b", "c"])
     assert argv.text == "a b|c|"
@@ -108,11 +103,6 @@ def test_session_keeps_its_shell_state(sbx):
         sbx.commands.delete_session(sid)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "commands.set_env appends KEY=VALUE to the file named by $EXECD_ENVS through a /command "
-    "run; sandgate's agent sets no EXECD_ENVS (nor loads such a file for later commands), so "
-    "the command fails with 'EXECD_ENVS is not set; cannot persist environment variable'"
-))
 def test_set_env_reaches_later_commands(sbx):
     sbx.commands.set_env("SDK_SET_ENV", "persisted")
     assert sbx.commands.run("echo $SDK_SET_ENV").text == "persisted"

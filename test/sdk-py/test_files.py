@@ -44,11 +44,6 @@ def test_upload_many_and_download_bytes(sbx):
     assert info.size == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "read_file(offset=, limit=) sends GET /files/download?path=&offset=3&limit=2, the "
-    "line-based read of execd-api.yaml; sandgate's agent ignores offset and limit and "
-    "answers 200 with the whole file"
-))
 def test_read_lines_with_offset_and_limit(sbx):
     sbx.files.write_file("/tmp/sdk/lines.txt", "".join(f"line {i}\n" for i in range(1, 11)))
     assert sbx.files.read_file("/tmp/sdk/lines.txt", offset=3, limit=2) == "line 3\nline 4\n"
@@ -94,11 +89,6 @@ def test_delete_files_and_directories(sbx):
     assert sbx.commands.run("test -e /tmp/sdk/dirs && echo there || echo gone").text == "gone"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "files_with_identity(uid, gid) prefixes every file call with /v1/filesystem/{uid}/{gid} "
-    "on the agent's endpoint (identity-aware execd); sandgate's agent answers 404 "
-    "{\"code\":\"NOT_FOUND\",\"message\":\"no such endpoint: POST /v1/filesystem/1234/2345/files/upload\"}"
-))
 def test_files_with_identity_write_as_that_user(sbx):
     sbx.commands.run("mkdir -p /tmp/sdk/ident && chmod 777 /tmp/sdk/ident")
     as_user = sbx.files_with_identity(1234, 2345)

@@ -192,11 +192,6 @@ def test_snapshot_then_create_from_it(sandboxes, manager):
     assert err.value.status_code == 404
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GET /v1/sandboxes/{id} of a sandbox created with snapshotId answers no snapshotId "
-    "(sandbox-lifecycle.yml's Sandbox.snapshotId: 'present when the sandbox was restored from "
-    "a snapshot'), so SandboxInfo.snapshot_id is None"
-))
 def test_a_copy_names_its_snapshot(sandboxes, manager):
     src = sandboxes.create(metadata={"run": RUN, "role": "snapshot-named"})
     snap = src.create_snapshot()
@@ -239,14 +234,6 @@ def test_pause_then_resume_keeps_the_sandbox(sandboxes):
     assert (err.value.status_code, err.value.error.code) == (409, "SANDBOX::NOT_PAUSED")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "intermittent, so not strict: a second pause of a sandbox that get_info already reports "
-    "Paused sometimes answers 500 SANDBOX::RUNTIME_ERROR 'the runtime refused the change' "
-    "(Docker: 'Container … is already paused') instead of 409 SANDBOX::NOT_RUNNING: the "
-    "gateway's record read Running again when the pause handler checked it (a reconciler pass "
-    "that listed the container before the pause and read the record after it writes Running "
-    "back, gateway/reconciler.go)"
-))
 def test_a_second_pause_is_a_conflict(sandboxes):
     sbx = sandboxes.create(metadata={"run": RUN, "role": "pause-twice"})
     sbx.pause()
