@@ -181,7 +181,14 @@ func (e *env) removeDockerObjects() {
 			_ = exec.Command("nft", "delete", "table", "bridge", docker.AntiSpoofTable(bridge)).Run()
 		}
 	}
-	_ = exec.Command("docker", "network", "rm", e.Network).Run()
+	// The engine releases a removed container's endpoint a little after the removal
+	// answers: until then the network "has active endpoints".
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		out, err := exec.Command("docker", "network", "rm", e.Network).CombinedOutput()
+		if err == nil || strings.Contains(string(out), "No such network") || strings.Contains(string(out), "not found") || time.Now().After(deadline) {
+			break
+		}
+	}
 }
 
 // containers lists the test's containers: the sandboxes' workloads (on the network or
