@@ -143,6 +143,12 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if md, err := json.Marshal(metadata); err == nil && len(metadata) > 0 {
 		spec.Labels = map[string]string{labelMetadata: string(md)}
 	}
+	if snapshotID != "" {
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[labelFromSnapshot] = snapshotID
+	}
 	egress, err := s.egressSpec(ctx, caller, id, req)
 	if err != nil {
 		return nil, err
@@ -268,8 +274,12 @@ const (
 	MetadataPool  = "sandgate.io/pool"
 )
 
-// labelMetadata carries a sandbox's metadata on the runtime object for adoption.
-const labelMetadata = "sandgate.io/metadata"
+// Labels of the runtime object that carry what adoption rebuilds a record from, beside
+// the runtime's own: the sandbox's metadata, and the snapshot it was created from.
+const (
+	labelMetadata     = "sandgate.io/metadata"
+	labelFromSnapshot = "sandgate.io/from-snapshot"
+)
 
 func (s *Service) discard(ctx context.Context, id string) {
 	if err := s.runtime.Delete(ctx, id); err != nil {

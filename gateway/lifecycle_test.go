@@ -253,7 +253,8 @@ func TestClaimFromPool(t *testing.T) {
 }
 
 // TestReconcilerFollowsTheRuntime: a sandbox that vanished from the runtime is marked
-// Failed, one that exited too, and a labelled sandbox without a record is adopted.
+// Failed, one that exited too, and a labelled sandbox without a record is adopted (with
+// the snapshot it was made from).
 func TestReconcilerFollowsTheRuntime(t *testing.T) {
 	c := newTestCore(t, Config{SyncInterval: 50 * time.Millisecond})
 	ctx := context.Background()
@@ -288,13 +289,16 @@ func TestReconcilerFollowsTheRuntime(t *testing.T) {
 	orphan := uuid.NewString()
 	if _, err := c.rt.Create(ctx, runtimes.Spec{ID: orphan, Tenant: DefaultTenant, Image: "sandgate/base:test",
 		Entrypoint: []string{"sleep", "600"}, AgentToken: "tok", CreatedAt: time.Now().Add(-time.Hour), ExpiresAt: &expires,
-		Labels: map[string]string{runtimes.LabelCluster: cluster}}); err != nil {
+		Labels: map[string]string{runtimes.LabelCluster: cluster, labelFromSnapshot: "snap-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the labelled sandbox adopted", func() bool {
 		got, err := c.svc.Get(ctx, admin, orphan)
 		return err == nil && got.Status.State == StateRunning
 	})
+	if got, _ := c.svc.Get(ctx, admin, orphan); got.SnapshotID != "snap-1" {
+		t.Errorf("the adopted sandbox names snapshot %q, want the one its label names", got.SnapshotID)
+	}
 	if n := c.svc.BackgroundErrors()["reconciler"]; n != 0 {
 		t.Errorf("the reconciler met %d errors on a healthy store and runtime", n)
 	}

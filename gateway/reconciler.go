@@ -249,7 +249,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 		ID: inst.ID, Tenant: inst.Tenant, Image: inst.Image, Entrypoint: inst.Entrypoint,
 		State: state, LastTransitionAt: now, CreatedAt: inst.CreatedAt, ExpiresAt: inst.ExpiresAt,
 		Address: inst.Address, AgentToken: inst.AgentToken, AgentAuth: inst.Labels[runtimes.LabelAgentAuth], EgressToken: inst.EgressToken,
-		AccessToken: randomToken(24), Pool: inst.Pool,
+		AccessToken: randomToken(24), Pool: inst.Pool, SnapshotID: inst.Labels[labelFromSnapshot],
 	}
 	if md := inst.Labels[labelMetadata]; md != "" {
 		if err := json.Unmarshal([]byte(md), &rec.Metadata); err != nil {

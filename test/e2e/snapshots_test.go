@@ -98,6 +98,10 @@ func TestSnapshots(t *testing.T) {
 	if got, err := ca.GetSandbox(ctx, src); err != nil || got.SnapshotID != "" {
 		t.Fatalf("GET of the source: %+v, %v; want no snapshotId", got, err)
 	}
+	// The container says it too, so that a gateway adopting the copy keeps it.
+	if got := dockerInspect(t, `{{index .Config.Labels "sandgate.io/from-snapshot"}}`, "sandgate-"+cp.ID); got != snap {
+		t.Fatalf("the copy's container names snapshot %q, want %s", got, snap)
+	}
 	if accessToken(t, ctx, ca, cp.ID) == accessToken(t, ctx, ca, src) {
 		t.Fatal("the copy shares the source's access token")
 	}
