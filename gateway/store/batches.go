@@ -29,7 +29,7 @@ type MemberError struct {
 	Message string `json:"message"`
 }
 
-// A batch lives in its tenant's slot (keys.go), found by id through its locator.
+// A batch lives in its tenant's slot (layout.go), found by id through its locator.
 func (s *Store) batchKey(tenant, id string) string  { return s.tkey(tenant, "batch", id) }
 func (s *Store) tenantBatches(tenant string) string { return s.tkey(tenant, "batches") }
 func (s *Store) openBatches(tenant string) string   { return s.tkey(tenant, "batches", "open") }

@@ -68,7 +68,7 @@ type LateBind struct {
 // Each sandbox is a hash {json, rev, tenant, pool, ucpu, umem} in its tenant's slot;
 // the tenant's index is a sorted set by creation time (newest first on read) and its
 // expiry schedule a sorted set by expiresAt. The scripts keep them and the usage
-// counters in step, all in the tenant's slot (keys.go).
+// counters in step, all in the tenant's slot (layout.go).
 var putScript = newOpScript(`
 -- KEYS: record, tenantIndex, expiry, tenantUsage, (op token, opScript)
 -- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none),
