@@ -219,8 +219,8 @@ func directAgent(b testing.TB, id string) *agent {
 }
 
 // waitSpares waits (at most 30 s) until the gateway on network has n spare network
-// namespace holders (runtimes/docker/holders.go) again; an old gateway has none and
-// returns at once.
+// namespace holders (runtimes/docker/holders.go) again; against a gateway that keeps
+// none it returns at once.
 func waitSpares(b *testing.B, network string, n int) {
 	b.Helper()
 	deadline := time.Now().Add(30 * time.Second)

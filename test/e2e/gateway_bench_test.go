@@ -293,8 +293,8 @@ func memberAgent(b testing.TB, id string) *agent {
 // command goes out on the keep-alive connection the pool manager opened to the member
 // before it was warm (ConnWarmer), so the first command pays no connect, and the
 // agent's `bash -c true` (the direct-agent baseline, 2.5-3.5 ms) is most of the rest.
-// Tails come from the loaded machine: p99 follows the direct baseline's p99. Same
-// machine, runs alternated: old 13.7/58 and 10.9/31 ms, new 8.5/46 and 9.7/33 ms (p50/p99).
+// Tails come from the loaded machine: p99 follows the direct baseline's p99. The
+// figures are in docs/PERFORMANCE.md ("Claim from a warm pool").
 func BenchmarkPoolClaim(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=6")
 	g := e.startGateway()
