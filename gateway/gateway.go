@@ -8,19 +8,21 @@
 //	validate.go      metadata, CPU and memory parsing
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
 //	claim.go         the claim of warm pool members (one script, no agent call)
-//	latebind.go      claimed members' late binding off the claim's path; member deaths
+//	latebind.go      claimed members' late binding off the claim's path
 //	pools.go         pool CRUD and the pool's image pull
 //	poolmanager.go   the pool manager keeping every pool between its bounds
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
 //	deleting.go      the delete's Stopping mark, so that a sandbox being deleted is not reported failed
-//	deaths.go        sandbox deaths: a workload that stops by itself is marked Failed
+//	deaths.go        sandbox deaths: a workload that stops by itself is marked Failed, learnt
+//	                 from the runtime's events, an unanswered proxied call or the reconciler
 //	listing.go       the filtering and paging the list routes share
 //	reaper.go        expiry: removing sandboxes past their expiresAt
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	failures.go      counting and logging the errors of background work
 //	lease.go         the lease that lets one gateway of several reap and reconcile
-//	takeover.go      crash-only recovery of a dead gateway's half-done work
+//	takeover.go      crash-only recovery of a dead gateway's half-done work; heartbeats
+//	clusterid.go     the cluster id every sandbox carries, and which sandboxes are this store's
 //	storeloss.go     a store that comes back empty: its memos dropped, the cluster id written back
 //	enforcer.go      restoring an egress enforcer that died
 //	egress.go        egress policy through Rego to the enforcer
