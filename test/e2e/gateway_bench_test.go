@@ -288,13 +288,10 @@ func memberAgent(b testing.TB, id string) *agent {
 // first command waits only for a late binding the claim asked for. raw-cold-create is a
 // cold create of the same template → first command, for comparison.
 //
-// Where the time goes: the claim's response is 1.5-2.5 ms (one script); the endpoint
-// call then routes from memory (the claim put the record in the route cache); the
-// command goes out on the keep-alive connection the pool manager opened to the member
-// before it was warm (ConnWarmer), so the first command pays no connect, and the
-// agent's `bash -c true` (the direct-agent baseline, 2.5-3.5 ms) is most of the rest.
-// Tails come from the loaded machine: p99 follows the direct baseline's p99. The
-// figures are in docs/PERFORMANCE.md ("Claim from a warm pool").
+// The endpoint call routes from memory (the claim put the record in the route cache) and
+// the command goes out on the keep-alive connection the pool manager opened to the
+// member before it was warm (ConnWarmer), so the first command pays no connect. Where
+// the time goes, and the figures, are in docs/PERFORMANCE.md ("Claim from a warm pool").
 func BenchmarkPoolClaim(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=6")
 	g := e.startGateway()
