@@ -12,7 +12,7 @@ import (
 
 // TestArchitectureNamesEveryFileAndPackage keeps docs/ARCHITECTURE.md, the map of the
 // code, in step with the code: every Go package directory of the repository (but
-// testdata, node_modules and the web console's sources) must be named there by its path
+// testdata, node_modules and web/, the console) must be named there by its path
 // from the repository's root, and every non-test Go file under gateway/ by its path, or
 // by its name in the first column of a table that follows a line naming its directory
 // ("The store, `gateway/store/`:" then "| `events.go` | …"). A new package or core file
