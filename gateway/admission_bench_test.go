@@ -15,7 +15,7 @@ import (
 // BenchmarkAdmission: the admission of one create (quotas, usage, Rego) for a tenant that
 // already holds N sandboxes, N = 0 and 10 000, against a real redis-server. Usage comes
 // from the tenant's counters (one read whatever N is); raw-listing-* measures, in the same
-// run, the way it was read before: listing and summing the tenant's records.
+// run, what the counters spare: listing and summing the tenant's records.
 func BenchmarkAdmission(b *testing.B) {
 	ctx := context.Background()
 	// The store and the policy engine on a private redis-server; no runtime: admission

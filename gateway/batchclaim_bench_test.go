@@ -18,49 +18,11 @@ import (
 // BenchmarkBatchClaim1000: POST /v1/batches of 1000 from a warm pool, in process, against
 // a real redis-server and no runtime (a claim makes no runtime call): the core of
 // test/k8s's k8s_batch1000_bound without HTTP and the control plane, for profiles and
-// A/B runs. Reported per batch: bound-ms (CreateBatch and the encoding of its answer),
-// gw-cpu-µs (this process's CPU meanwhile), redis-cpu-µs (the server's, INFO cpu),
-// redis-script-µs (the scripts' time as Redis counts it, waits for a core included).
-//
-// Where the time went (before, 23:45 UTC, CPU profile and commandstats, machine at load
-// 13-19 on 2 cores): the claim script decoded, patched and encoded each record with
-// cjson (most of its Redis time), its answer was the 1000 patched records (727 kB),
-// which the gateway decoded one by one (json.Unmarshal: over half of the gateway's CPU),
-// and the 1000 sandbox.created events were 1000 encodes and pipelined XADDs before the
-// answer (about a fifth of the gateway's CPU). Now the claim writes records prepared in
-// Go for the members this process added (store.warmCache; a prepared body is used only
-// while the record is still at the rev it was added with, else the script patches it
-// as before), the script batches its set commands and sums the usage counters once, and
-// the events are one script that splices each id into one encoded event.
-//
-// Old and new builds alternated in one run (00:30 UTC, load 13, 6 batches each, three
-// pairs), old → new: bound 142 / 243 / 308 → 64 / 84 / 67 ms, gateway CPU 50 / 80 / 72 →
-// 30 / 32 / 28 ms, Redis CPU 59 / 85 / 78 → 30 / 36 / 29 ms per batch.
-//
-// Second round (06:00 UTC, load 10-20 on 2 cores; timings of each step, profile and
-// commandstats): of the ~30 ms a batch took, the claim script was about 14, the
-// prepared records 4 (json.Marshal of each: a third of the gateway's CPU), the events
-// script 4.4 and the round trips between them the rest; in Redis, each member's ZADD
-// into the tenant's index cost as much as its HSET. Now a warm record's JSON is split
-// at AddWarm (off the claim's path) into the members a claim leaves alone and those it
-// writes, and a claimed record is spliced from those and the claim's own fields
-// encoded once (warmEntry.claimedBody: the same record, its members in another order);
-// the script checks the members against the tenant's index with one ZMSCORE and adds
-// them with one ZADD; the events are written while the batch record is. And a claim
-// sent again by the client after its read deadline (a busy Redis) answers the members
-// its first run bound instead of binding more (TestClaimSurvivesSlowRedis); that is
-// the likely cause of two batches here, at load 20, that got fewer than 1000 back, the
-// others bound and lost. Old (main) and new test binaries alternated, 7-8 runs of 10
-// batches each (load 10-20): bound 98 → 55 ms (mean of runs), gateway CPU 19.5 → 12.4
-// ms, Redis CPU 20.1 → 17.1 ms per batch; again with the claim's token (06:40 UTC, load
-// 19-23, e2e tests beside, 4 runs each): bound 60 → 59 ms, gateway CPU 19.7 → 16.9 ms,
-// Redis CPU 20.2 → 22.7 ms. So: a fifth to a third less gateway CPU, Redis's unchanged
-// within the noise (the one ZADD still inserts 1000 members; the token's SET adds a
-// little), and at these loads the bound time is the wait for a core. What is left: in
-// Redis the claim script's per-member HMGET and HSET of ~1 kB and its Lua work (taking
-// the 3000 args in, about half of the script), the 1000 XADDs (about 4 ms with their Lua
-// splices); in the gateway, the splice and copy of each record, admission (Rego), the
-// route cache and the answer's encoding.
+// comparisons of builds. Reported per batch: bound-ms (CreateBatch and the encoding of
+// its answer), gw-cpu-µs (this process's CPU meanwhile), redis-cpu-µs (the server's,
+// INFO cpu), redis-script-µs (the scripts' time as Redis counts it, waits for a core
+// included). How the claim is shaped, where its time goes and the figures are in
+// docs/PERFORMANCE.md ("Claiming a batch of 1000").
 //
 // The answer carries each member's agent endpoint (as POST /v1/batches answers it: a
 // Rego decision, through the decision cache, and a key-bound value per member);
@@ -73,7 +35,7 @@ func BenchmarkBatchClaim1000(b *testing.B) { benchBatchClaim(b, 1000, true) }
 func BenchmarkBatchClaim100(b *testing.B) { benchBatchClaim(b, 100, true) }
 
 // BenchmarkBatchClaim100WithoutEndpoints is BenchmarkBatchClaim100 whose answer carries
-// no agent endpoints (CreateBatch, as before they were added).
+// no agent endpoints: beside BenchmarkBatchClaim100, what the endpoints cost the claim.
 func BenchmarkBatchClaim100WithoutEndpoints(b *testing.B) { benchBatchClaim(b, 100, false) }
 
 // BenchmarkBatchClaim1000WithoutEndpoints is the same at 1000.

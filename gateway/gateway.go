@@ -8,16 +8,21 @@
 //	validate.go      metadata, CPU and memory parsing
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
 //	claim.go         the claim of warm pool members (one script, no agent call)
-//	latebind.go      claimed members' late binding off the claim's path; member deaths
+//	latebind.go      claimed members' late binding off the claim's path
 //	pools.go         pool CRUD and the pool's image pull
 //	poolmanager.go   the pool manager keeping every pool between its bounds
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
+//	deleting.go      the delete's Stopping mark, so that a sandbox being deleted is not reported failed
+//	deaths.go        sandbox deaths: a workload that stops by itself is marked Failed, learnt
+//	                 from the runtime's events, an unanswered proxied call or the reconciler
 //	listing.go       the filtering and paging the list routes share
 //	reaper.go        expiry: removing sandboxes past their expiresAt
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
+//	failures.go      counting and logging the errors of background work
 //	lease.go         the lease that lets one gateway of several reap and reconcile
-//	takeover.go      crash-only recovery of a dead gateway's half-done work
+//	takeover.go      crash-only recovery of a dead gateway's half-done work; heartbeats
+//	clusterid.go     the cluster id every sandbox carries, and which sandboxes are this store's
 //	storeloss.go     a store that comes back empty: its memos dropped, the cluster id written back
 //	enforcer.go      restoring an egress enforcer that died
 //	egress.go        egress policy through Rego to the enforcer
@@ -36,6 +41,12 @@
 //	volumes.go       volumes: validation, host path resolution, per-tenant claim names
 //	snapshots.go     snapshots: commit to a tenant-owned image, create and pools from one
 //	fork.go          fork: a snapshot and a batch of copies from it
+//	vault.go         the credential vault: bindings checked by Rego, its audit records drained
+//	usage.go         per-sandbox resource use, sampled from the engine or the agent
+//	fleet.go         the fleet's history for the console
+//	metrics.go       the core's Prometheus series
+//	diagnostics.go   a sandbox's logs and events for OpenSandbox's Diagnostics API
+//	mcp.go           the audit record of each MCP tool call
 //	events.go        the event pipeline: emitted, queued, handed to plugins, read, followed
 //	audit.go         the tenant audit stream (policy decisions, plugin records)
 //	plugins.go       tenants' WASM plugins: management and keeping replicas in line

@@ -141,8 +141,8 @@ func firstCommands(b *testing.B, agents []*benchAgent) {
 }
 
 // buildAgent builds the agent as the images ship it (static), with its symbols so that
-// a profiler can name its functions, or returns $SANDGATE_BENCH_AGENT_BIN (an A/B
-// run's old or new agent).
+// a profiler can name its functions, or returns $SANDGATE_BENCH_AGENT_BIN (to compare
+// two builds of the agent).
 func buildAgent(b *testing.B) string {
 	if bin := os.Getenv("SANDGATE_BENCH_AGENT_BIN"); bin != "" {
 		return bin

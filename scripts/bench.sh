@@ -7,7 +7,8 @@
 #
 # Benchmarks hand their figures over with testenv.RecordFigure, which appends to
 # $SANDGATE_BENCH_FIGURES; at the end scripts/benchreport turns that file into
-# bench/results.json and prints the one table of figure, baseline, ratio and target.
+# bench/results.json, prints the one table of figure, baseline, ratio and target, and
+# rewrites the generated table of docs/PERFORMANCE.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SANDGATE_E2E_BIN=$PWD/bin
@@ -52,4 +53,4 @@ else
 fi
 echo
 echo "== figures (bench/results.json)"
-go run ./scripts/benchreport -in "$SANDGATE_BENCH_FIGURES" -out bench/results.json
+go run ./scripts/benchreport -in "$SANDGATE_BENCH_FIGURES" -out bench/results.json -doc docs/PERFORMANCE.md

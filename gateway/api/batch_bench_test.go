@@ -24,8 +24,8 @@ import (
 //
 // from-answer reaches each member with the agent endpoint the batch's answer carries, as
 // an SDK does (client.MemberAgent); endpoint-calls asks GET …/endpoints/44772 first, as
-// clients did before the answer carried it. An older gateway's answer has none: both
-// then make the endpoint calls.
+// a client must when the answer carries none (a gateway of an earlier release; against
+// one, both make the endpoint calls).
 func BenchmarkBatch100FirstCommands(b *testing.B) {
 	for _, fromAnswer := range []bool{true, false} {
 		name := "from-answer"

@@ -98,19 +98,8 @@ func benchCall(b testing.TB, method, url string, body any, hdr map[string]string
 // difference, the gateway's own share (its server side, its checks, its forward). Run
 // with -cpuprofile and `go tool pprof -tagignore=side=client` to see where it goes.
 // gw-allocs/req and gw-B/req are the same difference for the heap.
-// Before leanForward (httputil and http.Transport for every request, the mux's
-// wildcard match, an HMAC per request): 119 µs; after: 81 µs (medians of 4 alternated
-// runs, load 18-23). Then (main before this change → after, 5 alternated pairs, load
-// 21-77): 51.9 → 43.7 µs (medians), 91.6 → 57.6 allocations and 8.1 → 6.7 KB per
-// request: the access check's cached allow without a uuid, a JSON encoding of its
-// input and a SHA-256 (policy.Engine.CheckAccess); the access event's data typed
-// instead of a map of seven values, and the batched writer's XADDs built for the
-// batch at once (store.AppendEvents: 12 allocations per event → 2); the proxied
-// metric's series looked up once; X-Request-ID canonical; no query, media type or
-// idle-pause parse where there is nothing to find; one allocation for the request's
-// copy, its URL and its recorder. What is left is mostly the two connections'
-// syscalls and net/http (the server's request parse and header snapshot,
-// ReadResponse): test/e2e's BenchmarkPreviewSmallResponse has the breakdown.
+// The figures, and where the gateway's time goes, are in docs/PERFORMANCE.md ("Small
+// preview responses"), beside test/e2e's BenchmarkPreviewSmallResponse.
 func BenchmarkPreviewInProcess(b *testing.B) {
 	f := startPreviewFixture(b)
 	via := fmt.Sprintf("%s/sandboxes/%s/proxy/%d/headers", f.Gateway, f.ID, benchPreviewPort)

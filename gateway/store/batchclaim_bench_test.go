@@ -18,18 +18,8 @@ import (
 // 1000 members this process added (prepared records) and the events script for them,
 // against a real redis-server. Reported per batch: the time Redis counts for each script
 // (commandstats; mean, and the fastest batch's: at high load the mean is mostly waits
-// for a core), and the wall time of each call from here.
-//
-// Measured (02 Dec 15:15 UTC, load 55-72 on 2 cores: two control planes and other
-// helpers' benchmarks beside; three pairs, main's store and this one alternated, 8
-// batches each), old → new, fastest batch: claim script 8.3 / 9.3 / 9.4 → 8.7 / 7.9 /
-// 8.2 ms, events script 1.92 / 1.94 / 2.06 → 1.84 / 2.06 / 1.88 ms (its token key costs
-// nothing measurable). What changed in the claim: prepared records write two fields
-// (json, rev) instead of four more that they hold already, and no LRANGE of the pool's
-// head before the script (the prepared members come from the cache's own order of the
-// pool). What is left in the script, by commandstats: 1000 HMGETs and 1000 HSETs of
-// ~1 kB (~0.5 ms each in all), the ZADDs into the index and the expiry (~1 ms), and the
-// rest, about two thirds, Lua: taking the 3000 arguments in and the 2000 redis.call.
+// for a core), and the wall time of each call from here. What the script's time is made
+// of is in docs/PERFORMANCE.md ("Claiming a batch of 1000").
 func BenchmarkClaimScripts1000(b *testing.B) {
 	const size = 1000
 	r, err := testenv.StartRedis(b.TempDir())

@@ -29,7 +29,7 @@ type MemberError struct {
 	Message string `json:"message"`
 }
 
-// A batch lives in its tenant's slot (keys.go), found by id through its locator.
+// A batch lives in its tenant's slot (layout.go), found by id through its locator.
 func (s *Store) batchKey(tenant, id string) string  { return s.tkey(tenant, "batch", id) }
 func (s *Store) tenantBatches(tenant string) string { return s.tkey(tenant, "batches") }
 func (s *Store) openBatches(tenant string) string   { return s.tkey(tenant, "batches", "open") }
@@ -234,54 +234,4 @@ func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
 		return wrap(err)
 	}
 	return s.dropLocator(ctx, locBatch, b.ID, b.Tenant)
-}
-
-// GetSandboxes reads several records (one round trip for the records, one more for the
-// locators this process has not cached); missing ones are skipped.
-func (s *Store) GetSandboxes(ctx context.Context, ids []string) ([]*Sandbox, error) {
-	refs := make([]recordRef, 0, len(ids))
-	var unknown []string
-	for _, id := range ids {
-		if t, ok := s.locs.get(locSandbox, id); ok {
-			refs = append(refs, recordRef{t, id})
-		} else {
-			unknown = append(unknown, id)
-		}
-	}
-	if len(unknown) > 0 {
-		pipe := s.rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, len(unknown))
-		for i, id := range unknown {
-			cmds[i] = pipe.Get(ctx, s.locKey(locSandbox, id))
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, wrap(err)
-		}
-		for i, id := range unknown {
-			if t := cmds[i].Val(); t != "" {
-				s.locs.put(locSandbox, id, t)
-				refs = append(refs, recordRef{t, id})
-			}
-		}
-	}
-	out, err := s.getMany(ctx, refs)
-	if err != nil || len(out) == len(ids) || len(unknown) == len(ids) {
-		return out, err
-	}
-	// A cached locator may be stale: read the missing ones afresh, one by one.
-	got := make(map[string]bool, len(out))
-	for _, sb := range out {
-		got[sb.ID] = true
-	}
-	for _, r := range refs {
-		if got[r.id] {
-			continue
-		}
-		if sb, err := s.GetSandbox(ctx, r.id); err == nil {
-			out = append(out, sb)
-		} else if !errors.Is(err, ErrNotFound) {
-			return nil, err
-		}
-	}
-	return out, nil
 }

@@ -76,25 +76,6 @@ func (s *Store) ReadEvents(ctx context.Context, tenant, after string, count int6
 	return decodeEvents(msgs), nil
 }
 
-func (s *Store) changesChannel() string { return s.Key("changes") }
-
-// PublishChange tells every gateway that sandbox id changed (or went away).
-func (s *Store) PublishChange(ctx context.Context, id string) error {
-	return wrap(s.rdb.Publish(ctx, s.changesChannel(), id).Err())
-}
-
-// SubscribeChanges calls fn with each changed sandbox id until ctx ends or the
-// connection fails.
-func (s *Store) SubscribeChanges(ctx context.Context, fn func(id string)) error {
-	return s.subscribe(ctx, s.changesChannel(), nil, fn)
-}
-
-// SubscribeChangesReady is SubscribeChanges that calls ready once the subscription
-// holds: a reader that lists after ready misses no change.
-func (s *Store) SubscribeChangesReady(ctx context.Context, ready func(), fn func(id string)) error {
-	return s.subscribe(ctx, s.changesChannel(), ready, fn)
-}
-
 // xaddArgs is how many arguments AppendEvents's XADD of one event has.
 const xaddArgs = 10
 
@@ -169,85 +150,6 @@ func (s *Store) AppendPerSandbox(ctx context.Context, ev Event, ids []string) er
 		args = append(args, q)
 	}
 	return wrap(appendPerSandboxScript.Run(ctx, s, []string{s.eventStream(ev.Tenant)}, args...).Err())
-}
-
-// TouchActivity records when a sandbox was last used.
-func (s *Store) TouchActivity(ctx context.Context, id string, at time.Time) error {
-	return wrap(s.rdb.ZAdd(ctx, s.Key("activity"), redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err())
-}
-
-// TouchActivities records when each of several sandboxes was last used, in one command.
-func (s *Store) TouchActivities(ctx context.Context, at map[string]time.Time) error {
-	if len(at) == 0 {
-		return nil
-	}
-	zs := make([]redis.Z, 0, len(at))
-	for id, t := range at {
-		zs = append(zs, redis.Z{Score: float64(t.UnixMilli()), Member: id})
-	}
-	return wrap(s.rdb.ZAdd(ctx, s.Key("activity"), zs...).Err())
-}
-
-// LastActivity returns when a sandbox was last used (zero if never).
-func (s *Store) LastActivity(ctx context.Context, id string) (time.Time, error) {
-	ms, err := s.rdb.ZScore(ctx, s.Key("activity"), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(int64(ms)), wrap(err)
-}
-
-// cooldownScript starts a cooldown unless one started less than a window ago. The key
-// holds when the last one started, on the clock of the gateway that started it; the
-// decision compares that with the caller's now, so that it is taken on the gateway's
-// clock, not on Redis's. The key's own expiry (two windows) only bounds what a clock
-// far behind can hold off, and clears the key.
-var cooldownScript = newOpScript(`
-local last = tonumber(redis.call('GET', KEYS[1]))
-local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-if last and now < last + window then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', 2 * window)
-return 1
-`)
-
-// TryCooldown reports true at most once per window for name, across all gateways, at
-// the caller's time now. Between gateways whose clocks differ by d, the window is kept
-// to within d: a gateway ahead may start the next one d early, one behind waits d
-// longer (at most a second window, when the key expires).
-func (s *Store) TryCooldown(ctx context.Context, name string, now time.Time, window time.Duration) (bool, error) {
-	n, err := cooldownScript.Run(ctx, s, []string{s.Key("cooldown", name)}, now.UnixMilli(), max(window.Milliseconds(), 1)).Int()
-	return n == 1, wrap(err)
-}
-
-// LinkKeys returns the link signing keys (kid → hex secret) and the current kid.
-func (s *Store) LinkKeys(ctx context.Context) (map[string]string, string, error) {
-	all, err := s.rdb.HGetAll(ctx, s.Key("linkkeys")).Result()
-	if err != nil {
-		return nil, "", wrap(err)
-	}
-	cur := all["_current"]
-	delete(all, "_current")
-	delete(all, "_previous")
-	return all, cur, nil
-}
-
-var rotateKeyScript = redis.NewScript(`
--- keep the current key as previous, drop the one before it, make the new key current
-local cur = redis.call('HGET', KEYS[1], '_current')
--- A rotation sent again (its answer late) finds itself done: running it again would drop
--- the previous key (the current one before it) for its own.
-if cur == ARGV[1] and redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return ARGV[1] end
-local prev = redis.call('HGET', KEYS[1], '_previous')
-if prev then redis.call('HDEL', KEYS[1], prev) end
-if cur then redis.call('HSET', KEYS[1], '_previous', cur) end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], '_current', ARGV[1])
-return ARGV[1]
-`)
-
-// RotateLinkKey installs a new current signing key, keeping only the previous one beside it.
-func (s *Store) RotateLinkKey(ctx context.Context, kid, secretHex string) (string, error) {
-	res, err := rotateKeyScript.Run(ctx, s.rdb, []string{s.Key("linkkeys")}, kid, secretHex).Text()
-	return res, wrap(err)
 }
 
 // ReadEventsBefore returns up to count events of tenant before the stream id before

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The key layout before Redis Cluster support (keys.go has today's) kept global keys —
+// The key layout before Redis Cluster support (layout.go has today's) kept global keys —
 // sandbox:<id>, sandboxes, expiry, warm, pools, pool:<t>/<p>:ready|allocated,
 // batch:<id>, batches:open, tenant:<t>:sandboxes|usage|batches|keys, keys, keyids,
 // session:<h>, and the plugins' plugin:<t>:<name>, plugins:<t>|tenants|revision. A gateway of today's layout reading such a store would see no records,

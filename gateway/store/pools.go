@@ -38,7 +38,7 @@ type Capacity struct {
 func PoolKey(tenant, name string) string { return tenant + "/" + name }
 
 // A tenant's pools live in its slot: the definitions in one hash (name → JSON), each
-// pool's ready list and allocated set, and the tenant's warm members (keys.go).
+// pool's ready list and allocated set, and the tenant's warm members (layout.go).
 func (s *Store) poolsKey(tenant string) string { return s.tkey(tenant, "pools") }
 func (s *Store) readyKey(tenant, name string) string {
 	return s.tkey(tenant, "pool", name, "ready")

@@ -71,7 +71,7 @@ type LateBind struct {
 // Each sandbox is a hash {json, rev, tenant, pool, ucpu, umem} in its tenant's slot;
 // the tenant's index is a sorted set by creation time (newest first on read) and its
 // expiry schedule a sorted set by expiresAt. The scripts keep them and the usage
-// counters in step, all in the tenant's slot (keys.go).
+// counters in step, all in the tenant's slot (layout.go).
 var putScript = newOpScript(`
 -- KEYS: record, tenantIndex, expiry, tenantUsage, (op token, opScript)
 -- ARGV: json, id, createdMs, expiresMs ('' = none), expectedRev ('' = create), tenant, maxConcurrent ('' = none),
@@ -410,4 +410,54 @@ func (sb *Sandbox) AgentCredential() string {
 		return sb.AgentToken
 	}
 	return agentauth.Legacy(sb.AgentToken)
+}
+
+// GetSandboxes reads several records (one round trip for the records, one more for the
+// locators this process has not cached); missing ones are skipped.
+func (s *Store) GetSandboxes(ctx context.Context, ids []string) ([]*Sandbox, error) {
+	refs := make([]recordRef, 0, len(ids))
+	var unknown []string
+	for _, id := range ids {
+		if t, ok := s.locs.get(locSandbox, id); ok {
+			refs = append(refs, recordRef{t, id})
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	if len(unknown) > 0 {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(unknown))
+		for i, id := range unknown {
+			cmds[i] = pipe.Get(ctx, s.locKey(locSandbox, id))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, wrap(err)
+		}
+		for i, id := range unknown {
+			if t := cmds[i].Val(); t != "" {
+				s.locs.put(locSandbox, id, t)
+				refs = append(refs, recordRef{t, id})
+			}
+		}
+	}
+	out, err := s.getMany(ctx, refs)
+	if err != nil || len(out) == len(ids) || len(unknown) == len(ids) {
+		return out, err
+	}
+	// A cached locator may be stale: read the missing ones afresh, one by one.
+	got := make(map[string]bool, len(out))
+	for _, sb := range out {
+		got[sb.ID] = true
+	}
+	for _, r := range refs {
+		if got[r.id] {
+			continue
+		}
+		if sb, err := s.GetSandbox(ctx, r.id); err == nil {
+			out = append(out, sb)
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	return out, nil
 }

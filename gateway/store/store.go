@@ -27,7 +27,7 @@ var (
 )
 
 // Store is the Redis-backed state of the gateway. Its keys are laid out for Redis
-// Cluster (keys.go): every script and transaction touches one hash slot.
+// Cluster (layout.go): every script and transaction touches one hash slot.
 type Store struct {
 	rdb      redis.UniversalClient
 	embedded *miniredis.Miniredis
@@ -39,7 +39,7 @@ type Store struct {
 	// newClient makes another client of the same server(s) with poolSize connections.
 	newClient func(poolSize int) redis.UniversalClient
 	cluster   bool
-	// locs caches which tenant's slot holds a sandbox or batch id (keys.go).
+	// locs caches which tenant's slot holds a sandbox or batch id (layout.go).
 	locs locCache
 	// warm holds the warm records this process added, for claims (pools.go).
 	warm warmCache

@@ -2,12 +2,9 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,28 +50,7 @@ type Quotas struct {
 	MaxSnapshots int64 `json:"maxSnapshots,omitempty"`
 }
 
-// APIKey is an issued key; only its hash is stored.
-type APIKey struct {
-	ID        string    `json:"id"`
-	Tenant    string    `json:"tenant"`
-	Role      string    `json:"role"`
-	Prefix    string    `json:"prefix"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
 func (s *Store) tenantsKey() string { return s.Key("tenants") }
-
-// The API keys share the slot of the sessions ({auth}, keys.go): the revocation and
-// the session check read them together.
-func (s *Store) keysKey() string                 { return s.authKey("keys") }   // hash of key → APIKey
-func (s *Store) keyIDsKey() string               { return s.authKey("keyids") } // key id → hash of key
-func (s *Store) tenantKeys(tenant string) string { return s.authKey("tenant", tenant, "keys") }
-
-// HashKey is how keys are stored and looked up.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
 
 // PutTenant creates (create=true; ErrConflict if it exists) or replaces a tenant.
 func (s *Store) PutTenant(ctx context.Context, t *Tenant, create bool) error {
@@ -125,110 +101,6 @@ func (s *Store) ListTenants(ctx context.Context) ([]*Tenant, error) {
 		}
 	}
 	return out, nil
-}
-
-// PutKey stores a new key under the hash of its secret.
-func (s *Store) PutKey(ctx context.Context, secret string, k *APIKey) error {
-	body, err := json.Marshal(k)
-	if err != nil {
-		return err
-	}
-	h := HashKey(secret)
-	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, s.keysKey(), h, body)
-	pipe.HSet(ctx, s.keyIDsKey(), k.ID, h)
-	pipe.SAdd(ctx, s.tenantKeys(k.Tenant), k.ID)
-	_, err = pipe.Exec(ctx)
-	return wrap(err)
-}
-
-// LookupKey finds the key whose secret is given; ErrNotFound when none (or revoked).
-func (s *Store) LookupKey(ctx context.Context, secret string) (*APIKey, error) {
-	body, err := s.rdb.HGet(ctx, s.keysKey(), HashKey(secret)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, wrap(err)
-	}
-	var k APIKey
-	if err := json.Unmarshal([]byte(body), &k); err != nil {
-		return nil, err
-	}
-	return &k, nil
-}
-
-// ListKeys returns a tenant's keys (never their secrets).
-func (s *Store) ListKeys(ctx context.Context, tenant string) ([]*APIKey, error) {
-	ids, err := s.rdb.SMembers(ctx, s.tenantKeys(tenant)).Result()
-	if err != nil {
-		return nil, wrap(err)
-	}
-	out := []*APIKey{}
-	for _, id := range ids {
-		h, err := s.rdb.HGet(ctx, s.keyIDsKey(), id).Result()
-		if err != nil {
-			continue
-		}
-		body, err := s.rdb.HGet(ctx, s.keysKey(), h).Result()
-		if err != nil {
-			continue
-		}
-		var k APIKey
-		if json.Unmarshal([]byte(body), &k) == nil {
-			out = append(out, &k)
-		}
-	}
-	return out, nil
-}
-
-var revokeKeyScript = newOpScript(`
--- KEYS: keyIDs, keys, tenantKeys, (op token); ARGV: id
-local h = redis.call('HGET', KEYS[1], ARGV[1])
-if not h then return 0 end
-if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[2], h)
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('SREM', KEYS[3], ARGV[1])
-return 1
-`)
-
-// RevokeKey deletes a tenant's key at once; ErrNotFound when it is not that tenant's.
-func (s *Store) RevokeKey(ctx context.Context, tenant, id string) error {
-	n, err := revokeKeyScript.Run(ctx, s, []string{s.keyIDsKey(), s.keysKey(), s.tenantKeys(tenant)}, id).Int()
-	if err != nil {
-		return wrap(err)
-	}
-	if n == 0 {
-		return ErrNotFound
-	}
-	return nil
-}
-
-var bucketScript = newOpScript(`
--- KEYS: bucket, (op token); ARGV: rate/s, burst, nowMs, take
-local rate, burst, now, take = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens, ts = tonumber(b[1]), tonumber(b[2])
-if not tokens then tokens, ts = burst, now end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
-local ok = 0
-if tokens >= take then tokens = tokens - take; ok = 1 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
-return {ok, tostring(tokens)}
-`)
-
-// TakeTokens takes n tokens from a tenant's create bucket (shared by every gateway); it
-// reports whether there were enough and how many are left.
-func (s *Store) TakeTokens(ctx context.Context, tenant string, rate, burst float64, n int, now time.Time) (bool, float64, error) {
-	res, err := bucketScript.Run(ctx, s, []string{s.Key("tenant", tenant, "bucket")}, rate, burst, now.UnixMilli(), n).Slice()
-	if err != nil {
-		return false, 0, wrap(err)
-	}
-	left, _ := strconv.ParseFloat(fmt.Sprint(res[1]), 64)
-	ok, _ := res[0].(int64)
-	return ok == 1, left, nil
 }
 
 // CountSandboxes returns how many sandboxes a tenant holds.

@@ -29,7 +29,7 @@ import (
 // program itself, with the argv and environment bash would have given it.
 //
 // It does so only when it can say for certain what bash would do; anything else goes
-// through bash as before:
+// through bash:
 //
 //   - the shell is bash, and a probe at start-up (probeShell) saw what its exec'd
 //     command receives (PWD, SHLVL and _ added, nothing else) and listed its builtins;

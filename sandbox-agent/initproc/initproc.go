@@ -306,9 +306,9 @@ func BecomeSubreaper() error {
 //
 // A SIGCHLD comes with every command's exit, so what it costs is paid per command, on
 // the command's way back (the answer waits for a processor while the reaper has it):
-// the scan of /proc that finds orphans by name was 12% of an agent's CPU per first
-// command in a batch (sandbox-agent BenchmarkBatchFirstCommand). waitid names a zombie
-// without a scan instead (ReapExited); the scan remains for a tracked child that stays
+// a scan of /proc that finds orphans by name costs 12% of an agent's CPU per first
+// command in a batch (sandbox-agent BenchmarkBatchFirstCommand). So waitid names a
+// zombie without a scan (ReapExited); the scan remains for a tracked child that stays
 // a zombie, behind which waitid cannot see.
 func Reap(ctx context.Context) {
 	ch := make(chan os.Signal, 8)

@@ -145,92 +145,13 @@ const previewRounds = 3
 // load of other processes drifts within seconds, and measuring one target after the
 // other put a drift on one side only (the same build gave 13% to 79% of direct).
 //
-// Where the gateway's time goes (SANDGATE_ADMIN's /debug/pprof/profile, 8 s during this
-// benchmark; gw-cpu-µs/req from /proc). Neither the gateway nor the Python upstream is
-// CPU-bound alone: the machine is, and with 2 cores req/s follows the SUM of CPU per
-// request over every process on the hop (gateway, upstream, load generator, Redis), so
-// only a cut of the gateway's CPU per request moves it. gateway/api's
-// BenchmarkPreviewInProcess measures the same request without Docker (the upstream a
-// process of its own, the load generator's goroutines labelled apart in -cpuprofile).
-//
-//   - earlier sessions: Caddy's reverse_proxy replaced by api.NewForward for plain
-//     requests (229 → 177 µs: no placeholders, per-request loggers, upstream pool),
-//     plugin events encoded only for tenants with on_event plugins, the access event
-//     queued without a goroutine wake-up and encoded without reflection, no regexp in
-//     ParsePort. GOGC=400 (GC was 4%) and GOMAXPROCS=1 (-10% CPU, but one core for
-//     everything) were tried and not kept.
-//   - then (main before this session's change): httputil and http.Transport were a
-//     third of the gateway's CPU: the request cloned twice (proxyAs, then httputil),
-//     its headers copied, and three goroutines per request (the handler, the
-//     connection's writeLoop and readLoop) handing the request, the answer and the
-//     body's end to each other over channels, each hand-off a wake-up on another
-//     thread (readLoop + writeLoop: 28% of the profile, futex 4%).
-//   - this session: GET and HEAD without a body (nearly all of a preview's traffic)
-//     go through api's leanForward: the request head written straight from the
-//     incoming request onto a keep-alive connection of its own pool and the answer
-//     read with http.ReadResponse, in the handler's goroutine; no clone, no header
-//     copy (the answer's header slices are moved, not copied), no hand-off. The upstream
-//     gets the head httputil sends (TestLeanForwardSendsWhatHTTPUtilSends:
-//     hop-by-hop headers dropped both ways, X-Forwarded-* replaced, TE: trailers,
-//     trailers and 1xx passed on, streams flushed at every write), retries once on a
-//     new connection when a reused one was closed by the upstream, breaks the
-//     upstream request off when the client goes away. Everything else (bodies,
-//     upgrades, agent calls) stays on httputil or Caddy's reverse_proxy. Also: the
-//     path-mode routes matched without the mux (its wildcard matching allocated a
-//     dozen times per request; TestProxyPathRouteAgreesWithMux), the access header's
-//     MAC memoized on everything it is derived from (an HMAC and 10 allocations per
-//     request), the platform key's hash kept, credential headers looked up by their
-//     canonical names, the incoming request's headers stripped in place rather than
-//     deep-cloned. Every check stays: MAC, key binding, Rego decision, cross-tenant,
-//     headers stripped (the preview e2e tests pass).
-//   - figures, A/B: main's binary and this branch's in alternated runs of this
-//     benchmark (each run alternating gateway and direct 3 times), two series, load
-//     15-35 (other sessions' builds and tests on the same 2 cores). Gateway CPU per
-//     request 279 → 221 µs (9 slices each) and 318 → 237 µs (12 each): -21% and -25%;
-//     preview_rps per run, median, 48% → 68% of direct (new runs 54-80%), p50 over
-//     direct +2.1 → +1.4 ms (new runs +1.1 to +2.0). The upstream's (190-200 µs), the
-//     load generator's and Redis's CPU per request did not move. Without Docker
-//     (BenchmarkPreviewInProcess, 4 alternated runs, load 18-23): 119 → 81 µs (-32%).
-//     Both target figures (>= 70%, <= +1 ms) were reached only in the quieter runs:
-//     at this load every wake-up on the hop waits behind other processes.
-//   - then (issue 15, second pass): the per-request work that could be done once or
-//     not at all. The access check's cached allow comes without its decision id and
-//     input hash (a uuid, json.Marshal of the input and a SHA-256 per request, 7% of
-//     the gateway's CPU; the proxy only ever logged denials, which keep both:
-//     policy.Engine.CheckAccess). The access event's data is typed (store.AccessData,
-//     written byte for byte as the map was) and the batched writer builds the
-//     batch's XADDs at once, bodies in one buffer (AppendEvents and its encoding were
-//     7.6%, now under 1%; every event still written, TestAccessEventsWritten). The
-//     proxied metric's series are looked up once, X-Request-ID is canonical, no query,
-//     media type or idle-pause value is parsed where there is nothing to find, the
-//     request's copy, URL and recorder are one allocation. Gateway allocations per
-//     request without Docker 91.6 → 57.6 (BenchmarkPreviewInProcess).
-//   - figures, A/B: main's binary and this branch's in 6 alternated pairs of runs of
-//     this benchmark, load 26-65 (other sessions' builds and tests): gateway CPU per
-//     request 111 → 100 µs (medians; every pair lower, by 7-29 µs); preview_rps per
-//     run 47% → 55% of direct (medians; old 35-67%, new 42-63%); p50 over direct
-//     +0.90 → +0.80 ms (new runs +0.70 to +0.87: the latency target is met; the req/s
-//     target is not at this load, where every wake-up on the hop waits behind other
-//     processes). Without Docker: 51.9 → 43.7 µs (5 pairs, load 21-77).
-//   - left (profile of the new binary, load ~26): syscalls 28% (the write of the
-//     request into the Docker bridge 14%, which carries the container's side of the
-//     network stack; the reads, each answer's first one finding nothing yet; the
-//     answer's write to the client 6%), net/http's server (request parse 6%, the
-//     per-request background read goroutine, the header snapshot at WriteHeader) and
-//     ReadResponse (13% with its reads), the scheduler's wake-ups and spinning 8%, GC
-//     about 9%, Caddy's Server.ServeHTTP around our handler 11% (prepareRequest's
-//     context values and vars 5%, a replacer, a deep clone of the request for its
-//     error logger: none of it can be turned off from a handler). sandgate's own
-//     checks (route, MAC, Rego, access event, metrics) are now about 5%, the
-//     gateway's background loops with this harness's 500 ms sync interval 5%. What is
-//     left is the floor of a net/http proxy behind Caddy: going lower means a server
-//     loop of our own in front of Caddy's for the data plane.
-//   - the upstream is a Python server: its /headers echo also parses and returns the
-//     headers the gateway adds (X-Request-Id, X-Forwarded-For, -Host, -Proto), which
-//     cost it about +40-60 µs per request: the price of documented forwarding.
-//   - fairness: one keep-alive client per target, same settings; the gateway held 8-9
-//     connections to the upstream, the direct client 9-11 (ss): the same Python
-//     thread count either way.
+// With 2 cores, req/s follows the sum of CPU per request over every process on the hop
+// (gateway, upstream, load generator, Redis), so gw-cpu-µs/req (from /proc) is the
+// figure the gateway moves; gateway/api's BenchmarkPreviewInProcess measures the same
+// request without Docker. The upstream's /headers echo also returns the headers the
+// gateway adds, which costs it a little per request: the price of documented
+// forwarding. Where the gateway's time goes, and the figures, are in
+// docs/PERFORMANCE.md ("Small preview responses").
 func BenchmarkPreviewSmallResponse(b *testing.B) {
 	e := newEnv(b, startRedis(b))
 	g := e.startGateway()
@@ -367,13 +288,10 @@ func memberAgent(b testing.TB, id string) *agent {
 // first command waits only for a late binding the claim asked for. raw-cold-create is a
 // cold create of the same template → first command, for comparison.
 //
-// Where the time goes: the claim's response is 1.5-2.5 ms (one script); the endpoint
-// call then routes from memory (the claim put the record in the route cache); the
-// command goes out on the keep-alive connection the pool manager opened to the member
-// before it was warm (ConnWarmer), so the first command pays no connect, and the
-// agent's `bash -c true` (the direct-agent baseline, 2.5-3.5 ms) is most of the rest.
-// Tails come from the loaded machine: p99 follows the direct baseline's p99. Same
-// machine, runs alternated: old 13.7/58 and 10.9/31 ms, new 8.5/46 and 9.7/33 ms (p50/p99).
+// The endpoint call routes from memory (the claim put the record in the route cache) and
+// the command goes out on the keep-alive connection the pool manager opened to the
+// member before it was warm (ConnWarmer), so the first command pays no connect. Where
+// the time goes, and the figures, are in docs/PERFORMANCE.md ("Claim from a warm pool").
 func BenchmarkPoolClaim(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=6")
 	g := e.startGateway()
@@ -445,108 +363,14 @@ func BenchmarkPoolClaim(b *testing.B) {
 // same batch from a template, cold, until every member runs (raw-cold); for answered,
 // the same 100 commands straight to the members' agents (direct-agent).
 //
-// Where the time goes (profiled with SANDGATE_ADMIN's /debug/pprof/profile and /trace
-// over the answered phase, 2-core machine): the gateway is not CPU-bound (about 0.2 s of
-// CPU in the 2 s around a batch); its request goroutines wait in reverse_proxy for the
-// agents, and the agents wait for the CPU: 100 `bash -c true` starts at once, beside the
-// pool's refill. The direct-agent baseline (the same 100 commands straight to the agents)
-// is 230-550 ms here depending on the load, so most of answered is the commands
-// themselves. What was removed from the gateway's share:
-//   - the client: with the default transport (2 idle connections per host) each of the
-//     100 endpoint calls and then each command dialled the gateway anew; on the loaded
-//     machine the endpoint round alone ended 350-630 ms after the claim, 75-150 ms with
-//     a pool (the `pooled` transport, as an SDK keeps one);
-//   - the refill: the claim kicked the pool manager, whose engine listing and eight
-//     container starts at once took the CPU from the first commands (one run: 514 ms
-//     with the refill held, 800-930 ms without); it now waits refillSettle (1 s) after
-//     a claim;
-//   - per member: the claim puts the records in the route cache, so the endpoint and the
-//     first command read nothing from Redis, and each warm member's keep-alive
-//     connection from the proxy is open before it can be claimed (no connect, whose
-//     syscall took 3 ms each under load in the trace).
-//
-// A claim that asks for no env, entrypoint or policy of its own (this one) has no late
-// binding at all: nothing waits in BeforeAgentCall. Left: the 100 process starts, the extra hop's reads and writes, and the machine's
-// other load. Figures: before 362 ms quiet, 570-1175 ms at load 20-38; after 734 ms at
-// load 34, 302 and 243 ms at load 15-23, where the old gateway with the pooled client
-// gave 352 and 275 ms (runs alternated).
-//
-// The gap to direct-agent (374 against 277 ms in the last make bench): answered is the
-// claim (bound, ~11 ms), then per member two gateway round trips, the endpoint and the
-// command, against one for direct-agent; last-endpoint-ms says when the last member had
-// its endpoint, gw-cpu-ms/batch the gateway's CPU from the claim to the last answer.
-// Counted per first command (gateway/api BenchmarkBatch100FirstCommands: the same flow
-// on in-process sandboxes, first round beside a second, -cpuprofile over 3 rounds, old
-// and new test binaries alternated; figures are profile seconds over those 3 rounds):
-//   - the two access decisions per member (the endpoint's, sandbox.proxy with the API
-//     key, and the command's, a sandbox token) missed the decision cache, whose key held
-//     the sandbox id and the path: ~0.2 ms of CPU each, 40 ms a batch. Under the
-//     built-in policy alone the key now keeps only whether the ids are set and equal
-//     (policy/cache.go; TestDefaultAccessReadsIDsOnlyByRelation proves the built-in
-//     Rego reads them no other way, any operator module keys by the ids again), so the
-//     batch makes two evaluations, not two hundred: cpu-ms/first 200-246 -> 168-201
-//     (3 alternated runs, load 22-34);
-//   - no late binding, no Redis read (the claim put the records in the route cache,
-//     fresh for routeTTL = 1 s: a round past that on a loaded machine reads each record
-//     again, 0.13 s of the profile's 3 rounds), the agent's keep-alive connection open;
-//   - each first access's activity was a goroutine and a ZADD round trip (100 of them,
-//     0.03 s in the profile); the access log writer now sends them in one ZADD per flush;
-//   - no refill: poolMax is the batch's 100 and claimed members count as allocated, so
-//     while the batch lives the pool has no room and the manager starts nothing (the
-//     refill above is gone from this window; refillSettle matters for pools with room,
-//     where a refill 1 s after the claim is still prompt; not deferred further). What
-//     the manager did do every 250 ms while the pool was full was read its 100 warm
-//     records one by one for outdated members (0.17-0.20 s in each profile, more than
-//     all access decisions); it now reads them in one pipelined call (0.05-0.06 s).
-//   - the reconciler's pass (every SyncInterval, 500 ms here: a full engine listing and
-//     every record) overlapped most answered windows; it is now held refillSettle after
-//     a claim, as the pool manager is (settleAfterClaim).
-//
-// The agents' side (sandbox-agent BenchmarkBatchFirstCommand: 100 agents, each PID 1 of
-// its own pid namespace in one cpuacct group, idle, then one `true` each at once over
-// fresh connections; perf record -a over the rounds): an agent's first command cost
-// 3.1 ms of CPU against 1.1 ms for starting `true` alone (raw-spawn), and 100 of them
-// at once on 2 cores are CPU-bound. Of the agent's own share: the HTTP request and the
-// spawn 40% (fork/exec 9%, the first write 5%, the pipes 2.5%), the runtime's monitor
-// (sysmon, polling every 20 µs while a goroutine blocks in waitid) 16%, the scheduler's
-// wakeups 13%, and the orphan reaper 12%: every SIGCHLD scanned /proc, on the answer's
-// way. Now the reaper asks waitid for a zombie instead (initproc.ReapExited) and a
-// command's wait parks on a pidfd in the poller before cmd.Wait (procs.Wait): 3.07 ->
-// 2.58 ms per command (medians of 4 alternated runs at load ~30), the rest being the
-// process start, net/http, and the runtime's per-process wakeups (GOMAXPROCS=1 saved
-// another ~5%, within the noise: not taken).
-//
-// Figures (this benchmark, old and new builds one after the other, load 14-30):
-// answered 574 -> 431 ms, direct-agent 239 -> 186 ms (the agents are the new ones
-// there too), gw-cpu-ms/batch 190 -> 90. Left of the gap to direct-agent: the second
-// round trip per member (endpoint, then command) and the claim.
-//
-// Session 9: the batch's answer now carries each Running member's agent endpoint
-// (BatchMember.AgentEndpoint, minted for the reader's key after the endpoint route's own
-// Rego decision), so sandgate-warm reaches the members as an SDK does (MemberAgent),
-// without the 100 endpoint calls; sandgate-warm-endpoint-calls keeps the old flow
-// (figure batch100_answered_endpoint_calls). Against an older gateway, whose answer has
-// no endpoints, sandgate-warm falls back to the calls (endpoints-from-answer/batch 0).
-// What it costs the claim (gateway BenchmarkBatchClaim100 against …WithoutEndpoints,
-// same binary, 5 alternated runs of 30 batches, load 25): gateway CPU 1.29-1.93 ->
-// 2.28-2.46 ms per batch of 100, about 0.75 ms more (7-8 µs a member: the decision-cache
-// hit, its audit event, the key-bound HMAC), bound 2.7 -> 3.5-4.2 ms. What it saves: last-endpoint-ms (when the last member could send
-// its command) 57-331 -> 19-58 ms. Old binary (old flow) and new alternated, 4 pairs, at
-// load 22-67 (five helpers' builds and benchmarks; the direct-agent baseline of the same
-// runs swung 157-1919 ms): answered 354 / 1033 / 667 / 265 -> 444 / 970 / 360 / 1088 ms,
-// bound 26 / 15 / 80 / 10 -> 23 / 9 / 6.5 / 19 ms, gw-cpu-ms/batch 100 / 70 / 90 / 50 ->
-// 80 / 110 / 70 / 120; at that load the commands themselves (the agents' 100 process
-// starts, direct-agent) decide answered, and these runs cannot tell the flows apart. In
-// process (gateway/api BenchmarkBatch100FirstCommands, old and new test binaries
-// alternated, 4-8 rounds each, load 20-35): cpu-ms/first 89-108 (old, endpoint calls)
-// -> 93-104 (from-answer), first-ms 170-287 -> 151-222; the gateway's own share of a
-// first command is about 0.2 ms of CPU, the agents' HTTP side and process starts the rest.
-//
-// Also: the proxy's keep-alive connections to agents close after 2 minutes idle (Caddy's
-// reverse_proxy default, now SANDGATE_AGENT_IDLE_TIMEOUT), so a warm member that had
-// waited longer paid a connect on its first command after a claim; the pool manager now
-// uses each warm member's connection again after half that (refreshWarmConns;
-// TestPoolWarmConnOutlivesIdleTimeout).
+// sandgate-warm reaches the members as an SDK does, through the agent endpoints the
+// batch's answer carries (MemberAgent); sandgate-warm-endpoint-calls asks the endpoint
+// route for each member instead (figure batch100_answered_endpoint_calls), and against a
+// gateway whose answer has no endpoints sandgate-warm falls back to those calls
+// (endpoints-from-answer/batch 0). last-endpoint-ms says when the last member had its
+// endpoint, gw-cpu-ms/batch the gateway's CPU from the claim to the last answer. The
+// client keeps its connections (the pooled transport), as an SDK does. Where the time
+// goes, and the figures, are in docs/PERFORMANCE.md ("A batch of 100 from a warm pool").
 func BenchmarkBatch100(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_POOL_CONCURRENCY=8")
 	g := e.startGateway()

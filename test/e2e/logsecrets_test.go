@@ -34,7 +34,7 @@ func TestProxyLogsNoSecrets(t *testing.T) {
 	}
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	// (Key layout: gateway/store/keys.go; the admin key's tenant is "default".)
+	// (Key layout: gateway/store/layout.go; the admin key's tenant is "default".)
 	raw, err := rdb.HGet(context.Background(), e.Prefix+"{t:default}:sandbox:"+id, "json").Result()
 	if err != nil {
 		t.Fatalf("read the sandbox record: %v", err)

@@ -34,58 +34,10 @@ import (
 // the cold batch of the same size (the raw baseline: pods created on demand), and
 // k8s_batch100_writes (API writes during the warm claim; target 0).
 //
-// First measurement of the 1000 batch (20:30 UTC, machine at load 37 on 2 cores, one
-// run): bound 828 ms, ping 4.6 s (targets 50 ms / 1.5 s: not met), 0 API writes; the
-// 100 batch in the same run: bound 18 ms, ping 312 ms (quiet, before: 7.5 / 143 ms).
 // The claim itself is one Redis script for all members, so bound grows with what it does
-// per member; ping is 1000 endpoint calls and 1000 proxied /pings, 64 at a time, over
-// the client's connection pool (it used to dial the gateway for nearly every call: two
-// idle connections per host).
-//
-// Where the bound time of the 1000 batch went (last measured here: 87 ms), profiled in
-// process with gateway.BenchmarkBatchClaim1000 (the same CreateBatch against a real
-// redis-server; no runtime call is on that path, so the control plane adds only HTTP):
-// the claim script decoded, patched and encoded every record with cjson (most of its
-// Redis time), answered the 1000 patched records (727 kB), which the gateway decoded one
-// by one (over half of its CPU), and the 1000 sandbox.created events were encoded and
-// pipelined one by one before the answer (about a fifth). Now the claim writes records
-// the gateway prepared for the members it added (a prepared body is used only while the
-// record is at the rev it was added with), the script batches its set commands, and the
-// events are one script splicing each id into one encoded event. In process, old and new
-// builds alternated (00:30 UTC, load 13 on 2 cores, 6 batches each, three pairs):
-// bound 142 / 243 / 308 → 64 / 84 / 67 ms, gateway CPU 50 / 80 / 72 → 30 / 32 / 28 ms,
-// Redis CPU 59 / 85 / 78 → 30 / 36 / 29 ms per batch (about 2.5x less CPU in all). This
-// benchmark was not rerun on the control plane after the change (its binaries were
-// still being built); the CPU cut puts the 87 ms at about 35-45 ms at the same load.
-// The prepared records serve the gateway that runs the pool manager (it adds the
-// members); a claim through another gateway is patched in the script as before.
-//
-// Second round (02 Dec, 06:00-06:40 UTC; gateway.BenchmarkBatchClaim1000 has the
-// claim's own A/B: a fifth to a third less gateway CPU, Redis's unchanged). On
-// the control plane, one batch each, old (main) and new gateway binaries run one after
-// the other with this harness, warm only: old at load 12-25: 100 bound 7.0 ms, ping 89
-// ms; 1000 bound 57 ms, ping 1.29 s (the 100 figures met at that load); new at load
-// 25-41: 100 bound 11.9 ms, ping 164 ms; 1000 bound 418 ms: the claim's answer came
-// after the store's 400 ms read deadline and the client sent it again (the old script
-// would then have bound 1000 more or none, losing the first 1000; now the repeat
-// answers them), ping 2.3 s. An earlier new build at load 10-20: 100 bound 8.4 ms, ping
-// 107 ms; 1000 bound 68 ms, ping 1.97 s. Then warm-100 alone, old and new alternated,
-// three pairs (06:44-06:48 UTC, load 5-9), old → new: bound 10.9 / 10.8 / 8.9 → 8.5 /
-// 6.5 / 9.7 ms, ping 150 / 140 / 125 → 91 / 108 / 125 ms, gateway CPU of the claim 7.1 /
-// 6.2 / 5.0 → 5.2 / 3.5 / 4.3 ms, of the pings 151 / 137 / 98 → 71 / 111 / 99 ms, Redis
-// CPU of the claim 4.4 / 3.4 / 3.3 → 3.7 / 2.7 / 3.8 ms (the 100 targets met by both
-// at that load, new by more). One batch tells little; the CPU figures say where the
-// time goes. The claim of 1000 is 20-40 ms of gateway CPU and
-// 25-85 ms of Redis CPU (the 1000 HSETs, HMGETs and XADDs; per-second passes of other
-// loops land in a window that long: 1000-2000 more HMGETs). The pings of 1000 are about
-// 1.0-1.4 s of gateway CPU (0.5-0.7 ms for each of the 2000 calls: HTTP, access
-// decisions, one XADD per call), 0.6-1 s of the agents' and 60-120 ms of Redis's
-// (5000-8000 HMGETs, likely the route cache's entries going stale a second after the
-// claim and the reconciler's and route confirmer's passes), on 2 cores: ping-ms is
-// CPU-bound. The gateway holds a keep-alive connection to every warm member before
-// the claim (the pool manager's ConnWarmer; 2 per member with the agent client's). The
-// pool manager no longer reads every ready record at each pass (4 passes a second:
-// 4000 record reads and decodes a second while 1000 members waited).
+// per member; ping is CPU-bound on 2 cores. How the claim is shaped, where the time goes
+// and the figures are in docs/PERFORMANCE.md ("Claiming a batch of 1000"); the claim's
+// own costs are easier to see in process, with gateway's BenchmarkBatchClaim1000.
 func BenchmarkK8sBatch(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		var warm, cold k8sBatchResult

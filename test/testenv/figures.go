@@ -10,7 +10,7 @@ import (
 )
 
 // Figure is one line of bench/results.json: a hot-path figure beside its raw baseline
-// measured in the same run and the target for it. Baseline is 0 when the figure
+// measured in the same run and the target it is held to. Baseline is 0 when the figure
 // has none (e.g. a count of API writes); Target is the bound as the docs state it
 // ("<= 15", ">= 300").
 type Figure struct {
