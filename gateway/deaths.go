@@ -2,7 +2,7 @@ package gateway
 
 // Sandbox deaths. A sandbox whose workload stops by itself (its entrypoint exited, a
 // kill at its memory limit, an operator's `docker kill`) is Failed. The gateway learns
-// of it three ways, whichever comes first: the runtime's event stream (watchMemberDeaths),
+// of it three ways, whichever comes first: the runtime's event stream (the pool feature's death watch, gateway/pool),
 // a proxied call the sandbox does not answer (UpstreamFailed), and the reconciler's pass.
 // From then on every call to it answers SANDBOX::UNAVAILABLE with the reason, and the
 // parts of it that only serve a live workload (its egress enforcer, its namespace holder)
@@ -109,6 +109,8 @@ func (s *Service) coldSandboxDied(ctx context.Context, sb *store.Sandbox) error 
 	}
 	return failedError(marked)
 }
+
+var errAlreadySettled = errors.New("already settled")
 
 // failedError is the answer to a call to a Failed sandbox.
 func failedError(sb *store.Sandbox) error {

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -32,17 +32,13 @@ type PoolStatus struct {
 
 // PoolImagePull is the progress of a pool's one pull of its image: state Pulling, Ready
 // or Failed (message then has the registry's reason; the pool makes no members).
-type PoolImagePull struct {
-	State   string `json:"state"`
-	Message string `json:"message,omitempty"`
-	runtimes.PullProgress
-}
+type PoolImagePull = pool.ImagePull
 
 // Pool image pull states.
 const (
-	PoolImagePulling = "Pulling"
-	PoolImageReady   = "Ready"
-	PoolImageFailed  = "Failed"
+	PoolImagePulling = pool.ImagePulling
+	PoolImageReady   = pool.ImageReady
+	PoolImageFailed  = pool.ImageFailed
 )
 
 // PoolView is the API form of a pool.
@@ -115,7 +111,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if pull != nil {
 		s.startPoolPull(store.PoolKey(p.Tenant, p.Name), req.Template, pull)
 	} else {
-		s.kickPools()
+		s.pool.Kick()
 	}
 	return s.poolView(ctx, p)
 }
@@ -155,51 +151,11 @@ func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequ
 // credentials; the pool's status shows the progress, and the manager fills the pool only
 // once the pull is done.
 func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip runtimes.ImagePuller) {
-	st := &PoolImagePull{State: PoolImagePulling}
-	s.pools.mu.Lock()
-	if s.pools.pulls == nil {
-		s.pools.pulls = map[string]*PoolImagePull{}
-	}
-	s.pools.pulls[key] = st
-	s.pools.mu.Unlock()
 	var auth *runtimes.ImageAuth
 	if a := tmpl.Image.Auth; a != nil && a.Username != "" {
 		auth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
 	}
-	image := tmpl.Image.URI
-	s.spawn(func() {
-		ctx, cancel := context.WithTimeout(s.stopCtx, 30*time.Minute)
-		defer cancel()
-		err := ip.Pull(ctx, image, auth, func(p runtimes.PullProgress) {
-			s.pools.mu.Lock()
-			st.PullProgress = p
-			s.pools.mu.Unlock()
-		})
-		s.pools.mu.Lock()
-		if err != nil {
-			st.State = PoolImageFailed
-			st.Message = runtimeCreateError(image, err).Error()
-		} else {
-			st.State = PoolImageReady
-		}
-		s.pools.mu.Unlock()
-		if err != nil {
-			s.log.Warn("pool image pull failed", "pool", key, "image", image, "err", err)
-		}
-		s.kickPools()
-	})
-}
-
-// poolPull is a copy of a pool's pull status (nil when it made none).
-func (s *Service) poolPull(key string) *PoolImagePull {
-	s.pools.mu.Lock()
-	defer s.pools.mu.Unlock()
-	st, ok := s.pools.pulls[key]
-	if !ok {
-		return nil
-	}
-	c := *st
-	return &c
+	s.pool.StartPull(key, tmpl.Image.URI, auth, ip)
 }
 
 // checkImage fails early when a pool's image is not on the host.
@@ -252,18 +208,11 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	} else {
 		if changed {
 			// A new template without a pull of its own: an older pull no longer applies.
-			s.clearPoolPull(store.PoolKey(p.Tenant, p.Name))
+			s.pool.ClearPull(store.PoolKey(p.Tenant, p.Name))
 		}
-		s.kickPools()
+		s.pool.Kick()
 	}
 	return s.poolView(ctx, p)
-}
-
-// clearPoolPull forgets a pool's pull status.
-func (s *Service) clearPoolPull(key string) {
-	s.pools.mu.Lock()
-	delete(s.pools.pulls, key)
-	s.pools.mu.Unlock()
 }
 
 func (s *Service) lookupPool(ctx context.Context, caller Caller, name string) (*store.Pool, error) {
@@ -313,31 +262,9 @@ func (s *Service) DeletePool(ctx context.Context, caller Caller, name string) er
 	if err != nil {
 		return err
 	}
-	s.clearPoolPull(store.PoolKey(p.Tenant, p.Name))
-	s.removeWarm(ctx, p, ids)
+	s.pool.ClearPull(store.PoolKey(p.Tenant, p.Name))
+	s.pool.RemoveWarm(ctx, p, ids)
 	return nil
-}
-
-func (s *Service) removeWarm(ctx context.Context, p *store.Pool, ids []string) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for _, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(id string) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			// Best effort: the runtime delete below is what frees the sandbox; a store
-			// error here leaves at most a stale record of a deleted pool's member, which
-			// holds no runtime resource.
-			_, _ = s.store.RemoveWarm(ctx, p.Tenant, p.Name, id)
-			_ = s.store.DeleteSandbox(ctx, id)
-			if err := s.runtime.Delete(ctx, id); err != nil {
-				s.log.Warn("remove warm sandbox", "pool", p.Name, "id", id, "err", err)
-			}
-		}(id)
-	}
-	wg.Wait()
 }
 
 func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error) {
@@ -353,7 +280,7 @@ func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error
 	return &PoolView{
 		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity,
 		Status: PoolStatus{Total: c.Available + c.Allocated + starting, Allocated: c.Allocated, Available: c.Available, Starting: starting,
-			Image: s.poolPull(store.PoolKey(p.Tenant, p.Name))},
+			Image: s.pool.Pull(store.PoolKey(p.Tenant, p.Name))},
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 	}, nil
 }
