@@ -9,7 +9,7 @@
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
 //	claim.go         the claim of warm pool members: checks, admission, the claim's patch
 //	latebind.go      a claimed member's first call and its death, as the API sees them
-//	pools.go         pool CRUD and the pool's image pull decision
+//	pools.go         pool CRUD: the request and its checks, the API's view
 //	poolhost.go      the core as the pool feature (package gateway/pool) sees it
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
@@ -282,6 +282,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	s.pool = pool.New(pool.Config{
 		Owner: s.owner, Interval: cfg.PoolInterval, HealthInterval: cfg.SyncInterval,
 		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
+		PullImages: cfg.PullImages, PullAlways: cfg.PullAlways,
 	}, st, rt, poolHost{s}, log)
 	return s
 }

@@ -20,15 +20,7 @@ type PoolRequest struct {
 }
 
 // PoolStatus are a pool's live numbers.
-type PoolStatus struct {
-	Total     int64 `json:"total"`
-	Allocated int64 `json:"allocated"`
-	Available int64 `json:"available"`
-	Starting  int64 `json:"starting"`
-	// Image is the pull of the template's image that the pool's creation started (on
-	// the gateway that took it); absent when the image was already on the engine.
-	Image *PoolImagePull `json:"image,omitempty"`
-}
+type PoolStatus = pool.Status
 
 // PoolImagePull is the progress of a pool's one pull of its image: state Pulling, Ready
 // or Failed (message then has the registry's reason; the pool makes no members).
@@ -95,7 +87,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err := s.validatePool(req); err != nil {
 		return nil, err
 	}
-	pull, err := s.poolImage(ctx, caller.Tenant, req.Template)
+	pull, err := s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI)
 	if err != nil {
 		return nil, err
 	}
@@ -127,26 +119,6 @@ func withoutImageAuth(t *CreateRequest) *CreateRequest {
 	return &c
 }
 
-// poolImage decides how a new pool gets its image: nil when it is on the engine (or the
-// runtime pulls on its own nodes), a puller when this gateway must pull it first, and
-// IMAGE_NOT_FOUND when it is missing and pulling is off.
-func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequest) (runtimes.ImagePuller, error) {
-	image := tmpl.Image.URI
-	ip, ok := s.runtime.(runtimes.ImagePuller)
-	if !ok || !s.cfg.PullImages {
-		return nil, s.checkImage(ctx, image, tenant)
-	}
-	if !s.cfg.PullAlways {
-		if has, err := ip.HasImage(ctx, image, tenant); err == nil && has {
-			return nil, nil
-		}
-	}
-	if err := ip.CheckRegistry(ctx, image); err != nil {
-		return nil, runtimeCreateError(image, err)
-	}
-	return ip, nil
-}
-
 // startPoolPull pulls a new pool's image once, in the background, with the template's
 // credentials; the pool's status shows the progress, and the manager fills the pool only
 // once the pull is done.
@@ -156,17 +128,6 @@ func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip runtimes.Ima
 		auth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
 	}
 	s.pool.StartPull(key, tmpl.Image.URI, auth, ip)
-}
-
-// checkImage fails early when a pool's image is not on the host.
-func (s *Service) checkImage(ctx context.Context, image, tenant string) error {
-	if ic, ok := s.runtime.(runtimes.ImageChecker); ok {
-		has, err := ic.HasImage(ctx, image, tenant)
-		if err == nil && !has {
-			return runtimeCreateError(image, runtimes.ErrImageNotFound)
-		}
-	}
-	return nil
 }
 
 // UpdatePool replaces a pool's template and capacity; warm sandboxes of the old template
@@ -192,7 +153,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	var pull runtimes.ImagePuller
 	changed := string(tmpl) != string(p.Template)
 	if changed {
-		if pull, err = s.poolImage(ctx, caller.Tenant, req.Template); err != nil {
+		if pull, err = s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI); err != nil {
 			return nil, err
 		}
 		p.Version++
@@ -258,29 +219,16 @@ func (s *Service) DeletePool(ctx context.Context, caller Caller, name string) er
 	if err != nil {
 		return err
 	}
-	ids, err := s.store.DeletePool(ctx, p.Tenant, p.Name)
-	if err != nil {
-		return err
-	}
-	s.pool.ClearPull(store.PoolKey(p.Tenant, p.Name))
-	s.pool.RemoveWarm(ctx, p, ids)
-	return nil
+	return s.pool.Delete(ctx, p)
 }
 
 func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error) {
-	c, err := s.store.CountPool(ctx, p.Tenant, p.Name)
-	if err != nil {
-		return nil, err
-	}
-	// The count the pool manager publishes, so that every replica reports the same.
-	starting, err := s.store.StartingCount(ctx, store.PoolKey(p.Tenant, p.Name))
+	st, err := s.pool.Status(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	return &PoolView{
-		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity,
-		Status: PoolStatus{Total: c.Available + c.Allocated + starting, Allocated: c.Allocated, Available: c.Available, Starting: starting,
-			Image: s.pool.Pull(store.PoolKey(p.Tenant, p.Name))},
+		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity, Status: st,
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 	}, nil
 }
