@@ -199,7 +199,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	grace := s.cfg.ReadyTimeout
 	if inst.Pool != "" {
 		// A warm member has no record until it answers; its start is bounded by
-		// ReadyTimeout+30s (startWarm), so only an older one is an orphan.
+		// ReadyTimeout+30s (gateway/pool startWarm), so only an older one is an orphan.
 		grace = s.cfg.ReadyTimeout + time.Minute
 	}
 	if !startup && now.Sub(inst.CreatedAt) < grace {
