@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
-	"github.com/sandgate/sandgate/runtimes"
 )
 
 // createFromPool claims one warm sandbox of the named pool for the caller, waiting up to
@@ -35,7 +34,7 @@ func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName st
 		if len(got) == 1 {
 			return got[0], nil
 		}
-		s.kickPools()
+		s.pool.Kick()
 		if time.Now().After(deadline) {
 			break
 		}
@@ -124,12 +123,11 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
-// claim binds up to n warm members in one script and returns them at once: the runtime
-// (event stream) or the pool manager's sweep has already taken dead members out of the
-// pool, so no agent is asked anything on the way. What the claim binds late (env,
-// entrypoint, egress policy) rides in each record and is applied in the background,
-// bounded; a member's first call waits for its own (BeforeAgentCall), and one that died
-// in between answers SANDBOX::UNAVAILABLE and is marked Failed.
+// claim binds up to n warm members in one script (pool.Manager.Claim) and returns them
+// at once. What the claim binds late (env, entrypoint, egress policy) rides in each
+// record and is applied in the background; a member's first call waits for its own
+// (BeforeAgentCall), and one that died in between answers SANDBOX::UNAVAILABLE and is
+// marked Failed.
 //
 // The members' sandbox.created events are written while the caller goes on (a batch
 // writes its record meanwhile); emitted returns once they are, and the caller answers
@@ -160,21 +158,13 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	if lb := lateBindOf(req, entrypointChanged); lb != nil {
 		patch["lateBind"] = lb
 	}
-	got, err = s.store.Claim(ctx, p.Tenant, p.Name, caller.Tenant, n, patch, now.UnixMilli(), expires)
+	got, err = s.pool.Claim(ctx, p, caller.Tenant, n, patch, now.UnixMilli(), expires)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(got) == 0 {
 		return nil, func() {}, nil
 	}
-	s.pools.lastClaim.Store(time.Now().UnixNano())
-	s.kickPools()
-	// The claim script returned the records as they now are: the members' first calls
-	// (endpoint, command) route from memory instead of reading them back one by one.
-	for _, sb := range got {
-		s.routes.put(sb)
-	}
-	s.bindLate(got)
 	created := func(sb *store.Sandbox) store.Event {
 		return store.Event{Type: plugins.EventSandboxCreated, Tenant: sb.Tenant, SandboxID: sb.ID, Time: now,
 			Data: map[string]any{"image": sb.Image, "key": caller.KeyID, "source": "pool", "pool": p.Name}}
@@ -208,34 +198,14 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	return got, func() { <-done }, nil
 }
 
-// memberAlive pings a claimed member's agent. A slow answer on a loaded host is not a
-// dead member: when the first ping fails but the runtime still reports the process
-// running, it gets a second, longer ping before it is given up.
-func (s *Service) memberAlive(ctx context.Context, sb *store.Sandbox) error {
-	err := s.pingAgent(ctx, sb.Address, sb.AgentCredential(), time.Second)
-	if err == nil {
+// lateBindOf is what a claim leaves to bind on a member, nil when nothing.
+func lateBindOf(req CreateRequest, entrypoint bool) *store.LateBind {
+	np := strings.TrimSpace(string(req.NetworkPolicy))
+	if np == "null" {
+		np = ""
+	}
+	if len(req.Env) == 0 && !entrypoint && np == "" {
 		return nil
 	}
-	inst, ierr := s.runtime.Inspect(ctx, sb.ID)
-	if ierr != nil || inst.State != runtimes.StateRunning {
-		return err
-	}
-	return s.pingAgent(ctx, sb.Address, sb.AgentCredential(), 5*time.Second)
-}
-
-// bindClaim applies the claim's env and entrypoint through the agent; with neither, it
-// pings, so that a dead member is never handed out.
-func (s *Service) bindClaim(ctx context.Context, sb *store.Sandbox, env map[string]string, entrypoint bool) error {
-	if len(env) == 0 && !entrypoint {
-		return s.memberAlive(ctx, sb)
-	}
-	if len(env) > 0 {
-		if err := s.agents.SetEnv(ctx, sb.Address, sb.AgentCredential(), env, agentCallTimeout); err != nil {
-			return err
-		}
-	}
-	if entrypoint {
-		return s.agents.StartEntrypoint(ctx, sb.Address, sb.AgentCredential(), sb.Entrypoint, agentCallTimeout)
-	}
-	return nil
+	return &store.LateBind{Env: req.Env, Entrypoint: entrypoint, NetworkPolicy: np}
 }

@@ -2,7 +2,7 @@ package gateway
 
 // Sandbox deaths. A sandbox whose workload stops by itself (its entrypoint exited, a
 // kill at its memory limit, an operator's `docker kill`) is Failed. The gateway learns
-// of it three ways, whichever comes first: the runtime's event stream (watchMemberDeaths),
+// of it three ways, whichever comes first: the runtime's event stream (the pool feature's death watch, gateway/pool),
 // a proxied call the sandbox does not answer (UpstreamFailed), and the reconciler's pass.
 // From then on every call to it answers SANDBOX::UNAVAILABLE with the reason, and the
 // parts of it that only serve a live workload (its egress enforcer, its namespace holder)
@@ -110,6 +110,8 @@ func (s *Service) coldSandboxDied(ctx context.Context, sb *store.Sandbox) error 
 	return failedError(marked)
 }
 
+var errAlreadySettled = errors.New("already settled")
+
 // failedError is the answer to a call to a Failed sandbox.
 func failedError(sb *store.Sandbox) error {
 	if sb.Reason == ReasonMemberDied {
@@ -124,96 +126,4 @@ func FailedError(sb *store.Sandbox) error {
 		return nil
 	}
 	return failedError(sb)
-}
-
-// UpstreamFailed is told of a forwarded call whose sandbox did not answer. For a
-// sandbox that the runtime reports stopped it marks it Failed (a claimed pool member:
-// MEMBER_DIED; another: why it ended, deaths.go) and returns the SANDBOX::UNAVAILABLE
-// error to answer with; else nil (the caller answers its usual upstream error).
-func (s *Service) UpstreamFailed(ctx context.Context, sb *store.Sandbox, cause error) error {
-	if sb == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if sb.Pool == "" {
-		return s.coldSandboxDied(ctx, sb)
-	}
-	inst, err := s.runtime.Inspect(ctx, sb.ID)
-	if err == nil && inst.State == runtimes.StateRunning {
-		return nil
-	}
-	s.failMember(ctx, sb, cause)
-	return unavailable(sb.ID)
-}
-
-// watchMemberDeaths learns of sandboxes' deaths from the runtime as they happen: a
-// warm member leaves its pool at once (it is never handed out), a claimed one is marked
-// Failed, and so is any other sandbox (deaths.go). Without such a runtime the pool manager's sweep (SyncInterval) finds them.
-func (s *Service) watchMemberDeaths() {
-	w, ok := s.runtime.(runtimes.DeathWatcher)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		<-s.stop
-		cancel()
-	}()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for ctx.Err() == nil {
-			err := w.WatchDeaths(ctx, func(id string) {
-				s.wg.Add(1)
-				go func() {
-					defer s.wg.Done()
-					s.memberDied(ctx, id)
-				}()
-			})
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Debug("runtime event stream broke; reopening", "err", err)
-			// Deaths missed meanwhile are found by the pool manager's next sweep.
-			s.pools.mu.Lock()
-			s.pools.lastHealth = time.Time{}
-			s.pools.mu.Unlock()
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-}
-
-// memberDied handles the runtime's report that sandbox id stopped.
-func (s *Service) memberDied(ctx context.Context, id string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	sb, err := s.store.GetSandbox(ctx, id)
-	if err != nil {
-		return
-	}
-	if sb.Pool == "" {
-		if sb.State == StateRunning {
-			_ = s.coldSandboxDied(ctx, sb)
-		}
-		return
-	}
-	if removed, err := s.store.RemoveWarm(ctx, sb.Tenant, sb.Pool, id); err == nil && removed {
-		s.log.Info("warm pool member died; replacing it", "id", id, "pool", sb.Pool)
-		if err := s.runtime.Delete(ctx, id); err != nil {
-			s.log.Warn("remove dead warm member", "id", id, "err", err)
-		}
-		s.kickPools()
-		return
-	}
-	if sb.State != StateRunning || sb.Metadata[MetadataPool] == "" {
-		return
-	}
-	// A claimed member (the runtime does not report the gateway's own removals).
-	s.failMember(ctx, sb, errors.New("the runtime reports its container stopped"))
 }

@@ -7,10 +7,10 @@
 //	input.go         bad-input checks shared by create, claim and batch (4xx codes)
 //	validate.go      metadata, CPU and memory parsing
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
-//	claim.go         the claim of warm pool members (one script, no agent call)
-//	latebind.go      claimed members' late binding off the claim's path
-//	pools.go         pool CRUD and the pool's image pull
-//	poolmanager.go   the pool manager keeping every pool between its bounds
+//	claim.go         the claim of warm pool members: checks, admission, the claim's patch
+//	latebind.go      a claimed member's first call and its death, as the API sees them
+//	pools.go         pool CRUD: the request and its checks, the API's view
+//	poolhost.go      the core as the pool feature (package gateway/pool) sees it
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
 //	deleting.go      the delete's Stopping mark, so that a sandbox being deleted is not reported failed
@@ -69,6 +69,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -214,7 +215,8 @@ type Service struct {
 	// the signed policy API): agentclient.go.
 	agents *agentclient.Client
 	owner  string
-	pools  poolState
+	// pool is the warm pool feature (package gateway/pool).
+	pool *pool.Manager
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
 	routes  *routeCache
@@ -241,8 +243,6 @@ type Service struct {
 	crash crashState
 	// failures counts the errors of background work (failures.go).
 	failures failureCounts
-	// binds tracks claimed members' late bindings under way (latebind.go).
-	binds lateBinds
 	// idle is this gateway's part of idle pausing (idlepause.go).
 	idle idleState
 	// metrics are the event-driven Prometheus series (metrics.go).
@@ -273,7 +273,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	}
 	stopCtx, cancelStop := context.WithCancel(context.Background())
 	st.SetMeter(measureRecord)
-	return &Service{
+	s := &Service{
 		stopCtx: stopCtx, cancelStop: cancelStop,
 		cfg:      cfg,
 		store:    st,
@@ -289,13 +289,13 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		preview:  newPreviewState(),
 		idle:     idleState{inflight: map[string]*idleFlight{}, touched: map[string]time.Time{}, waking: map[string]chan struct{}{}},
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
-		binds:    lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
-		pools: poolState{
-			starting: map[string]int{},
-			kick:     make(chan struct{}, 1),
-			sem:      make(chan struct{}, max(cfg.PoolConcurrency, 1)),
-		},
 	}
+	s.pool = pool.New(pool.Config{
+		Owner: s.owner, Interval: cfg.PoolInterval, HealthInterval: cfg.SyncInterval,
+		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
+		PullImages: cfg.PullImages, PullAlways: cfg.PullAlways,
+	}, st, rt, poolHost{s}, log)
+	return s
 }
 
 // agentClientOf is the runtime's agent client when it has one (the Docker runtime
@@ -335,8 +335,7 @@ func (s *Service) Start(ctx context.Context) {
 			s.backgroundError("reconciler", "reconcile with the runtime", err)
 		}
 	})
-	s.runPoolManager()
-	s.watchMemberDeaths()
+	s.pool.Start()
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
@@ -391,6 +390,7 @@ func (s *Service) Stop() {
 		s.cancelStop()
 	})
 	s.spawnMu.Unlock()
+	s.pool.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -20,29 +20,17 @@ type PoolRequest struct {
 }
 
 // PoolStatus are a pool's live numbers.
-type PoolStatus struct {
-	Total     int64 `json:"total"`
-	Allocated int64 `json:"allocated"`
-	Available int64 `json:"available"`
-	Starting  int64 `json:"starting"`
-	// Image is the pull of the template's image that the pool's creation started (on
-	// the gateway that took it); absent when the image was already on the engine.
-	Image *PoolImagePull `json:"image,omitempty"`
-}
+type PoolStatus = pool.Status
 
 // PoolImagePull is the progress of a pool's one pull of its image: state Pulling, Ready
 // or Failed (message then has the registry's reason; the pool makes no members).
-type PoolImagePull struct {
-	State   string `json:"state"`
-	Message string `json:"message,omitempty"`
-	runtimes.PullProgress
-}
+type PoolImagePull = pool.ImagePull
 
 // Pool image pull states.
 const (
-	PoolImagePulling = "Pulling"
-	PoolImageReady   = "Ready"
-	PoolImageFailed  = "Failed"
+	PoolImagePulling = pool.ImagePulling
+	PoolImageReady   = pool.ImageReady
+	PoolImageFailed  = pool.ImageFailed
 )
 
 // PoolView is the API form of a pool.
@@ -99,7 +87,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err := s.validatePool(req); err != nil {
 		return nil, err
 	}
-	pull, err := s.poolImage(ctx, caller.Tenant, req.Template)
+	pull, err := s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +103,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if pull != nil {
 		s.startPoolPull(store.PoolKey(p.Tenant, p.Name), req.Template, pull)
 	} else {
-		s.kickPools()
+		s.pool.Kick()
 	}
 	return s.poolView(ctx, p)
 }
@@ -131,86 +119,15 @@ func withoutImageAuth(t *CreateRequest) *CreateRequest {
 	return &c
 }
 
-// poolImage decides how a new pool gets its image: nil when it is on the engine (or the
-// runtime pulls on its own nodes), a puller when this gateway must pull it first, and
-// IMAGE_NOT_FOUND when it is missing and pulling is off.
-func (s *Service) poolImage(ctx context.Context, tenant string, tmpl *CreateRequest) (runtimes.ImagePuller, error) {
-	image := tmpl.Image.URI
-	ip, ok := s.runtime.(runtimes.ImagePuller)
-	if !ok || !s.cfg.PullImages {
-		return nil, s.checkImage(ctx, image, tenant)
-	}
-	if !s.cfg.PullAlways {
-		if has, err := ip.HasImage(ctx, image, tenant); err == nil && has {
-			return nil, nil
-		}
-	}
-	if err := ip.CheckRegistry(ctx, image); err != nil {
-		return nil, runtimeCreateError(image, err)
-	}
-	return ip, nil
-}
-
 // startPoolPull pulls a new pool's image once, in the background, with the template's
 // credentials; the pool's status shows the progress, and the manager fills the pool only
 // once the pull is done.
 func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip runtimes.ImagePuller) {
-	st := &PoolImagePull{State: PoolImagePulling}
-	s.pools.mu.Lock()
-	if s.pools.pulls == nil {
-		s.pools.pulls = map[string]*PoolImagePull{}
-	}
-	s.pools.pulls[key] = st
-	s.pools.mu.Unlock()
 	var auth *runtimes.ImageAuth
 	if a := tmpl.Image.Auth; a != nil && a.Username != "" {
 		auth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
 	}
-	image := tmpl.Image.URI
-	s.spawn(func() {
-		ctx, cancel := context.WithTimeout(s.stopCtx, 30*time.Minute)
-		defer cancel()
-		err := ip.Pull(ctx, image, auth, func(p runtimes.PullProgress) {
-			s.pools.mu.Lock()
-			st.PullProgress = p
-			s.pools.mu.Unlock()
-		})
-		s.pools.mu.Lock()
-		if err != nil {
-			st.State = PoolImageFailed
-			st.Message = runtimeCreateError(image, err).Error()
-		} else {
-			st.State = PoolImageReady
-		}
-		s.pools.mu.Unlock()
-		if err != nil {
-			s.log.Warn("pool image pull failed", "pool", key, "image", image, "err", err)
-		}
-		s.kickPools()
-	})
-}
-
-// poolPull is a copy of a pool's pull status (nil when it made none).
-func (s *Service) poolPull(key string) *PoolImagePull {
-	s.pools.mu.Lock()
-	defer s.pools.mu.Unlock()
-	st, ok := s.pools.pulls[key]
-	if !ok {
-		return nil
-	}
-	c := *st
-	return &c
-}
-
-// checkImage fails early when a pool's image is not on the host.
-func (s *Service) checkImage(ctx context.Context, image, tenant string) error {
-	if ic, ok := s.runtime.(runtimes.ImageChecker); ok {
-		has, err := ic.HasImage(ctx, image, tenant)
-		if err == nil && !has {
-			return runtimeCreateError(image, runtimes.ErrImageNotFound)
-		}
-	}
-	return nil
+	s.pool.StartPull(key, tmpl.Image.URI, auth, ip)
 }
 
 // UpdatePool replaces a pool's template and capacity; warm sandboxes of the old template
@@ -236,7 +153,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	var pull runtimes.ImagePuller
 	changed := string(tmpl) != string(p.Template)
 	if changed {
-		if pull, err = s.poolImage(ctx, caller.Tenant, req.Template); err != nil {
+		if pull, err = s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI); err != nil {
 			return nil, err
 		}
 		p.Version++
@@ -252,18 +169,11 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	} else {
 		if changed {
 			// A new template without a pull of its own: an older pull no longer applies.
-			s.clearPoolPull(store.PoolKey(p.Tenant, p.Name))
+			s.pool.ClearPull(store.PoolKey(p.Tenant, p.Name))
 		}
-		s.kickPools()
+		s.pool.Kick()
 	}
 	return s.poolView(ctx, p)
-}
-
-// clearPoolPull forgets a pool's pull status.
-func (s *Service) clearPoolPull(key string) {
-	s.pools.mu.Lock()
-	delete(s.pools.pulls, key)
-	s.pools.mu.Unlock()
 }
 
 func (s *Service) lookupPool(ctx context.Context, caller Caller, name string) (*store.Pool, error) {
@@ -309,51 +219,16 @@ func (s *Service) DeletePool(ctx context.Context, caller Caller, name string) er
 	if err != nil {
 		return err
 	}
-	ids, err := s.store.DeletePool(ctx, p.Tenant, p.Name)
-	if err != nil {
-		return err
-	}
-	s.clearPoolPull(store.PoolKey(p.Tenant, p.Name))
-	s.removeWarm(ctx, p, ids)
-	return nil
-}
-
-func (s *Service) removeWarm(ctx context.Context, p *store.Pool, ids []string) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for _, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(id string) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			// Best effort: the runtime delete below is what frees the sandbox; a store
-			// error here leaves at most a stale record of a deleted pool's member, which
-			// holds no runtime resource.
-			_, _ = s.store.RemoveWarm(ctx, p.Tenant, p.Name, id)
-			_ = s.store.DeleteSandbox(ctx, id)
-			if err := s.runtime.Delete(ctx, id); err != nil {
-				s.log.Warn("remove warm sandbox", "pool", p.Name, "id", id, "err", err)
-			}
-		}(id)
-	}
-	wg.Wait()
+	return s.pool.Delete(ctx, p)
 }
 
 func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error) {
-	c, err := s.store.CountPool(ctx, p.Tenant, p.Name)
-	if err != nil {
-		return nil, err
-	}
-	// The count the pool manager publishes, so that every replica reports the same.
-	starting, err := s.store.StartingCount(ctx, store.PoolKey(p.Tenant, p.Name))
+	st, err := s.pool.Status(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	return &PoolView{
-		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity,
-		Status: PoolStatus{Total: c.Available + c.Allocated + starting, Allocated: c.Allocated, Available: c.Available, Starting: starting,
-			Image: s.poolPull(store.PoolKey(p.Tenant, p.Name))},
+		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity, Status: st,
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 	}, nil
 }

@@ -109,14 +109,14 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	return nil
 }
 
-// settleAfterClaim holds a pass until refillSettle has gone by since this gateway's last
-// claim, as the pool manager's is held, and reports false when the service stops
+// settleAfterClaim holds a pass while the pool manager's is held after this gateway's
+// last claim (pool.Manager.SettleWait), and reports false when the service stops
 // meanwhile. A pass lists every container of the engine and reads every record: at
 // SyncInterval 500 ms it overlapped most of a batch's first commands, whose agents and
 // gateway share the host's CPU with it. Nothing it does is urgent to the second: a
 // member that dies is known from the runtime's events, not from this pass.
 func (s *Service) settleAfterClaim(ctx context.Context) bool {
-	wait := refillSettle - time.Since(time.Unix(0, s.pools.lastClaim.Load()))
+	wait := s.pool.SettleWait()
 	if wait <= 0 {
 		return true
 	}
@@ -210,7 +210,7 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	grace := s.cfg.ReadyTimeout
 	if inst.Pool != "" {
 		// A warm member has no record until it answers; its start is bounded by
-		// ReadyTimeout+30s (startWarm), so only an older one is an orphan.
+		// ReadyTimeout+30s (gateway/pool startWarm), so only an older one is an orphan.
 		grace = s.cfg.ReadyTimeout + time.Minute
 	}
 	if !startup && now.Sub(inst.CreatedAt) < grace {

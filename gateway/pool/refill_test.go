@@ -1,4 +1,4 @@
-package gateway
+package pool
 
 import (
 	"context"
@@ -11,33 +11,33 @@ import (
 	"github.com/sandgate/sandgate/test/coredeps"
 )
 
-// TestOutdatedMembers: the pool manager finds the warm members built from an older
+// TestOutdatedMembers: the manager finds the warm members built from an older
 // template whenever it looks, though it reads each member's record only once per
 // template version.
 func TestOutdatedMembers(t *testing.T) {
 	ctx := context.Background()
 	d := coredeps.Start(t)
-	s := New(Config{}, d.Store, nil, d.Policy, d.Log)
-	p := &store.Pool{Tenant: DefaultTenant, Name: "p", Template: []byte(`{}`), Version: 1}
+	m := New(Config{}, d.Store, nil, nil, d.Log)
+	p := &store.Pool{Tenant: "default", Name: "p", Template: []byte(`{}`), Version: 1}
 	if err := d.Store.PutPool(ctx, p, true); err != nil {
 		t.Fatal(err)
 	}
 	add := func(id string, version int64) {
 		now := time.Now().UTC()
-		sb := &store.Sandbox{ID: id, Tenant: DefaultTenant, State: StateRunning, CreatedAt: now, LastTransitionAt: now, Pool: "p", PoolVersion: version}
+		sb := &store.Sandbox{ID: id, Tenant: "default", State: stateRunning, CreatedAt: now, LastTransitionAt: now, Pool: "p", PoolVersion: version}
 		if ok, err := d.Store.AddWarm(ctx, sb); err != nil || !ok {
 			t.Fatalf("AddWarm %s: %v, %v", id, ok, err)
 		}
 	}
 	check := func(version int64, want ...string) {
 		t.Helper()
-		ready, err := d.Store.ReadyMembers(ctx, DefaultTenant, "p")
+		ready, err := d.Store.ReadyMembers(ctx, "default", "p")
 		if err != nil {
 			t.Fatal(err)
 		}
 		v := *p
 		v.Version = version
-		got := s.outdatedMembers(ctx, &v, ready)
+		got := m.outdatedMembers(ctx, &v, ready)
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			t.Errorf("outdated at version %d = %v, want %v", version, got, want)
@@ -54,7 +54,7 @@ func TestOutdatedMembers(t *testing.T) {
 	check(2, "a0", "a1", "a2", "b0") // the template changed: every member is read again
 	add("c0", 1)                     // started from the old template while it changed
 	check(2, "a0", "a1", "a2", "b0", "c0")
-	if n := len(s.pools.current[store.PoolKey(DefaultTenant, "p")].ids); n != 1 {
+	if n := len(m.current[store.PoolKey("default", "p")].ids); n != 1 {
 		t.Errorf("%d members kept as current, want 1 (old)", n)
 	}
 }

@@ -1,0 +1,31 @@
+package pool
+
+import (
+	"context"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
+
+// Host is what the pool feature needs of the gateway's core. The core implements it;
+// the store and the runtime the Manager is given directly.
+type Host interface {
+	// MemberStarter decodes and checks a pool's template once, and returns what starts
+	// one member of it (an error: the template no longer passes the core's checks).
+	MemberStarter(p *store.Pool) (StartMember, error)
+	// BindMember applies a claim's late binding to a member: env and entrypoint through
+	// its agent, the network policy through its enforcer (the core's egress policy).
+	BindMember(ctx context.Context, sb *store.Sandbox, lb *store.LateBind) error
+	// RouteClaimed puts a claimed member's record into the core's route cache.
+	RouteClaimed(sb *store.Sandbox)
+	// DropRoute drops a sandbox from the core's route cache.
+	DropRoute(id string)
+	// SandboxDied is told that a sandbox not taken from a pool stopped.
+	SandboxDied(ctx context.Context, sb *store.Sandbox)
+	// ImageError is the user-safe error for the runtime's failure err with image.
+	ImageError(image string, err error) error
+}
+
+// StartMember starts one member of a pool's template, with the pool's tenant, name and
+// version, and returns its record once its agent answers, not yet added to the pool.
+// On an error it leaves nothing running.
+type StartMember func(ctx context.Context) (*store.Sandbox, error)

@@ -1,0 +1,171 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/runtimes/inprocess"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
+	"github.com/sandgate/sandgate/test/coredeps"
+)
+
+// testHost is the core's part of the feature for these tests: members start on the
+// in-process runtime (the real agent API) and are ready once their agent answers a
+// ping; a binding sets the env through the real agent. refuseBinds makes every binding
+// fail, a fault the real core shows only with a broken agent or enforcer.
+type testHost struct {
+	rt     *inprocess.Runtime
+	agents *agentclient.Client
+
+	mu          sync.Mutex
+	refuseBinds bool
+	binds       map[string]*store.LateBind
+	routed      map[string]bool
+	died        []string
+	badTemplate bool
+}
+
+func newTestHost(rt *inprocess.Runtime) *testHost {
+	return &testHost{rt: rt, agents: agentclient.New(), binds: map[string]*store.LateBind{}, routed: map[string]bool{}}
+}
+
+func (h *testHost) MemberStarter(p *store.Pool) (StartMember, error) {
+	h.mu.Lock()
+	bad := h.badTemplate
+	h.mu.Unlock()
+	if bad {
+		return nil, errors.New("template refused")
+	}
+	return func(ctx context.Context) (*store.Sandbox, error) {
+		now := time.Now().UTC()
+		spec := runtimes.Spec{ID: uuid.NewString(), Tenant: p.Tenant, Pool: p.Name, Image: "test", CreatedAt: now, AgentToken: "tok-" + uuid.NewString()}
+		inst, err := h.rt.Create(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		// As the core does, until the agent answers: a request signed within the
+		// millisecond of the agent's start is refused as older than the agent.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			err := h.agents.Ping(ctx, inst.Address, spec.AgentToken, 2*time.Second)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = h.rt.Delete(ctx, spec.ID)
+				return nil, err
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return &store.Sandbox{
+			ID: spec.ID, Tenant: p.Tenant, Image: spec.Image, State: stateRunning, CreatedAt: now, LastTransitionAt: now,
+			Address: inst.Address, AgentToken: spec.AgentToken, AgentAuth: store.AgentAuthSigned,
+			Pool: p.Name, PoolVersion: p.Version,
+		}, nil
+	}, nil
+}
+
+func (h *testHost) BindMember(ctx context.Context, sb *store.Sandbox, lb *store.LateBind) error {
+	h.mu.Lock()
+	refuse := h.refuseBinds
+	h.binds[sb.ID] = lb
+	h.mu.Unlock()
+	if refuse {
+		return errors.New("binding refused")
+	}
+	if len(lb.Env) > 0 {
+		return h.agents.SetEnv(ctx, sb.Address, sb.AgentCredential(), lb.Env, 2*time.Second)
+	}
+	return nil
+}
+
+func (h *testHost) RouteClaimed(sb *store.Sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.routed[sb.ID] = true
+}
+
+func (h *testHost) DropRoute(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.routed, id)
+}
+
+func (h *testHost) SandboxDied(_ context.Context, sb *store.Sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.died = append(h.died, sb.ID)
+}
+
+func (h *testHost) ImageError(image string, err error) error {
+	return errors.New("image " + image + ": " + err.Error())
+}
+
+var _ Host = (*testHost)(nil)
+
+// started is a Manager on a real redis-server and the in-process runtime, with its
+// test host; it is stopped when the test ends.
+type started struct {
+	m    *Manager
+	d    coredeps.Deps
+	host *testHost
+}
+
+func startManager(t *testing.T, cfg Config) started {
+	t.Helper()
+	d := coredeps.Start(t)
+	h := newTestHost(d.Runtime)
+	if cfg.Owner == "" {
+		cfg.Owner = "test"
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Millisecond
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = time.Hour
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 5 * time.Second
+	}
+	if cfg.AgentIdleTimeout == 0 {
+		cfg.AgentIdleTimeout = 2 * time.Minute
+	}
+	m := New(cfg, d.Store, d.Runtime, h, d.Log)
+	t.Cleanup(m.Stop)
+	return started{m: m, d: d, host: h}
+}
+
+// putPool stores a pool of the default tenant.
+func (s started) putPool(t *testing.T, name string, c store.Capacity) *store.Pool {
+	t.Helper()
+	p := &store.Pool{Tenant: "default", Name: name, Template: []byte(`{}`), Capacity: c, Version: 1}
+	if err := s.d.Store.PutPool(context.Background(), p, true); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitAvailable waits until the pool has n warm members.
+func (s started) waitAvailable(t *testing.T, p *store.Pool, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	var last store.PoolCounts
+	for time.Now().Before(deadline) {
+		c, err := s.d.Store.CountPool(context.Background(), p.Tenant, p.Name)
+		if err == nil && c.Available == n && s.m.startingCount(store.PoolKey(p.Tenant, p.Name)) == 0 {
+			return
+		}
+		last = c
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("pool %s: %d available, want %d", p.Name, last.Available, n)
+}

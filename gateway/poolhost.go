@@ -1,0 +1,124 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/gateway/pool"
+	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
+)
+
+// ConnWarmer makes the proxy that forwards sandbox traffic open a keep-alive connection
+// to an agent and keep it idle (pool.ConnWarmer).
+type ConnWarmer = pool.ConnWarmer
+
+// DefaultAgentIdleTimeout is Config.AgentIdleTimeout's default, Caddy's own for
+// reverse_proxy's idle connections.
+const DefaultAgentIdleTimeout = 2 * time.Minute
+
+// SetConnWarmer gives the pool manager the proxy's ConnWarmer: each member this gateway
+// makes warm gets its connection then, off any claim's path. Without one (or past the
+// proxy's idle timeout, two minutes in Caddy) the first call connects.
+func (s *Service) SetConnWarmer(f ConnWarmer) { s.pool.SetConnWarmer(f) }
+
+// poolHost is the core as the pool feature sees it (pool.Host).
+type poolHost struct{ s *Service }
+
+// MemberStarter decodes and checks p's template once; each call of the result starts
+// one member behind an enforcer with the template's policy and waits for its agent.
+func (h poolHost) MemberStarter(p *store.Pool) (pool.StartMember, error) {
+	s := h.s
+	var req CreateRequest
+	if err := json.Unmarshal(p.Template, &req); err != nil {
+		return nil, fmt.Errorf("decode pool template: %w", err)
+	}
+	spec, err := s.validateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (*store.Sandbox, error) {
+		return h.startMember(ctx, p, req, spec)
+	}, nil
+}
+
+// startMember starts one member of pool p; its record is the pool feature's to add.
+func (h poolHost) startMember(ctx context.Context, p *store.Pool, req CreateRequest, spec runtimes.Spec) (*store.Sandbox, error) {
+	s := h.s
+	now := time.Now().UTC()
+	spec.ID = uuid.NewString()
+	spec.Tenant = p.Tenant
+	spec.Pool = p.Name
+	spec.CreatedAt = now
+	spec.AgentToken = randomToken(24)
+	spec.EgressToken = randomToken(24)
+	// Warm members start behind an enforcer with the template's policy (the platform
+	// default without one); a claim's own networkPolicy replaces it (bindClaimEgress).
+	egress, err := s.egressSpec(ctx, Caller{Tenant: p.Tenant}, spec.ID, req)
+	if err != nil {
+		return nil, err
+	}
+	spec.Egress = egress
+	if err := s.labelCluster(ctx, &spec); err != nil {
+		return nil, err
+	}
+	if err := checkSnapshotImage(spec.Labels[runtimes.LabelCluster], p.Tenant, spec.Image); err != nil {
+		return nil, err
+	}
+	inst, err := s.runtime.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx, inst); err != nil {
+		_ = s.runtime.Delete(context.WithoutCancel(ctx), spec.ID)
+		return nil, err
+	}
+	return &store.Sandbox{
+		ID: spec.ID, Tenant: p.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
+		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, State: StateRunning,
+		LastTransitionAt: now, CreatedAt: now, Address: inst.Address,
+		AgentToken: spec.AgentToken, AgentAuth: store.AgentAuthSigned, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
+		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egressPolicyOf(spec.Egress),
+	}, nil
+}
+
+// BindMember applies the claim's env and entrypoint through the agent, then its
+// network policy through the enforcer.
+func (h poolHost) BindMember(ctx context.Context, sb *store.Sandbox, lb *store.LateBind) error {
+	s := h.s
+	if len(lb.Env) > 0 {
+		if err := s.agents.SetEnv(ctx, sb.Address, sb.AgentCredential(), lb.Env, agentCallTimeout); err != nil {
+			return err
+		}
+	}
+	if lb.Entrypoint {
+		if err := s.agents.StartEntrypoint(ctx, sb.Address, sb.AgentCredential(), sb.Entrypoint, agentCallTimeout); err != nil {
+			return err
+		}
+	}
+	if lb.NetworkPolicy != "" {
+		return s.bindClaimEgress(ctx, Caller{Tenant: sb.Tenant}, sb, CreateRequest{NetworkPolicy: json.RawMessage(lb.NetworkPolicy)})
+	}
+	return nil
+}
+
+// RouteClaimed puts a claimed member's record into the route cache.
+func (h poolHost) RouteClaimed(sb *store.Sandbox) { h.s.routes.put(sb) }
+
+// DropRoute drops a sandbox from the route cache.
+func (h poolHost) DropRoute(id string) { h.s.routes.drop(id) }
+
+// SandboxDied marks a sandbox not taken from a pool Failed once the runtime confirms
+// it stopped (deaths.go).
+func (h poolHost) SandboxDied(ctx context.Context, sb *store.Sandbox) {
+	_ = h.s.coldSandboxDied(ctx, sb)
+}
+
+// ImageError is the create error for the runtime's failure err with image.
+func (h poolHost) ImageError(image string, err error) error { return runtimeCreateError(image, err) }
+
+var _ pool.Host = poolHost{}
