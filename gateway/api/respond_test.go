@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -228,10 +229,44 @@ func TestAnswersHoldNoNulls(t *testing.T) {
 		"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin); code != 201 && code != 200 {
 		t.Fatalf("create pool: %d %s", code, body)
 	}
-	for _, path := range []string{"/v1/pools", "/v1/pools/bare", "/v1/sandboxes", "/v1/snapshots", "/v1/batches"} {
+	for _, path := range []string{"/v1/pools", "/v1/pools/bare", "/v1/sandboxes", "/v1/snapshots", "/v1/policy"} {
 		code, body := call(t, "GET", srv.URL+path, nil, admin)
-		if code == 200 && strings.Contains(string(body), "null") {
-			t.Errorf("GET %s holds a null: %s", path, body)
+		var v any
+		if err := json.Unmarshal(body, &v); code != 200 || err != nil {
+			t.Errorf("GET %s = %d %s", path, code, body)
+			continue
+		}
+		if nulls := nullsIn(v, ""); len(nulls) > 0 {
+			t.Errorf("GET %s holds nulls at %v: %s", path, nulls, body)
 		}
 	}
+	code, body := call(t, "DELETE", srv.URL+"/v1/policy/overrides", nil, admin)
+	var v any
+	if err := json.Unmarshal(body, &v); code != 200 || err != nil {
+		t.Fatalf("DELETE /v1/policy/overrides = %d %s", code, body)
+	}
+	if nulls := nullsIn(v, ""); len(nulls) > 0 {
+		t.Errorf("DELETE /v1/policy/overrides holds nulls at %v", nulls)
+	}
+}
+
+// nullsIn lists the JSON pointers of every null inside v.
+func nullsIn(v any, at string) []string {
+	switch v := v.(type) {
+	case nil:
+		return []string{at}
+	case map[string]any:
+		var out []string
+		for k, e := range v {
+			out = append(out, nullsIn(e, at+"/"+k)...)
+		}
+		return out
+	case []any:
+		var out []string
+		for i, e := range v {
+			out = append(out, nullsIn(e, fmt.Sprintf("%s/%d", at, i))...)
+		}
+		return out
+	}
+	return nil
 }
