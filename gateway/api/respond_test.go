@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -112,6 +114,9 @@ func TestErrorStatusesByArea(t *testing.T) {
 			_ = json.Unmarshal(body, &e)
 			if code != tt.status || e.Code != tt.code || e.Message == "" {
 				t.Errorf("%s %s = %d %s, want %d %s with a message", tt.method, tt.path, code, body, tt.status, tt.code)
+			}
+			if listed, ok := documentedStatuses(t, tt.method, tt.path); ok && !slices.Contains(listed, strconv.Itoa(tt.status)) {
+				t.Errorf("openapi.json lists %v for %s %s, not %d", listed, tt.method, tt.path, tt.status)
 			}
 		})
 	}
