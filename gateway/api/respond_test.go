@@ -229,8 +229,10 @@ func TestListStateFilterIsStrict(t *testing.T) {
 func TestAnswersHoldNoNulls(t *testing.T) {
 	srv, _ := startTestAPI(t, nil)
 	admin := map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"}
+	// A template's raw fields sent as null are answered as absent.
 	if code, body := call(t, "POST", srv.URL+"/v1/pools", map[string]any{"name": "bare",
-		"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
+		"template": map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"},
+			"volumes": nil, "networkPolicy": nil, "credentialProxy": nil},
 		"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin); code != 201 && code != 200 {
 		t.Fatalf("create pool: %d %s", code, body)
 	}
