@@ -72,6 +72,11 @@ func (s *Service) validatePool(req PoolRequest) error {
 	if err != nil {
 		return err
 	}
+	// The template is stored as sent and answered as stored: a networkPolicy of the wrong
+	// shape is refused now, not when the manager starts a member.
+	if _, err := parseNetworkPolicy(req.Template.NetworkPolicy); err != nil {
+		return err
+	}
 	if len(spec.Volumes) > 0 {
 		// Warm members start before anyone claims them; volumes are bound at create.
 		return Errorf(KindInvalid, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
