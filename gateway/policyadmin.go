@@ -79,6 +79,9 @@ func (s *Service) PolicyState(ctx context.Context) (*PolicyState, error) {
 		return nil, err
 	}
 	names := sortedKeys(overrides)
+	if names == nil {
+		names = []string{} // the document's overrides is an array, never null
+	}
 	return &PolicyState{
 		Version: s.policy.Version(), Modules: policyModules(s.policy.Modules(), overrides),
 		Tests: policyModules(tests, overrides), Data: s.policy.Data(), Overrides: names,

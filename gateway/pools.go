@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,11 @@ func (s *Service) validatePool(req PoolRequest) error {
 	if err != nil {
 		return err
 	}
+	// The template is stored as sent and answered as stored: a networkPolicy of the wrong
+	// shape is refused now, not when the manager starts a member.
+	if _, err := parseNetworkPolicy(req.Template.NetworkPolicy); err != nil {
+		return err
+	}
 	if len(spec.Volumes) > 0 {
 		// Warm members start before anyone claims them; volumes are bound at create.
 		return Errorf(KindInvalid, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
@@ -91,7 +97,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err != nil {
 		return nil, err
 	}
-	tmpl, _ := json.Marshal(withoutImageAuth(req.Template))
+	tmpl, _ := json.Marshal(templateToStore(req.Template))
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	p := &store.Pool{Tenant: caller.Tenant, Name: req.Name, Template: tmpl, Capacity: req.CapacitySpec, Version: 1, CreatedAt: now, UpdatedAt: now}
 	if err := s.store.PutPool(ctx, p, true); err != nil {
@@ -116,6 +122,19 @@ func withoutImageAuth(t *CreateRequest) *CreateRequest {
 	}
 	c := *t
 	c.Image = &ImageSpec{URI: t.Image.URI}
+	return &c
+}
+
+// templateToStore is a pool's template as stored and answered: without the image's
+// credentials, and without the raw fields sent as null, which mean what absent means and
+// which the API's document never answers as null.
+func templateToStore(t *CreateRequest) *CreateRequest {
+	c := *withoutImageAuth(t)
+	for _, raw := range []*json.RawMessage{&c.NetworkPolicy, &c.Volumes, &c.CredentialProxy} {
+		if bytes.Equal(bytes.TrimSpace(*raw), []byte("null")) {
+			*raw = nil
+		}
+	}
 	return &c
 }
 
@@ -149,7 +168,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	if err != nil {
 		return nil, err
 	}
-	tmpl, _ := json.Marshal(withoutImageAuth(req.Template))
+	tmpl, _ := json.Marshal(templateToStore(req.Template))
 	var pull runtimes.ImagePuller
 	changed := string(tmpl) != string(p.Template)
 	if changed {

@@ -2,8 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,6 +98,9 @@ func TestErrorStatusesByArea(t *testing.T) {
 		{"pools: exists", "POST", "/v1/pools", map[string]any{"name": "p1",
 			"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
 			"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin, 409, gateway.CodePoolExists},
+		{"pools: a template's networkPolicy of the wrong shape", "POST", "/v1/pools", map[string]any{"name": "p2",
+			"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}, "networkPolicy": []any{nil, nil}},
+			"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin, 400, gateway.CodeInvalidParameter},
 		{"claim: an unknown pool", "POST", "/v1/sandboxes", map[string]any{"image": map[string]string{"uri": "sandgate/base:test"},
 			"timeout": 60, "extensions": map[string]string{"poolRef": "nope"}}, admin, 404, gateway.CodePoolNotFound},
 		{"batches: not found", "GET", "/v1/batches/nope", nil, admin, 404, gateway.CodeBatchNotFound},
@@ -111,6 +117,9 @@ func TestErrorStatusesByArea(t *testing.T) {
 			_ = json.Unmarshal(body, &e)
 			if code != tt.status || e.Code != tt.code || e.Message == "" {
 				t.Errorf("%s %s = %d %s, want %d %s with a message", tt.method, tt.path, code, body, tt.status, tt.code)
+			}
+			if listed, ok := documentedStatuses(t, tt.method, tt.path); ok && !slices.Contains(listed, strconv.Itoa(tt.status)) {
+				t.Errorf("openapi.json lists %v for %s %s, not %d", listed, tt.method, tt.path, tt.status)
 			}
 		})
 	}
@@ -223,15 +232,51 @@ func TestListStateFilterIsStrict(t *testing.T) {
 func TestAnswersHoldNoNulls(t *testing.T) {
 	srv, _ := startTestAPI(t, nil)
 	admin := map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"}
+	// A template's raw fields sent as null are answered as absent.
 	if code, body := call(t, "POST", srv.URL+"/v1/pools", map[string]any{"name": "bare",
-		"template":     map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"}},
+		"template": map[string]any{"image": map[string]string{"uri": "sandgate/base:test"}, "entrypoint": []string{"sleep", "600"},
+			"volumes": nil, "networkPolicy": nil, "credentialProxy": nil},
 		"capacitySpec": map[string]int{"bufferMin": 0, "bufferMax": 0, "poolMin": 0, "poolMax": 1}}, admin); code != 201 && code != 200 {
 		t.Fatalf("create pool: %d %s", code, body)
 	}
-	for _, path := range []string{"/v1/pools", "/v1/pools/bare", "/v1/sandboxes", "/v1/snapshots", "/v1/batches"} {
+	for _, path := range []string{"/v1/pools", "/v1/pools/bare", "/v1/sandboxes", "/v1/snapshots", "/v1/policy"} {
 		code, body := call(t, "GET", srv.URL+path, nil, admin)
-		if code == 200 && strings.Contains(string(body), "null") {
-			t.Errorf("GET %s holds a null: %s", path, body)
+		var v any
+		if err := json.Unmarshal(body, &v); code != 200 || err != nil {
+			t.Errorf("GET %s = %d %s", path, code, body)
+			continue
+		}
+		if nulls := nullsIn(v, ""); len(nulls) > 0 {
+			t.Errorf("GET %s holds nulls at %v: %s", path, nulls, body)
 		}
 	}
+	code, body := call(t, "DELETE", srv.URL+"/v1/policy/overrides", nil, admin)
+	var v any
+	if err := json.Unmarshal(body, &v); code != 200 || err != nil {
+		t.Fatalf("DELETE /v1/policy/overrides = %d %s", code, body)
+	}
+	if nulls := nullsIn(v, ""); len(nulls) > 0 {
+		t.Errorf("DELETE /v1/policy/overrides holds nulls at %v", nulls)
+	}
+}
+
+// nullsIn lists the JSON pointers of every null inside v.
+func nullsIn(v any, at string) []string {
+	switch v := v.(type) {
+	case nil:
+		return []string{at}
+	case map[string]any:
+		var out []string
+		for k, e := range v {
+			out = append(out, nullsIn(e, at+"/"+k)...)
+		}
+		return out
+	case []any:
+		var out []string
+		for i, e := range v {
+			out = append(out, nullsIn(e, fmt.Sprintf("%s/%d", at, i))...)
+		}
+		return out
+	}
+	return nil
 }
