@@ -17,37 +17,6 @@ import (
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
-// dnsQueryScript sends one A query for argv[3] to argv[1]:argv[2] over argv[4] (udp or
-// tcp) and prints "rcode=N an=N addresses…", or "error …" without an answer.
-const dnsQueryScript = `import sys, socket, struct, random
-server, port, name, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-q = struct.pack('>HHHHHH', random.randint(0, 65535), 0x0100, 1, 0, 0, 0)
-q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', 1, 1)
-try:
-    if proto == 'udp':
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(q, (server, port)); r = s.recv(4096)
-    else:
-        s = socket.create_connection((server, port), timeout=3); s.sendall(struct.pack('>H', len(q)) + q)
-        n = struct.unpack('>H', s.recv(2))[0]; r = b''
-        while len(r) < n:
-            r += s.recv(n - len(r))
-except Exception as e:
-    print('error', type(e).__name__); sys.exit(0)
-an = struct.unpack('>H', r[6:8])[0]
-i = 12
-while r[i] != 0:
-    i += r[i] + 1
-i += 5
-ips = []
-for _ in range(an):
-    i += 2 if r[i] & 0xc0 == 0xc0 else len(r[i:].split(b'\x00', 1)[0]) + 1
-    t, c, ttl, l = struct.unpack('>HHIH', r[i:i + 10]); i += 10
-    if t == 1:
-        ips.append(socket.inet_ntoa(r[i:i + 4]))
-    i += l
-print(('rcode=%d an=%d ' % (r[3] & 15, an)) + ' '.join(ips))
-`
-
 // runTestContainer starts a container of image on network (removed when the test
 // ends) and returns its name and address.
 func runTestContainer(t *testing.T, network, image string, cmd ...string) (name, addr string) {
@@ -133,9 +102,9 @@ func TestAllowedNameResolves(t *testing.T) {
 				t.Fatalf("workload in a holder's namespace: %t, want %t", inHolder, tt.spare)
 			}
 			id := spec.ID
-			inSandbox(t, id, "cat > /tmp/dnsq.py <<'EOF'\n"+dnsQueryScript+"EOF")
+			inSandbox(t, id, "cat > /tmp/dnsq.py <<'EOF'\n"+testenv.DNSProbeScript+"EOF")
 			query := func(server string, port int, name, proto string) string {
-				return inSandbox(t, id, "python3 /tmp/dnsq.py "+server+" "+strconv.Itoa(port)+" "+name+" "+proto)
+				return inSandbox(t, id, "python3 /tmp/dnsq.py "+server+" "+strconv.Itoa(port)+" "+name+" A "+proto)
 			}
 
 			if got := inSandbox(t, id, "getent hosts allowed.sandgate-test | awk '{print $1}'"); got != web {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // Egress tests. Every target is a server the test starts itself: a container of the
@@ -26,43 +28,6 @@ import (
 // bridge whatever the policy says, and a server on another network is unreachable by
 // Docker's network isolation. With ICC on, the enforcer is the only thing between a
 // sandbox and the servers, which is exactly what these tests need to observe.
-
-// dnsProbeScript sends one query (qtype A or PTR) to server:port over udp or tcp and
-// prints "rcode=N an=M ips…", or "error <kind>" when nothing answers.
-const dnsProbeScript = `import sys, socket, struct, random
-server, port, name, qtype, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-qt = {'A': 1, 'PTR': 12}[qtype]
-q = struct.pack('>HHHHHH', random.randint(0, 65535), 0x0100, 1, 0, 0, 0)
-q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', qt, 1)
-try:
-    if proto == 'udp':
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(q, (server, port)); r = s.recv(4096)
-    else:
-        s = socket.create_connection((server, port), timeout=3); s.sendall(struct.pack('>H', len(q)) + q)
-        n = struct.unpack('>H', s.recv(2))[0]; r = b''
-        while len(r) < n:
-            r += s.recv(n - len(r))
-except Exception as e:
-    print('error', type(e).__name__); sys.exit(0)
-an = struct.unpack('>H', r[6:8])[0]
-i = 12
-while r[i] != 0:
-    i += r[i] + 1
-i += 5
-ips = []
-for _ in range(an):
-    if r[i] & 0xc0 == 0xc0:
-        i += 2
-    else:
-        while r[i] != 0:
-            i += r[i] + 1
-        i += 1
-    t, c, ttl, l = struct.unpack('>HHIH', r[i:i + 10]); i += 10
-    if t == 1:
-        ips.append(socket.inet_ntoa(r[i:i + 4]))
-    i += l
-print(('rcode=%d an=%d ' % (r[3] & 15, an)) + ' '.join(ips))
-`
 
 // latencyScript times N DNS lookups (mode dns) or TCP connects (mode connect) inside a
 // container and prints the mean in nanoseconds.
@@ -166,7 +131,7 @@ func (w *egressWorld) sandbox(networkPolicy any) *egressSandbox {
 	}
 	id := w.g.createSandbox(req)
 	s := &egressSandbox{w: w, id: id, a: w.g.agent(id)}
-	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(dnsProbeScript)) + " | base64 -d > /tmp/dnsq.py && echo " +
+	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(testenv.DNSProbeScript)) + " | base64 -d > /tmp/dnsq.py && echo " +
 		base64.StdEncoding.EncodeToString([]byte(latencyScript)) + " | base64 -d > /tmp/latency.py")
 	return s
 }
@@ -184,7 +149,7 @@ func (s *egressSandbox) query(server, name, proto string) string {
 	return answerCount.ReplaceAllString(s.sh(fmt.Sprintf("python3 /tmp/dnsq.py %s 53 %s A %s", server, name, proto)), "")
 }
 
-// answerCount is the " an=N" of dnsProbeScript's output, which query leaves out.
+// answerCount is the " an=N" of testenv.DNSProbeScript's output, which query leaves out.
 var answerCount = regexp.MustCompile(` an=\d+`)
 
 // httpStatus fetches http://host:8000/ and returns the status code, "000" when no
@@ -555,7 +520,7 @@ func TestEgressPoolClaim(t *testing.T) {
 	}
 	id := r.JSON(t)["id"].(string)
 	s := &egressSandbox{w: w, id: id, a: w.g.agent(id)}
-	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(dnsProbeScript)) + " | base64 -d > /tmp/dnsq.py")
+	s.sh("echo " + base64.StdEncoding.EncodeToString([]byte(testenv.DNSProbeScript)) + " | base64 -d > /tmp/dnsq.py")
 	if got := s.httpStatus("allowed.test"); got != "200" {
 		t.Fatalf("GET allowed.test from the claimed sandbox = %s, want 200", got)
 	}

@@ -90,7 +90,7 @@ func (s *egressSandbox) install() {
 	}
 }
 
-// probe runs dnsProbeScript (installed by newEgressSandbox) in the sandbox.
+// probe runs testenv.DNSProbeScript (installed by newEgressSandbox) in the sandbox.
 func (s *egressSandbox) probe(server string, port int, name, qtype, proto string) string {
 	s.w.t.Helper()
 	return s.sh(fmt.Sprintf("python3 /tmp/dnsq.py %s %d %s %s %s", server, port, name, qtype, proto))
