@@ -108,19 +108,8 @@ func BenchmarkColdCreate(b *testing.B) {
 	// The gateway's first create fills its agent volume (once per process): not measured.
 	viaGateway()
 	gwCPU = 0
-	// The two alternate, in turn first, so that on a machine whose load comes and goes
-	// both see the same load and the ratio is of one run.
-	var gw, raw latencies
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			gw = append(gw, viaGateway())
-			raw = append(raw, rawDocker())
-		} else {
-			raw = append(raw, rawDocker())
-			gw = append(gw, viaGateway())
-		}
-	}
+	gw, raw := alternate(b, viaGateway, rawDocker)
 	b.StopTimer()
 	gw.report(b)
 	base, rawP99 := raw.ms()
@@ -128,14 +117,7 @@ func BenchmarkColdCreate(b *testing.B) {
 	b.ReportMetric(rawP99, "raw-p99-ms")
 	b.ReportMetric(float64(gwCPU.Milliseconds())/float64(b.N), "engine-cpu-ms")
 	b.ReportMetric(float64(rawCPU.Milliseconds())/float64(b.N), "raw-engine-cpu-ms")
-	if os.Getenv("SANDGATE_E2E_DUMP_STEPS") != "" {
-		// With SANDGATE_E2E_GATEWAY_ENV=SANDGATE_LOG_LEVEL=DEBUG and -v: each create's steps.
-		for _, l := range strings.Split(g.proc.Logs(), "\n") {
-			if strings.Contains(l, "sandbox container created") {
-				b.Log(l)
-			}
-		}
-	}
+	dumpCreateSteps(b, g)
 	p50, p99 := gw.ms()
 	testenv.RecordFigure(b, testenv.Figure{Name: "cold_create_first_command", Unit: "ms", P50: p50, P99: p99, BaselineP50: base, Target: "<= 1.2x"})
 }
@@ -241,6 +223,35 @@ func waitSpares(b *testing.B, network string, n int) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alternate runs gateway and raw b.N times each, in turn first, so that on a machine
+// whose load comes and goes both see the same load and their ratio is of one run.
+func alternate(b *testing.B, gateway, raw func() time.Duration) (gw, base latencies) {
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			gw = append(gw, gateway())
+			base = append(base, raw())
+		} else {
+			base = append(base, raw())
+			gw = append(gw, gateway())
+		}
+	}
+	return gw, base
+}
+
+// dumpCreateSteps logs each create's steps, as the Docker runtime logged them, when
+// SANDGATE_E2E_DUMP_STEPS is set (with SANDGATE_E2E_GATEWAY_ENV=SANDGATE_LOG_LEVEL=DEBUG
+// and -v).
+func dumpCreateSteps(b *testing.B, g *gateway) {
+	if os.Getenv("SANDGATE_E2E_DUMP_STEPS") == "" {
+		return
+	}
+	for _, l := range strings.Split(g.proc.Logs(), "\n") {
+		if strings.Contains(l, "sandbox container created") {
+			b.Log(l)
+		}
 	}
 }
 

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,26 +119,10 @@ func BenchmarkCreateThroughput50x8(b *testing.B) {
 		})
 		return took
 	}
-	var gw, raw latencies
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			gw = append(gw, viaGateway())
-			raw = append(raw, rawDocker())
-		} else {
-			raw = append(raw, rawDocker())
-			gw = append(gw, viaGateway())
-		}
-	}
+	gw, raw := alternate(b, viaGateway, rawDocker)
 	b.StopTimer()
-	if os.Getenv("SANDGATE_E2E_DUMP_STEPS") != "" {
-		// With SANDGATE_E2E_GATEWAY_ENV=SANDGATE_LOG_LEVEL=DEBUG and -v: each create's steps.
-		for _, l := range strings.Split(g.proc.Logs(), "\n") {
-			if strings.Contains(l, "sandbox container created") {
-				b.Log(l)
-			}
-		}
-	}
+	dumpCreateSteps(b, g)
 	p50, p99 := gw.ms()
 	base, _ := raw.ms()
 	b.ReportMetric(p50, "round-ms")
