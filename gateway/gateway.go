@@ -68,6 +68,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/store"
@@ -366,21 +367,7 @@ func (s *Service) loop(every time.Duration, fn func(context.Context)) {
 // spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
 // nothing and reports false. Work started from a request (not from a goroutine the
 // service already counts) goes through it.
-func (s *Service) spawn(fn func()) bool {
-	s.spawnMu.Lock()
-	defer s.spawnMu.Unlock()
-	select {
-	case <-s.stop:
-		return false
-	default:
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		fn()
-	}()
-	return true
-}
+func (s *Service) spawn(fn func()) bool { return spawn.Go(&s.spawnMu, s.stop, &s.wg, fn) }
 
 // Stop ends the background loops and waits for every goroutine the service started.
 func (s *Service) Stop() {

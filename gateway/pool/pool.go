@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -133,21 +134,7 @@ func (m *Manager) Stop() {
 
 // spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
 // nothing and reports false.
-func (m *Manager) spawn(fn func()) bool {
-	m.spawnMu.Lock()
-	defer m.spawnMu.Unlock()
-	select {
-	case <-m.stop:
-		return false
-	default:
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		fn()
-	}()
-	return true
-}
+func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
 
 // Kick asks for a refill pass now instead of at the next tick.
 func (m *Manager) Kick() {
