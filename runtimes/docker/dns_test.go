@@ -136,6 +136,16 @@ func TestAllowedNameResolves(t *testing.T) {
 					t.Fatalf("%s query of the allowed name to %s:53 = %q", proto, resolver, got)
 				}
 			}
+			// The enforcer's listener for the forwarded queries is on the namespace's
+			// loopback, which the workload shares: asked there directly, it refuses alike.
+			for _, proto := range []string{"udp", "tcp"} {
+				if got := query("127.0.0.1", 54, "denied.sandgate-test", proto); !strings.HasPrefix(got, "rcode=3 an=0") {
+					t.Fatalf("%s query of the denied name to the enforcer's 127.0.0.1:54 = %q, want NXDOMAIN", proto, got)
+				}
+				if got := query("127.0.0.1", 54, "allowed.sandgate-test", proto); got != "rcode=0 an=1 "+web {
+					t.Fatalf("%s query of the allowed name to the enforcer's 127.0.0.1:54 = %q", proto, got)
+				}
+			}
 			if got := query(resolver, 5353, "denied.sandgate-test", "udp"); !strings.HasPrefix(got, "error") {
 				t.Fatalf("query to the DNS server's port 5353 = %q, want no answer", got)
 			}
