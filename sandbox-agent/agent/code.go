@@ -28,6 +28,9 @@ type codeContext struct {
 
 	kernel *jupyter.Kernel
 	shell  *shellsession.Session
+	// richDisplay registers, once, the display formatters E2B's API adds to a Python
+	// kernel (e2bcode.go).
+	richDisplay sync.Once
 }
 
 // codeInterpreter owns the code contexts and the Jupyter server behind them, started on
@@ -187,6 +190,33 @@ func (ci *codeInterpreter) list(language string) []*codeContext {
 	return out
 }
 
+// restart replaces a context's kernel (or shell) by a fresh one with the same
+// language and working directory; the context keeps its id.
+func (ci *codeInterpreter) restart(ctx context.Context, id string) error {
+	old := ci.get(id)
+	if old == nil {
+		return errContextNotFound
+	}
+	fresh, err := ci.create(ctx, old.Language, old.Cwd)
+	if err != nil {
+		return err
+	}
+	ci.mu.Lock()
+	delete(ci.contexts, fresh.ID)
+	cur, ok := ci.contexts[id]
+	if ok {
+		ci.contexts[id] = &codeContext{ID: id, Language: cur.Language, Cwd: cur.Cwd, kernel: fresh.kernel, shell: fresh.shell}
+	}
+	ci.mu.Unlock()
+	if !ok {
+		// Removed meanwhile.
+		fresh.shutdown()
+		return errContextNotFound
+	}
+	cur.shutdown()
+	return nil
+}
+
 // writeCodeError maps code-interpreter errors to statuses and codes.
 func writeCodeError(w http.ResponseWriter, err error) {
 	switch {
@@ -338,7 +368,7 @@ func (s *Server) runKernel(ctx context.Context, stream *eventStream, c *codeCont
 	defer close(stopPing)
 	started := time.Now()
 	var execErr *EventError
-	err := c.kernel.Execute(ctx, code, false, func(o jupyter.Output) {
+	err := s.executeCell(ctx, c, code, func(o jupyter.Output) {
 		switch o.Kind {
 		case "stream":
 			typ := EventStdout
@@ -361,24 +391,33 @@ func (s *Server) runKernel(ctx context.Context, stream *eventStream, c *codeCont
 	elapsed := time.Since(started).Milliseconds()
 	switch {
 	case ctx.Err() != nil:
-		// The client left: stop the cell so the context is usable again.
-		ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = c.kernel.Interrupt(ictx)
-		cancel()
 	case err != nil:
 		_ = stream.send(Event{Type: EventErr, ExecutionTime: elapsed, Error: &EventError{
 			EName: "KernelError", EValue: err.Error(), Traceback: []string{},
 		}}, true)
-		if errors.Is(err, jupyter.ErrKernelDied) {
-			if removed := s.code.remove(c.ID); removed != nil {
-				removed.shutdown()
-			}
-		}
 	case execErr != nil:
 		_ = stream.send(Event{Type: EventErr, ExecutionTime: elapsed, Error: execErr}, true)
 	default:
 		_ = stream.send(Event{Type: EventComplete, ExecutionTime: elapsed}, true)
 	}
+}
+
+// executeCell runs code in a kernel context, calling fn for each output. When the
+// client leaves (ctx ends) the cell is interrupted so that the context is usable again;
+// when the kernel died the context is removed.
+func (s *Server) executeCell(ctx context.Context, c *codeContext, code string, fn func(jupyter.Output)) error {
+	err := c.kernel.Execute(ctx, code, false, fn)
+	switch {
+	case ctx.Err() != nil:
+		ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.kernel.Interrupt(ictx)
+		cancel()
+	case errors.Is(err, jupyter.ErrKernelDied):
+		if removed := s.code.remove(c.ID); removed != nil {
+			removed.shutdown()
+		}
+	}
+	return err
 }
 
 // renameTextPlain sends text/plain under the key "text", as execd does.

@@ -175,6 +175,7 @@ func (s *Server) routes() {
 	m.HandleFunc("DELETE /code/contexts/{id}", s.handleDeleteContext)
 	m.HandleFunc("POST /code", s.handleRunCode)
 	m.HandleFunc("DELETE /code", s.handleInterruptCode)
+	s.e2bCodeRoutes(m)
 
 	// The file and directory routes, each also under identityPrefix (as a given user).
 	for _, route := range []struct {
