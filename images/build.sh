@@ -57,3 +57,6 @@ if [ -x "$HERE/code-interpreter.sh" ]; then
 	# (SANDGATE_OPENSANDBOX_ALIAS=off skips it).
 	"$HERE/opensandbox-alias.sh" "$VERSION"
 fi
+
+# The images of the E2B door's templates (base and code-interpreter-v1).
+"$HERE/e2b.sh" "$VERSION"
