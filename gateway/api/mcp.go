@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,7 +93,75 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request, _ gateway.Cal
 		return
 	}
 	h.mcp.once.Do(h.mcp.init)
-	h.mcp.serve.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))
+	jw := &mcpJSONErrors{ResponseWriter: w}
+	h.mcp.serve.ServeHTTP(jw, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))
+	jw.finish()
+}
+
+// mcpJSONErrors gives the MCP handler's own refusals (a body that is not JSON-RPC, a
+// wrong Content-Type or Accept, a method other than POST) the gateway's error shape,
+// {code, message}, instead of the plain text the handler writes. Everything else, and
+// every streamed answer, passes through untouched.
+type mcpJSONErrors struct {
+	http.ResponseWriter
+	status int
+	text   []byte
+	held   bool
+}
+
+// mcpErrorCodes names the code of each status the MCP handler refuses a request with.
+var mcpErrorCodes = map[int]string{
+	http.StatusBadRequest:            "MCP::INVALID_REQUEST",
+	http.StatusMethodNotAllowed:      gateway.CodeMethodNotAllowed,
+	http.StatusNotAcceptable:         "MCP::NOT_ACCEPTABLE",
+	http.StatusRequestEntityTooLarge: "MCP::REQUEST_TOO_LARGE",
+	http.StatusUnsupportedMediaType:  "MCP::UNSUPPORTED_MEDIA_TYPE",
+}
+
+func (m *mcpJSONErrors) WriteHeader(status int) {
+	ct := m.Header().Get("Content-Type")
+	if status >= 400 && (ct == "" || strings.HasPrefix(ct, "text/plain")) {
+		m.status, m.held = status, true
+		return
+	}
+	m.ResponseWriter.WriteHeader(status)
+}
+
+func (m *mcpJSONErrors) Write(b []byte) (int, error) {
+	if m.held {
+		if len(m.text) < 4096 {
+			m.text = append(m.text, b...)
+		}
+		return len(b), nil
+	}
+	return m.ResponseWriter.Write(b)
+}
+
+func (m *mcpJSONErrors) Flush() {
+	if f, ok := m.ResponseWriter.(http.Flusher); ok && !m.held {
+		f.Flush()
+	}
+}
+
+func (m *mcpJSONErrors) Unwrap() http.ResponseWriter { return m.ResponseWriter }
+
+// finish writes a held refusal as {code, message}.
+func (m *mcpJSONErrors) finish() {
+	if !m.held {
+		return
+	}
+	code, ok := mcpErrorCodes[m.status]
+	if !ok {
+		code = "MCP::INVALID_REQUEST"
+		if m.status >= 500 {
+			code = gateway.CodeInternal
+		}
+	}
+	msg := strings.TrimSpace(string(m.text))
+	if msg == "" {
+		msg = http.StatusText(m.status)
+	}
+	writeJSON(m.ResponseWriter, m.status, errorBody{Code: code, Message: msg})
 }
 
 // inProcess is an http.RoundTripper that serves requests with the gateway's own handler,
