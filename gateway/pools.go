@@ -46,7 +46,10 @@ type PoolView struct {
 
 var poolNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
-func (s *Service) validatePool(req PoolRequest) error {
+// validatePool checks a pool request whole, its template's networkPolicy judged by the
+// egress policy as a create's would be: the template is stored as sent, so a policy
+// refused now is never found refused by the manager at each member's start.
+func (s *Service) validatePool(ctx context.Context, caller Caller, req PoolRequest) error {
 	if !poolNameRe.MatchString(req.Name) {
 		return Errorf(KindInvalid, CodePoolInvalid, "name %q: 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", req.Name)
 	}
@@ -60,10 +63,14 @@ func (s *Service) validatePool(req PoolRequest) error {
 	if err != nil {
 		return err
 	}
-	// The template is stored as sent and answered as stored: a networkPolicy of the wrong
-	// shape is refused now, not when the manager starts a member.
-	if _, err := parseNetworkPolicy(req.Template.NetworkPolicy); err != nil {
+	np, err := parseNetworkPolicy(req.Template.NetworkPolicy)
+	if err != nil {
 		return err
+	}
+	if np != nil {
+		if _, err := s.effectiveEgress(ctx, caller.Tenant, "", np); err != nil {
+			return err
+		}
 	}
 	if len(spec.Volumes) > 0 {
 		// Warm members start before anyone claims them; volumes are bound at create.
@@ -90,7 +97,7 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
 		return nil, err
 	}
-	if err := s.validatePool(req); err != nil {
+	if err := s.validatePool(ctx, caller, req); err != nil {
 		return nil, err
 	}
 	pull, err := s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI)
@@ -161,7 +168,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	if err := s.resolvePoolSnapshot(ctx, caller, &req); err != nil {
 		return nil, err
 	}
-	if err := s.validatePool(req); err != nil {
+	if err := s.validatePool(ctx, caller, req); err != nil {
 		return nil, err
 	}
 	p, err := s.lookupPool(ctx, caller, name)
