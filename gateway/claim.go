@@ -106,7 +106,7 @@ func (s *Service) coldFromTemplate(ctx context.Context, caller Caller, tmpl, req
 	if err != nil {
 		return nil, err
 	}
-	return s.createCold(ctx, caller, merged, spec, id, batch, "")
+	return s.createCold(ctx, caller, merged, spec, id, batch)
 }
 
 func mergeMaps(a, b map[string]string) map[string]string {

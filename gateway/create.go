@@ -75,14 +75,13 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		}
 		rec, err = s.createFromPool(ctx, caller, pool, req)
 	} else {
-		snapshotID := req.SnapshotID
 		if req, err = s.resolveSnapshot(ctx, caller, req); err != nil {
 			return nil, err
 		}
 		var spec runtimes.Spec
 		if spec, err = s.validateCreate(req); err == nil {
 			if _, err = s.admit(ctx, caller, admissionFor(spec, req, 1)); err == nil {
-				rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "", snapshotID)
+				rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "")
 			}
 		}
 	}
@@ -98,9 +97,10 @@ func createResponse(rec *store.Sandbox) *CreateResponse {
 }
 
 // createCold starts a new container for a validated request, waits for its agent and
-// records it under id. batch, when set, is recorded as the sandbox's batch, and
-// snapshotID as the snapshot it was created from.
-func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch, snapshotID string) (*store.Sandbox, error) {
+// records it under id. batch, when set, is recorded as the sandbox's batch. A sandbox
+// whose image is one of the tenant's snapshots records that snapshot, however it was
+// asked for (snapshotId, a fork, a batch or pool template of a snapshot).
+func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch string) (*store.Sandbox, error) {
 	// Wait for a create slot first: the record's clock (createdAt, expiry, the
 	// reconciler's patience with a Pending record) starts when the work does.
 	select {
@@ -143,12 +143,6 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if md, err := json.Marshal(metadata); err == nil && len(metadata) > 0 {
 		spec.Labels = map[string]string{labelMetadata: string(md)}
 	}
-	if snapshotID != "" {
-		if spec.Labels == nil {
-			spec.Labels = map[string]string{}
-		}
-		spec.Labels[labelFromSnapshot] = snapshotID
-	}
 	egress, err := s.egressSpec(ctx, caller, id, req)
 	if err != nil {
 		return nil, err
@@ -157,8 +151,13 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
-	if err := checkSnapshotImage(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Image); err != nil {
+	cluster := spec.Labels[runtimes.LabelCluster]
+	if err := checkSnapshotImage(cluster, caller.Tenant, spec.Image); err != nil {
 		return nil, err
+	}
+	snapshotID := snapshotOfImage(cluster, caller.Tenant, spec.Image)
+	if snapshotID != "" {
+		spec.Labels[labelFromSnapshot] = snapshotID
 	}
 	spec.Volumes = namespaceVolumes(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Volumes)
 	stages := s.metrics.Stages(ctx)

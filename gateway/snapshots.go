@@ -89,12 +89,7 @@ func snapshotRepo(cluster, tenant string) string {
 // checkSnapshotImage refuses a create that names another tenant's snapshot image as its
 // image: snapshots are reached by snapshotId, and only the owner's.
 func checkSnapshotImage(cluster, tenant, image string) error {
-	// The engine treats "docker.io/sandgate-snapshots/…" and "sandgate-snapshots/…" as
-	// one image, so the comparison is on the familiar (short) name.
-	name := image
-	if named, err := reference.ParseNormalizedNamed(image); err == nil {
-		name = reference.FamiliarString(named)
-	}
+	name := familiarName(image)
 	if !strings.HasPrefix(name, snapshotRepoPrefix) {
 		return nil
 	}
@@ -102,6 +97,26 @@ func checkSnapshotImage(cluster, tenant, image string) error {
 		return nil
 	}
 	return Errorf(KindNotFound, CodeSnapshotNotFound, "image %q: no such snapshot of this tenant; create from a snapshot with snapshotId", image)
+}
+
+// familiarName is an image's short name: the engine treats
+// "docker.io/sandgate-snapshots/…" and "sandgate-snapshots/…" as one image, so snapshot
+// images are compared on it.
+func familiarName(image string) string {
+	if named, err := reference.ParseNormalizedNamed(image); err == nil {
+		return reference.FamiliarString(named)
+	}
+	return image
+}
+
+// snapshotOfImage is the id of the tenant's snapshot that image is, or "" when it is
+// none (checkSnapshotImage has refused another tenant's).
+func snapshotOfImage(cluster, tenant, image string) string {
+	id, ok := strings.CutPrefix(familiarName(image), snapshotRepo(cluster, tenant)+":")
+	if !ok || strings.Contains(id, "@") {
+		return ""
+	}
+	return id
 }
 
 // CreateSnapshot starts a snapshot of a Running sandbox and answers at once (Creating);

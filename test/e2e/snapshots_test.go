@@ -233,9 +233,16 @@ func TestFork(t *testing.T) {
 	if b, err := c.WaitBatch(ctx, batch.ID, nil); err != nil || b.Summary.Failed > 0 || b.Summary.Running != 10 {
 		t.Fatalf("fork members: %+v, %v; want every copy running", b, err)
 	}
+	snaps, err := c.ListSnapshots(ctx, sandgate.SnapshotListOptions{})
+	if err != nil || len(snaps.Items) != 1 {
+		t.Fatalf("the fork's snapshot: %+v, %v", snaps, err)
+	}
 	seen := map[string]bool{src: true}
 	tokens := map[string]bool{accessToken(t, ctx, c, src): true}
 	for _, m := range batch.Members {
+		if got, err := c.GetSandbox(ctx, m.ID); err != nil || got.SnapshotID != snaps.Items[0].ID {
+			t.Fatalf("copy %s: %+v, %v; want snapshotId %s, the fork's snapshot", m.ID, got, err, snaps.Items[0].ID)
+		}
 		if seen[m.ID] {
 			t.Fatalf("copy id %s repeats", m.ID)
 		}
