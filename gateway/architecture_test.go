@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -119,4 +122,86 @@ func namesInBackquotes(text string) map[string]bool {
 		}
 	}
 	return names
+}
+
+// maxServiceMethods bounds the methods of Service (exported or not, declared in the
+// core's non-test files). Service keeps the sandbox lifecycle; a feature lives in a
+// package of its own behind a Host (featurePackages). The bound only comes down: lower
+// it when a feature leaves the core, never raise it to let one grow back in.
+const maxServiceMethods = 214
+
+// TestServiceMethodCount fails when Service has more methods than maxServiceMethods, and
+// says so when it has fewer, so that the bound follows the count down.
+func TestServiceMethodCount(t *testing.T) {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, f := range pkgs["gateway"].Files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil {
+				continue
+			}
+			recv := fd.Recv.List[0].Type
+			if star, ok := recv.(*ast.StarExpr); ok {
+				recv = star.X
+			}
+			if id, ok := recv.(*ast.Ident); ok && id.Name == "Service" {
+				count++
+			}
+		}
+	}
+	switch {
+	case count > maxServiceMethods:
+		t.Errorf("Service has %d methods, more than %d: put the new behaviour in a feature package with a Host, not on the core", count, maxServiceMethods)
+	case count < maxServiceMethods:
+		t.Logf("Service has %d methods, fewer than %d: lower maxServiceMethods to %d", count, maxServiceMethods, count)
+	}
+}
+
+// TestFeaturePackageDocsNameTheirFiles: the package doc of each feature package names
+// every non-test file of the package but the one that holds the doc, as the core's
+// package doc does for its files.
+func TestFeaturePackageDocsNameTheirFiles(t *testing.T) {
+	fileName := regexp.MustCompile(`[a-z0-9_]+\.go`)
+	for _, pkg := range featurePackages {
+		t.Run(pkg, func(t *testing.T) {
+			dir := filepath.Join("..", filepath.FromSlash(pkg))
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var files []string
+			docFile, named := "", map[string]bool{}
+			for _, e := range entries {
+				name := e.Name()
+				if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+					continue
+				}
+				files = append(files, name)
+				f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, parser.PackageClauseOnly|parser.ParseComments)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.Doc != nil {
+					docFile = name
+					for _, n := range fileName.FindAllString(f.Doc.Text(), -1) {
+						named[n] = true
+					}
+				}
+			}
+			if docFile == "" {
+				t.Fatalf("%s has no package doc", pkg)
+			}
+			for _, name := range files {
+				if name != docFile && !named[name] {
+					t.Errorf("the package doc of %s (in %s) does not name %s", pkg, docFile, name)
+				}
+			}
+		})
+	}
 }

@@ -5,17 +5,18 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/policy"
 )
 
-// Key roles.
+// Key roles (package principal's).
 const (
-	RoleAdmin       = "admin"
-	RoleTenantAdmin = "tenant-admin"
-	RoleMember      = "member"
-	RoleViewer      = "viewer"
+	RoleAdmin       = principal.RoleAdmin
+	RoleTenantAdmin = principal.RoleTenantAdmin
+	RoleMember      = principal.RoleMember
+	RoleViewer      = principal.RoleViewer
 )
 
 // Resource names what an action is about, for the access policy.
@@ -30,7 +31,7 @@ type Resource struct {
 // to the tenant's audit stream with its id and input hash.
 func (s *Service) Authorize(ctx context.Context, caller Caller, action string, res Resource, method, path string, body any) error {
 	in := policy.AccessInput{
-		Principal: policy.Principal{Kind: credentialOf(ctx), ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
+		Principal: policy.Principal{Kind: principal.CredentialOf(ctx), ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
 		Tenant:    caller.Tenant,
 		Action:    action,
 		Resource:  policy.Resource{Kind: res.Kind, ID: res.ID, Tenant: res.Tenant},

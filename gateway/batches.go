@@ -122,8 +122,8 @@ func (s *Service) CreateBatchWithEndpoints(ctx context.Context, caller Caller, r
 
 // memberEndpoints sets the agent endpoint of each Running member of v whose record is
 // in recs, for the caller's key: the same Rego decision as the endpoint route's
-// (sandbox.proxy on that sandbox) and the same key-bound value (accesstoken.go), so a
-// batch answer tells no reader more than the reader's own endpoint calls would. A member
+// (sandbox.proxy on that sandbox) and the same key-bound value (package gateway/access),
+// so a batch answer tells no reader more than the reader's own endpoint calls would. A member
 // the caller may not reach, or whose value cannot be derived now (the key's hash
 // unreadable), is left without one: the client asks GetEndpoint as before.
 func (s *Service) memberEndpoints(ctx context.Context, caller Caller, v *BatchView, recs []*store.Sandbox, q EndpointQuery) {

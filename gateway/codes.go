@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/sandgate/sandgate/policy"
+import (
+	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/policy"
+)
 
 // Stable error codes: every {code, message} the gateway answers with carries one of these
 // (or one of the leaf packages' codes listed at the end). Clients match on the strings;
@@ -9,9 +13,9 @@ import "github.com/sandgate/sandgate/policy"
 
 // Codes of the API itself: credentials, routing, and failures not the caller's.
 const (
-	CodeMissingAPIKey = "MISSING_API_KEY"
+	CodeMissingAPIKey = fault.CodeMissingAPIKey
 	CodeInvalidAPIKey = "INVALID_API_KEY"
-	CodeForbidden     = "FORBIDDEN"
+	CodeForbidden     = fault.CodeForbidden
 	CodeRouteNotFound = "ROUTE_NOT_FOUND"
 	// CodeMethodNotAllowed: the route exists, not with this method.
 	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
@@ -26,7 +30,7 @@ const (
 	CodeInvalidParameter  = "SANDBOX::INVALID_PARAMETER"
 	CodeInvalidMetadata   = "SANDBOX::INVALID_METADATA_LABEL"
 	CodeInvalidExpiration = "SANDBOX::INVALID_EXPIRATION"
-	CodeNotFound          = "SANDBOX::NOT_FOUND"
+	CodeNotFound          = fault.CodeNotFound
 	CodeNotRunning        = "SANDBOX::NOT_RUNNING"
 	CodeNotPaused         = "SANDBOX::NOT_PAUSED"
 	// CodeConflict: the sandbox's record changed under a read-modify-write; retry.
@@ -82,23 +86,24 @@ const (
 	CodeVaultInvalidRequest = "VAULT::INVALID_REQUEST"
 )
 
-// Codes of proxy access: credentials other than API keys.
+// Codes of proxy access: credentials other than API keys (package gateway/access
+// produces all but CodeOriginRefused).
 const (
-	CodeAccessDenied = "ACCESS::DENIED"
-	CodeLinkInvalid  = "ACCESS::LINK_INVALID"
-	CodeLinkExpired  = "ACCESS::LINK_EXPIRED"
+	CodeAccessDenied = access.CodeAccessDenied
+	CodeLinkInvalid  = access.CodeLinkInvalid
+	CodeLinkExpired  = access.CodeLinkExpired
 	// CodeAccessRevoked answers a key-bound access header whose key is gone.
-	CodeAccessRevoked = "ACCESS::TOKEN_REVOKED"
+	CodeAccessRevoked = access.CodeAccessRevoked
 	// CodeOriginRefused answers a session cookie sent from a page that is not the
 	// console's (another site, a preview, an opaque origin).
 	CodeOriginRefused = "ACCESS::ORIGIN_REFUSED"
 )
 
-// Codes of console sessions.
+// Codes of console sessions (package gateway/access).
 const (
-	CodeSessionInvalid = "SESSION::INVALID"
+	CodeSessionInvalid = access.CodeSessionInvalid
 	// CodeCSRFTokenInvalid: a change made with a session cookie lacks its X-CSRF-Token.
-	CodeCSRFTokenInvalid = "CSRF_TOKEN_INVALID"
+	CodeCSRFTokenInvalid = access.CodeCSRFTokenInvalid
 )
 
 // Codes of tenants, keys and their quotas.

@@ -12,6 +12,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
@@ -330,7 +331,7 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 	}
 	for k, v := range req.Extensions {
 		switch k {
-		case ExtensionRenewExtend:
+		case access.ExtensionRenewExtend:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 300 || n > 86400 {
 				return spec, invalid("extensions[%q] = %q: want whole seconds from 300 to 86400", k, v)
@@ -339,7 +340,7 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 			if v != "runc" && v != "runsc" {
 				return spec, invalid("extensions[%q] = %q: want \"runc\" or \"runsc\" (gVisor)", k, v)
 			}
-		case ExtensionPublic:
+		case access.ExtensionPublic:
 			if v != "true" && v != "false" {
 				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)
 			}

@@ -165,3 +165,6 @@ func (s *Service) restoreEnforcer(ctx context.Context, rr runtimes.EnforcerResto
 	s.log.Info("egress enforcer restored", "sandbox", id, "policyFromRecord", fromRecord)
 	s.emit(ctx, rec, "sandbox.enforcer.restored", map[string]any{"policyFromRecord": fromRecord})
 }
+
+// errNoChange leaves a record as it is from inside ModifySandbox.
+var errNoChange = errors.New("no change")

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -159,10 +162,10 @@ func (s *Service) RecordAgentCall(sb *store.Sandbox, typ string, data map[string
 
 // queueEvent hands ev to the batched event writer without blocking; when the queue is
 // full the event is dropped and counted. The writer drains the queue into its backlog
-// while Redis is away (runAccessLog), so an outage alone does not fill it.
+// while Redis is away (runEventWriter), so an outage alone does not fill it.
 func (s *Service) queueEvent(ev store.Event) {
-	if !s.preview.events.push(ev) {
-		s.preview.dropped.Add(1)
+	if !s.events.push(ev) {
+		s.events.dropped.Add(1)
 	}
 }
 
@@ -230,4 +233,133 @@ func (s *Service) emitPerSandbox(ctx context.Context, ev store.Event, members []
 		e.SandboxID = id
 		s.publishEvent(e)
 	}
+}
+
+// Bounds of the event queue (queueEvent): the writer takes a batch when eventBatch
+// events are waiting, or at its next tick; beyond eventQueueMax waiting events new
+// ones are dropped and counted.
+const (
+	eventBatch    = 256
+	eventQueueMax = 8192
+)
+
+// eventQueue holds events for the batched writer (runEventWriter). A request appends
+// under a lock and wakes the writer only once per eventBatch: a channel send per event
+// woke the writer's goroutine (and often an idle thread) on every proxied request.
+type eventQueue struct {
+	mu      sync.Mutex
+	pending []store.Event
+	wake    chan struct{} // capacity 1: a batch is ready
+	// dropped counts the events refused by a full queue or a full backlog.
+	dropped atomic.Int64
+}
+
+// push queues ev; false when the queue is full.
+func (q *eventQueue) push(ev store.Event) bool {
+	q.mu.Lock()
+	if len(q.pending) >= eventQueueMax {
+		q.mu.Unlock()
+		return false
+	}
+	q.pending = append(q.pending, ev)
+	full := len(q.pending) == eventBatch
+	q.mu.Unlock()
+	if full {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// take appends the waiting events to dst, oldest first, and empties the queue.
+func (q *eventQueue) take(dst []store.Event) []store.Event {
+	q.mu.Lock()
+	dst = append(dst, q.pending...)
+	if cap(q.pending) > 4*eventBatch {
+		q.pending = nil // release a queue grown while the writer waited for Redis
+	} else {
+		clear(q.pending)
+		q.pending = q.pending[:0]
+	}
+	q.mu.Unlock()
+	return dst
+}
+
+// eventBacklogMax bounds the events kept in memory while Redis cannot take them (about
+// 300 bytes each); beyond it the oldest are dropped and counted.
+const eventBacklogMax = 50000
+
+// runEventWriter writes queued events (proxied requests' access events, agent calls,
+// audit and MCP records) to Redis in pipelined batches, and at each flush the access
+// feature's activity (access.Manager.FlushActivity). While Redis is unreachable they are
+// kept (up to eventBacklogMax, oldest dropped first) and written once it answers again,
+// in their order; live subscribers (plugins, event streams of this gateway) get each
+// event once, when it is first taken from the queue. A batch that failed half-way is
+// written again whole, so an event may be stored twice after an outage, never lost
+// while the backlog has room.
+func (s *Service) runEventWriter() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var backlog []store.Event
+		fresh := make([]store.Event, 0, 256)
+		lost := int64(0)
+		flush := func() {
+			s.access.FlushActivity()
+			if len(fresh) > 0 {
+				s.publishEvents(fresh)
+				backlog = append(backlog, fresh...)
+				fresh = fresh[:0]
+			}
+			if over := len(backlog) - eventBacklogMax; over > 0 {
+				backlog = append(backlog[:0:0], backlog[over:]...)
+				s.events.dropped.Add(int64(over))
+				lost += int64(over)
+			}
+			for len(backlog) > 0 {
+				n := min(len(backlog), 512)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := s.store.AppendEvents(ctx, backlog[:n])
+				cancel()
+				if err != nil {
+					if !errors.Is(err, store.ErrUnavailable) {
+						s.log.Warn("access events lost", "count", n, "err", err)
+						backlog = backlog[n:]
+						continue
+					}
+					if !errors.Is(err, store.ErrFailFast) {
+						s.log.Debug("redis unreachable: access events kept for later", "pending", len(backlog))
+					}
+					return
+				}
+				backlog = backlog[n:]
+			}
+			backlog = nil // release a backlog grown during an outage
+			if lost > 0 {
+				s.log.Warn("access events dropped while redis was unreachable (backlog full)", "count", lost)
+				lost = 0
+			}
+		}
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.events.wake:
+				fresh = s.events.take(fresh)
+				flush()
+			case <-t.C:
+				fresh = s.events.take(fresh)
+				flush()
+			case <-s.stop:
+				fresh = s.events.take(fresh)
+				flush()
+				if len(backlog) > 0 {
+					s.log.Warn("access events lost at shutdown: redis unreachable", "count", len(backlog))
+				}
+				return
+			}
+		}
+	}()
 }

@@ -28,14 +28,9 @@
 //	egress.go        egress policy through Rego to the enforcer
 //	authenticate.go  API keys to callers
 //	authorize.go     the Rego access decision for API actions
-//	access.go        who may reach a sandbox's ports through the proxy
-//	accesstoken.go   the per-sandbox access header (sga1.<keyID>.<HMAC>) and its rotation
-//	publicaccess.go  publishing ports without credentials (sandbox.publish)
-//	previewlinks.go  signed preview links and cookies, and their keys (the signing
-//	                 itself is package gateway/linksign)
+//	accesshost.go    the core as the access feature (package gateway/access) sees it
+//	publicaccess.go  the create of a public sandbox: its own policy action (sandbox.publish)
 //	previewdomain.go refusing a preview domain that shares a site with the console
-//	sessions.go      console sign-in sessions and CSRF
-//	renewonaccess.go proxied-request activity: access events and renew-on-access
 //	clock.go         the gateway's clock, which only a test setting lets the admin move
 //	idlepause.go     idle pause (extensions idle.pause.seconds) and resume on the next request
 //	volumes.go       volumes: validation, host path resolution, per-tenant claim names
@@ -47,7 +42,8 @@
 //	metrics.go       the core's Prometheus series
 //	diagnostics.go   a sandbox's logs and events for OpenSandbox's Diagnostics API
 //	mcp.go           the audit record of each MCP tool call
-//	events.go        the event pipeline: emitted, queued, handed to plugins, read, followed
+//	events.go        the event pipeline: emitted, queued, written in batches, handed to plugins,
+//	                 read, followed
 //	audit.go         the tenant audit stream (policy decisions, plugin records)
 //	plugins.go       tenants' WASM plugins: management and keeping replicas in line
 //	policyadmin.go   tenants' Rego policy management
@@ -55,7 +51,8 @@
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
 //	agentclient.go   the core's calls to agents and enforcers (sandbox-agent/agentclient)
-//	errors.go        the core's error type and its kinds (gateway/api maps them to statuses)
+//	errors.go        the core's error type and its kinds (package gateway/fault's), what an error says
+//	                 to a caller (gateway/api maps its kind to a status)
 //	codes.go         every stable error code, by namespace
 package gateway
 
@@ -68,9 +65,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/pool"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -82,7 +81,7 @@ import (
 var Version = "dev"
 
 // DefaultTenant owns everything created with the platform admin key.
-const DefaultTenant = "default"
+const DefaultTenant = principal.DefaultTenant
 
 // Config holds the core's settings; zero values get the defaults of Defaults.
 type Config struct {
@@ -221,11 +220,10 @@ type Service struct {
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
 	routes  *routeCache
-	// keyBindings holds the last stored hash seen per key id and when it was read
-	// (knownBinding, accesstoken.go): what access header checks use while it is fresh,
-	// and their fallback while the store is unavailable.
-	keyBindings sync.Map
-	preview     previewState
+	// access is the feature of previews and access (package gateway/access).
+	access *access.Manager
+	// events holds the events waiting for the batched writer (events.go).
+	events eventQueue
 	// expiries tracks removals for expiry under way (reaper.go).
 	expiries expirySet
 	// enforcerRestores tracks enforcer restores under way (enforcer.go).
@@ -236,8 +234,6 @@ type Service struct {
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).
 	adminKey atomic.Value
-	// ttlDecider, when set, takes renew-on-access decisions over (plugins).
-	ttlDecider TTLDecider
 	// watch fans sandbox changes out to live lists (watch.go).
 	watch watchHub
 	// crash is the state of crash-only recovery (takeover.go).
@@ -287,7 +283,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),
-		preview:  newPreviewState(),
+		events:   eventQueue{wake: make(chan struct{}, 1)},
 		idle:     idleState{inflight: map[string]*idleFlight{}, touched: map[string]time.Time{}, waking: map[string]chan struct{}{}},
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
@@ -296,6 +292,8 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
 		PullImages: cfg.PullImages, PullAlways: cfg.PullAlways,
 	}, st, rt, poolHost{s}, log)
+	s.access = access.New(access.Config{MaxTimeout: cfg.MaxTimeout, RenewCooldown: cfg.RenewCooldown},
+		st, pol, s.metrics, accessHost{s}, log)
 	return s
 }
 
@@ -340,7 +338,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
-	s.runAccessLog()
+	s.runEventWriter()
 	s.runIdlePauser()
 	s.runUsageSampler()
 }
@@ -378,6 +376,7 @@ func (s *Service) Stop() {
 	})
 	s.spawnMu.Unlock()
 	s.pool.Stop()
+	s.access.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they

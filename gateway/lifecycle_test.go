@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/inprocess"
@@ -355,7 +357,7 @@ func TestActivityRecorded(t *testing.T) {
 		extensions map[string]string
 	}{
 		{"plain", nil},
-		{"renew on access", map[string]string{ExtensionRenewExtend: "60"}},
+		{"renew on access", map[string]string{access.ExtensionRenewExtend: "60"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			now := time.Now().UTC()
@@ -364,7 +366,7 @@ func TestActivityRecorded(t *testing.T) {
 			if err := c.store.CreateSandbox(ctx, rec, 0); err != nil {
 				t.Fatal(err)
 			}
-			c.svc.RecordAccess(rec, AccessRecord{Port: 44772, Method: "POST", Path: "/command", Status: 200})
+			c.svc.Access().RecordAccess(rec, access.AccessRecord{Port: 44772, Method: "POST", Path: "/command", Status: 200})
 			var first time.Time
 			deadline := time.Now().Add(5 * time.Second)
 			for first.IsZero() && time.Now().Before(deadline) {
@@ -377,7 +379,7 @@ func TestActivityRecorded(t *testing.T) {
 			if first.IsZero() {
 				t.Fatal("no activity recorded within 5s")
 			}
-			c.svc.RecordAccess(rec, AccessRecord{Port: 44772, Method: "POST", Path: "/command", Status: 200})
+			c.svc.Access().RecordAccess(rec, access.AccessRecord{Port: 44772, Method: "POST", Path: "/command", Status: 200})
 			time.Sleep(300 * time.Millisecond) // past the writer's flush
 			if again, _ := c.store.LastActivity(ctx, rec.ID); !again.Equal(first) {
 				t.Errorf("activity moved within the throttle: %v, then %v", first, again)
@@ -388,7 +390,7 @@ func TestActivityRecorded(t *testing.T) {
 
 // TestAccessEventsWritten: every proxied access becomes one preview.accessed event in
 // the tenant's stream, with the request's port, method, path, status, size, duration
-// and credential as data (the batched writer, runAccessLog, with typed data).
+// and credential as data (the batched writer, runEventWriter, with typed data).
 func TestAccessEventsWritten(t *testing.T) {
 	c := newTestCore(t, Config{})
 	ctx := context.Background()
@@ -399,8 +401,8 @@ func TestAccessEventsWritten(t *testing.T) {
 	}
 	const n = 300 // more than one batch (eventBatch)
 	for i := 0; i < n; i++ {
-		c.svc.RecordAccess(rec, AccessRecord{Port: 8000, Method: "GET", Path: fmt.Sprintf("/p/%d", i), Status: 200, Bytes: int64(i),
-			Duration: 1500 * time.Microsecond, Credential: CredSandboxToken})
+		c.svc.Access().RecordAccess(rec, access.AccessRecord{Port: 8000, Method: "GET", Path: fmt.Sprintf("/p/%d", i), Status: 200, Bytes: int64(i),
+			Duration: 1500 * time.Microsecond, Credential: principal.CredSandboxToken})
 	}
 	var evs []store.Event
 	deadline := time.Now().Add(5 * time.Second)
@@ -417,7 +419,7 @@ func TestAccessEventsWritten(t *testing.T) {
 			continue
 		}
 		want := map[string]any{"port": 8000.0, "method": "GET", "path": fmt.Sprintf("/p/%d", seen), "status": 200.0,
-			"bytes": float64(seen), "durationMs": 1.5, "credential": CredSandboxToken}
+			"bytes": float64(seen), "durationMs": 1.5, "credential": principal.CredSandboxToken}
 		if diff := cmp.Diff(want, ev.Data); diff != "" {
 			t.Fatalf("event %d data (-want +got):\n%s", seen, diff)
 		}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/runtimes"
 )
 
 // Metrics returns the gateway's event-driven series, for registration.
@@ -77,9 +76,4 @@ func (s *Service) pluginMetrics() []metrics.Plugin {
 		}
 	}
 	return out
-}
-
-// noteProxied counts one proxied request by kind (the agent's port or a preview).
-func (s *Service) noteProxied(rec AccessRecord) {
-	s.metrics.Proxied(rec.Port == runtimes.AgentPort, rec.Status, rec.Bytes)
 }

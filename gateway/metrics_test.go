@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -37,7 +38,7 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 		if err := st.CreateSandbox(ctx, rec, 0); err != nil {
 			t.Fatal(err)
 		}
-		svc.RecordAccess(rec, AccessRecord{Port: 44772 + i%2, Status: []int{200, 404, 502, 999, 0}[i%5], Bytes: 10})
+		svc.Access().RecordAccess(rec, access.AccessRecord{Port: 44772 + i%2, Status: []int{200, 404, 502, 999, 0}[i%5], Bytes: 10})
 	}
 	for _, tt := range []struct {
 		name        string

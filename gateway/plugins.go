@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 )
@@ -68,7 +69,7 @@ func (s *Service) AttachPlugins(ctx context.Context, host *plugins.Host) {
 	ps := s.ensurePluginState()
 	ps.host = host
 	ps.store = plugins.NewStore(s.store.Client(), s.store.Key(""))
-	s.SetTTLDecider(s.pluginTTLDecider)
+	s.access.SetTTLDecider(s.pluginTTLDecider)
 	if rev, err := ps.store.Sync(ctx, host); err != nil {
 		s.log.Warn("some stored plugins did not load", "revision", rev, "err", err)
 	}
@@ -95,7 +96,7 @@ func (s *Service) ensurePluginState() *pluginState {
 // pluginTTLDecider asks the sandbox's tenant's decide_ttl plugin. A tenant without one
 // gets the built-in rule without a warning; any other failure is returned so that
 // decideTTL logs it and applies the built-in rule.
-func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act TTLActivity, builtin, maxExp time.Time) (time.Time, bool, error) {
+func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act access.TTLActivity, builtin, maxExp time.Time) (time.Time, bool, error) {
 	ps := s.pluginState()
 	if ps == nil || ps.host == nil || sb.ExpiresAt == nil {
 		return builtin, true, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -358,7 +359,7 @@ func (s *Service) Can(ctx context.Context, caller Caller, actions []string) map[
 			res = policy.Resource{Kind: "tenant"}
 		}
 		d := s.policy.Access(ctx, policy.AccessInput{
-			Principal: policy.Principal{Kind: credentialOf(ctx), ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
+			Principal: policy.Principal{Kind: principal.CredentialOf(ctx), ID: caller.KeyID, Tenant: caller.Tenant, Role: caller.Role()},
 			Tenant:    caller.Tenant, Action: action, Resource: res,
 		})
 		out[action] = d.Allow

@@ -3,7 +3,7 @@ package gateway
 import (
 	"context"
 
-	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/gateway/access"
 )
 
 // ActionPublish is the access-policy action of creating a sandbox with
@@ -14,15 +14,9 @@ const ActionPublish = "sandbox.publish"
 // authorizePublic asks the access policy whether caller may create a public sandbox,
 // when the request asks for one.
 func (s *Service) authorizePublic(ctx context.Context, caller Caller, extensions map[string]string) error {
-	if extensions[ExtensionPublic] != "true" {
+	if extensions[access.ExtensionPublic] != "true" {
 		return nil
 	}
 	return s.Authorize(ctx, caller, ActionPublish, Resource{Kind: "sandbox", Tenant: caller.Tenant},
-		"POST", "/v1/sandboxes", map[string]any{"extensions": map[string]string{ExtensionPublic: "true"}})
-}
-
-// platformPort reports whether port is one of sandgate's own inside the sandbox (the
-// agent, the egress enforcer): public access never covers them, whatever the policy.
-func platformPort(port int) bool {
-	return port == runtimes.AgentPort || port == runtimes.EgressPort
+		"POST", "/v1/sandboxes", map[string]any{"extensions": map[string]string{access.ExtensionPublic: "true"}})
 }

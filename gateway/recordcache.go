@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -213,10 +214,10 @@ func (s *Service) watchChanges() {
 		for ctx.Err() == nil {
 			// After a (re)subscription, live lists may have missed changes: they list again.
 			// It returns when the subscription breaks or Stop; the loop resubscribes.
-			ready := func() { s.keyBindingsStale(); s.watch.resyncAll() }
+			ready := func() { s.access.KeyBindingsStale(); s.watch.resyncAll() }
 			_ = s.store.SubscribeChangesReady(ctx, ready, func(id string) {
-				if keyID, ok := strings.CutPrefix(id, keyChangePrefix); ok {
-					s.keyChanged(keyID)
+				if keyID, ok := strings.CutPrefix(id, access.KeyChangePrefix); ok {
+					s.access.KeyChanged(keyID)
 					return
 				}
 				s.routes.drop(id)

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/apiproto"
+	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
@@ -67,16 +69,8 @@ type Sandbox struct {
 // (declared in apiproto, for the gateway and the Go SDK alike).
 type Endpoint = apiproto.Endpoint
 
-// Caller is who makes a request, as authenticated by the HTTP layer.
-type Caller struct {
-	Tenant string
-	// Admin sees every tenant.
-	Admin bool
-	// KeyID names the credential for audit ("admin" for the configured key).
-	KeyID string
-	// KeyRole is the key's role within its tenant (tenant-admin, member, viewer).
-	KeyRole string
-}
+// Caller is who makes a request, as authenticated by the HTTP layer (principal.Caller).
+type Caller = principal.Caller
 
 // View turns a record into its API form.
 func View(sb *store.Sandbox) Sandbox {
@@ -254,9 +248,10 @@ func (s *Service) Renew(ctx context.Context, caller Caller, id string, expiresAt
 	exp := expiresAt.UTC()
 	// A tenant's decide_ttl plugin may shorten, move or refuse the renewal; when it
 	// fails, the request is granted as asked.
-	if cur, err := s.Lookup(ctx, caller, id); err == nil && s.ttlDecider != nil && cur.ExpiresAt != nil {
+	decide := s.access.TTLDecider()
+	if cur, err := s.Lookup(ctx, caller, id); err == nil && decide != nil && cur.ExpiresAt != nil {
 		maxExp := now.Add(s.cfg.MaxTimeout)
-		got, ok, err := s.ttlDecider(ctx, cur, TTLActivity{Renew: true, Requested: exp}, exp, maxExp)
+		got, ok, err := decide(ctx, cur, access.TTLActivity{Renew: true, Requested: exp}, exp, maxExp)
 		switch {
 		case err != nil:
 			s.log.Warn("TTL plugin failed on renew; granting the request", "sandbox", id, "err", err)
@@ -391,7 +386,7 @@ func (s *Service) endpointOf(ctx context.Context, caller Caller, sb *store.Sandb
 	if host == "" {
 		host = q.RequestHost
 	}
-	value, err := s.accessHeaderValue(ctx, sb, caller.KeyID)
+	value, err := s.access.HeaderValue(ctx, sb, caller.KeyID)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +406,7 @@ func (s *Service) endpointOf(ctx context.Context, caller Caller, sb *store.Sandb
 		if q.Expires.Sub(time.Now()) > s.cfg.MaxTimeout {
 			return nil, invalid("expires %d is more than %s away", q.Expires.Unix(), s.cfg.MaxTimeout)
 		}
-		tok, err := s.SignLink(ctx, sb.ID, port, *q.Expires)
+		tok, err := s.access.SignLink(ctx, sb.ID, port, *q.Expires)
 		if err != nil {
 			return nil, err
 		}

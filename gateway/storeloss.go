@@ -32,7 +32,7 @@ func (s *Service) checkStoreLoss(ctx context.Context) {
 	restore, id := s.crash.restoreCluster, s.crash.cluster
 	s.crash.mu.Unlock()
 	if lost {
-		s.keyBindingsStale()
+		s.access.KeyBindingsStale()
 		// The policy overrides went with the store: every gateway falls back to the
 		// policy a restarted one would load, not only those whose subscription broke.
 		s.wg.Add(1)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -132,9 +133,9 @@ func (s *Service) RevokeKey(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	// Access header values it fetched die with it: here at once, elsewhere when the
-	// change arrives (accesstoken.go).
-	s.keyChanged(id)
-	if err := s.store.PublishChange(ctx, keyChangePrefix+id); err != nil {
+	// change arrives (package gateway/access).
+	s.access.KeyChanged(id)
+	if err := s.store.PublishChange(ctx, access.KeyChangePrefix+id); err != nil {
 		s.log.Warn("key revocation not published; other gateways notice it within their binding TTL", "key", id, "err", err)
 	}
 	return nil

@@ -106,7 +106,7 @@ func (h *Handler) routes() []route {
 		{method: "POST", path: "/sandboxes/{id}/pause", endpoint: doOn("id", http.StatusAccepted, h.svc.Pause)},
 		{method: "POST", path: "/sandboxes/{id}/resume", endpoint: doOn("id", http.StatusAccepted, h.svc.Resume)},
 		{method: "POST", path: "/sandboxes/{id}/renew-expiration", handler: h.renewSandbox},
-		{method: "POST", path: "/sandboxes/{id}/access/rotate", endpoint: doOn("id", http.StatusNoContent, h.svc.RotateAccess), action: "sandbox.access.rotate"},
+		{method: "POST", path: "/sandboxes/{id}/access/rotate", endpoint: doOn("id", http.StatusNoContent, h.rotateAccess), action: "sandbox.access.rotate"},
 		{method: "GET", path: "/sandboxes/{id}/endpoints/{port}", handler: h.getEndpoint, action: "sandbox.proxy"},
 		{method: "POST", path: "/sandboxes/{id}/snapshots", handler: h.createSnapshot, action: "snapshot.create"},
 		{method: "POST", path: "/sandboxes/{id}/fork", endpoint: decodeAndCallOn("id", http.StatusAccepted, h.svc.Fork), action: "batch.create"},

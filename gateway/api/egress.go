@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
@@ -17,7 +18,7 @@ import (
 // platform's (gateway.Service.EgressPolicy). Both are signed requests of the gateway's
 // own; the caller's credential never reaches the enforcer. Other paths (/healthz) are
 // proxied without any credential. It reports whether it answered the request.
-func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, access gateway.ProxyAccess) bool {
+func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, proxyAccess access.ProxyAccess) bool {
 	if port != agentproto.EgressPort {
 		return false
 	}
@@ -28,7 +29,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *ga
 	}
 	path := egressPath(r, sb.ID, port)
 	if gateway.IsVaultPath(path) {
-		h.relayVault(w, r, sb, path, access)
+		h.relayVault(w, r, sb, path, proxyAccess)
 		return true
 	}
 	if path != "/policy" && path != "/policy/" {
@@ -53,8 +54,8 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *ga
 	// The change is the sandbox's tenant's; its event names the key (or the console
 	// session's key) that made it, when a key did.
 	who := gateway.Caller{Tenant: sb.Tenant}
-	if access.Caller != nil {
-		who.KeyID = access.Caller.KeyID
+	if proxyAccess.Caller != nil {
+		who.KeyID = proxyAccess.Caller.KeyID
 	}
 	change, err := h.svc.ChangeEgress(r.Context(), who, sb, r.Method, r.URL.Query(), body)
 	if err != nil {
@@ -85,15 +86,15 @@ func egressPath(r *http.Request, id string, port int) string {
 
 // relayVault answers the credential vault API (/credential-vault...) through
 // gateway.Service.VaultRequest: Rego checks the bindings, the gateway signs.
-func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, path string, access gateway.ProxyAccess) {
+func (h *Handler) relayVault(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, path string, proxyAccess access.ProxyAccess) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, gateway.CodeVaultInvalidRequest, "request body exceeds %d bytes", maxBodyBytes))
 		return
 	}
 	who := gateway.Caller{Tenant: sb.Tenant}
-	if access.Caller != nil {
-		who.KeyID = access.Caller.KeyID
+	if proxyAccess.Caller != nil {
+		who.KeyID = proxyAccess.Caller.KeyID
 	}
 	answer, err := h.svc.VaultRequest(r.Context(), who, sb, r.Method, path, body)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
@@ -168,6 +170,6 @@ func (h *Handler) serveConsoleProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	access := &gateway.ProxyAccess{Kind: gateway.CredSession, Caller: &c}
-	h.proxyAs(confineToOpaqueOrigin(w, marker+"/"), r, id, portStr, marker+"/", esc[len(marker):], access)
+	proxyAccess := &access.ProxyAccess{Kind: principal.CredSession, Caller: &c}
+	h.proxyAs(confineToOpaqueOrigin(w, marker+"/"), r, id, portStr, marker+"/", esc[len(marker):], proxyAccess)
 }

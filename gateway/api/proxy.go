@@ -18,6 +18,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
@@ -193,7 +195,7 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 
 // proxyAs is proxy with the credential already established (the console's session
 // route) when preset is not nil, else found in the request.
-func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string, preset *gateway.ProxyAccess) {
+func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string, preset *access.ProxyAccess) {
 	port, err := gateway.ParsePort(portStr)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -208,23 +210,23 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.writeError(w, r, err)
 		return
 	}
-	var access gateway.ProxyAccess
+	var proxyAccess access.ProxyAccess
 	var linkExp time.Time
 	if preset != nil {
-		access = *preset
+		proxyAccess = *preset
 	} else {
-		access, linkExp, err = h.proxyCredential(r, sb, port)
+		proxyAccess, linkExp, err = h.proxyCredential(r, sb, port)
 	}
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	access.Method, access.Path = r.Method, rest
-	if err := h.svc.AuthorizeProxy(r.Context(), sb, port, access); err != nil {
+	proxyAccess.Method, proxyAccess.Path = r.Method, rest
+	if err := h.svc.Access().AuthorizeProxy(r.Context(), sb, port, proxyAccess); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	if access.Kind == gateway.CredSignedLink && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	if proxyAccess.Kind == principal.CredSignedLink && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
 		return
 	}
@@ -249,7 +251,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.writeError(w, r, gateway.Errorf(gateway.KindUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
 		return
 	}
-	if h.interceptEgress(w, r, sb, port, access) {
+	if h.interceptEgress(w, r, sb, port, proxyAccess) {
 		return
 	}
 	// A shallow copy with a URL of its own: the credentials are stripped from the
@@ -288,8 +290,8 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// Deferred: a stream the sandbox breaks off aborts the answer (NewForward panics
 	// with http.ErrAbortHandler, so the client sees it incomplete), and is recorded too.
 	defer func() {
-		h.svc.RecordAccess(sb, gateway.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
-			Bytes: rec.bytes, Duration: time.Since(start), Credential: access.Kind})
+		h.svc.Access().RecordAccess(sb, access.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
+			Bytes: rec.bytes, Duration: time.Since(start), Credential: proxyAccess.Kind})
 	}()
 	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
 }
@@ -328,58 +330,58 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 }
 
 // proxyCredential finds the strongest credential a request carries.
-func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, port int) (gateway.ProxyAccess, time.Time, error) {
+func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, port int) (access.ProxyAccess, time.Time, error) {
 	if key := apiKeyFrom(r); key != "" {
 		c, err := h.svc.Authenticate(r.Context(), key)
 		if err != nil {
-			return gateway.ProxyAccess{}, time.Time{}, err
+			return access.ProxyAccess{}, time.Time{}, err
 		}
-		return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
+		return access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &c}, time.Time{}, nil
 	}
 	for _, hdr := range tokenHeaders {
 		v := r.Header.Get(hdr)
 		if v == "" {
 			continue
 		}
-		if strings.HasPrefix(v, gateway.AccessValuePrefix) {
-			if err := h.svc.VerifyAccessValue(r.Context(), sb, v); err != nil {
-				return gateway.ProxyAccess{}, time.Time{}, err
+		if strings.HasPrefix(v, access.AccessValuePrefix) {
+			if err := h.svc.Access().VerifyAccessValue(r.Context(), sb, v); err != nil {
+				return access.ProxyAccess{}, time.Time{}, err
 			}
-			return gateway.ProxyAccess{Kind: gateway.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
+			return access.ProxyAccess{Kind: principal.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
 		}
 		// The SDKs' server-proxy mode puts the tenant's API key in these headers.
 		if c, ok := h.callerForKey(r, v); ok {
-			return gateway.ProxyAccess{Kind: gateway.CredAPIKey, Caller: &c}, time.Time{}, nil
+			return access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &c}, time.Time{}, nil
 		}
-		return gateway.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
+		return access.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
 	}
 	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
-		if err := h.svc.VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
-			return gateway.ProxyAccess{}, time.Time{}, err
+		if err := h.svc.Access().VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
+			return access.ProxyAccess{}, time.Time{}, err
 		}
-		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
+		return access.ProxyAccess{Kind: principal.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
 	}
 	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
-		exp, err := h.svc.VerifyLink(r.Context(), tok, sb.ID, port)
+		exp, err := h.svc.Access().VerifyLink(r.Context(), tok, sb.ID, port)
 		if err != nil {
-			return gateway.ProxyAccess{}, time.Time{}, err
+			return access.ProxyAccess{}, time.Time{}, err
 		}
-		return gateway.ProxyAccess{Kind: gateway.CredSignedLink, Sandbox: sb.ID, Port: port}, exp, nil
+		return access.ProxyAccess{Kind: principal.CredSignedLink, Sandbox: sb.ID, Port: port}, exp, nil
 	}
 	// Every preview cookie is tried: one that another preview planted under the same
 	// name cannot shadow this preview's own.
 	for _, c := range r.CookiesNamed(cookieName) {
-		if c.Value == "" || h.svc.VerifyCookie(r.Context(), c.Value, sb.ID, port) != nil {
+		if c.Value == "" || h.svc.Access().VerifyCookie(r.Context(), c.Value, sb.ID, port) != nil {
 			continue
 		}
 		if err := h.previewCookieOrigin(r); err != nil {
-			return gateway.ProxyAccess{}, time.Time{}, err
+			return access.ProxyAccess{}, time.Time{}, err
 		}
-		return gateway.ProxyAccess{Kind: gateway.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
+		return access.ProxyAccess{Kind: principal.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
 	}
 	// The console session is never a credential here: a preview page on this origin
 	// would otherwise act with it. The console reaches sandboxes through its own route.
-	return gateway.ProxyAccess{Kind: gateway.CredAnonymous}, time.Time{}, nil
+	return access.ProxyAccess{Kind: principal.CredAnonymous}, time.Time{}, nil
 }
 
 // exchangeLink trades a signed link for an HttpOnly cookie scoped to the preview (its
@@ -392,7 +394,7 @@ func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *gatew
 	if pathMode {
 		w = confined.ResponseWriter // the cookie is the gateway's own, not an upstream's
 	}
-	value, err := h.svc.SessionCookie(r.Context(), sb.ID, port, exp)
+	value, err := h.svc.Access().SessionCookie(r.Context(), sb.ID, port, exp)
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -57,6 +57,11 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
+// rotateAccess replaces a sandbox's access secret (the access feature's RotateAccess).
+func (h *Handler) rotateAccess(ctx context.Context, c gateway.Caller, id string) error {
+	return h.svc.Access().RotateAccess(ctx, c, id)
+}
+
 func (h *Handler) renewSandbox(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	var body struct {
 		ExpiresAt *string `json:"expiresAt"`

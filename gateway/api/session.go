@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/principal"
 )
 
 // sessionCookie names the console's session cookie.
@@ -43,20 +45,20 @@ func (h *Handler) authenticate(r *http.Request) (gateway.Caller, *http.Request, 
 // consoleSession resolves the session of a request that passed the console's checks:
 // its origin is the gateway's own (consoleOrigin), and a change carries the CSRF token.
 // A WebSocket, to which a browser cannot add the header, stands on the Origin alone.
-func (h *Handler) consoleSession(r *http.Request, token string) (gateway.Caller, *gateway.Session, *http.Request, error) {
+func (h *Handler) consoleSession(r *http.Request, token string) (gateway.Caller, *access.Session, *http.Request, error) {
 	if err := h.consoleOrigin(r, true); err != nil {
 		return gateway.Caller{}, nil, r, err
 	}
-	c, sess, err := h.svc.SessionCaller(r.Context(), token)
+	c, sess, err := h.svc.Access().SessionCaller(r.Context(), token)
 	if err != nil {
 		return c, nil, r, err
 	}
 	if !safeMethod(r.Method) && !isWebSocket(r) {
-		if err := gateway.CheckCSRF(sess, r.Header.Get(csrfHeader)); err != nil {
+		if err := access.CheckCSRF(sess, r.Header.Get(csrfHeader)); err != nil {
 			return c, nil, r, err
 		}
 	}
-	return c, sess, r.WithContext(gateway.WithCredential(r.Context(), gateway.CredSession)), nil
+	return c, sess, r.WithContext(principal.WithCredential(r.Context(), principal.CredSession)), nil
 }
 
 // consoleOrigin admits a cookie-carrying request only from a page of the gateway's own
@@ -178,7 +180,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Calle
 		h.writeError(w, r, err)
 		return
 	}
-	token, sess, caller, err := h.svc.SignIn(r.Context(), strings.TrimSpace(req.APIKey))
+	token, sess, caller, err := h.svc.Access().SignIn(r.Context(), strings.TrimSpace(req.APIKey))
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -189,11 +191,11 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Calle
 		HttpOnly: true, Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode,
 	})
 	w.Header().Set("Cache-Control", "no-store")
-	ctx := gateway.WithCredential(r.Context(), gateway.CredSession)
+	ctx := principal.WithCredential(r.Context(), principal.CredSession)
 	writeJSON(w, http.StatusOK, sessionBody(sess, h.svc.Can(ctx, caller, gateway.ConsoleActions)))
 }
 
-func sessionBody(sess *gateway.Session, can map[string]bool) map[string]any {
+func sessionBody(sess *access.Session, can map[string]bool) map[string]any {
 	return map[string]any{
 		"tenant": sess.Tenant, "role": sess.Role, "keyId": sess.KeyID, "csrfToken": sess.CSRFToken,
 		"expiresAt": sess.ExpiresAt.UTC().Format(time.RFC3339), "can": can,
@@ -213,7 +215,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, _ gateway.C
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	ctx := gateway.WithCredential(r.Context(), gateway.CredSession)
+	ctx := principal.WithCredential(r.Context(), principal.CredSession)
 	writeJSON(w, http.StatusOK, sessionBody(sess, h.svc.Can(ctx, caller, gateway.ConsoleActions)))
 }
 
@@ -234,7 +236,7 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, _ gateway.Call
 		h.writeError(w, r, err)
 		return
 	}
-	if err := h.svc.SignOut(r.Context(), token); err != nil {
+	if err := h.svc.Access().SignOut(r.Context(), token); err != nil {
 		h.writeError(w, r, err)
 		return
 	}

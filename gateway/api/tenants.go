@@ -97,7 +97,7 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request, c gateway.Calle
 }
 
 func (h *Handler) rotateLinkKeys(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	kid, err := h.svc.RotateLinkKeys(r.Context(), c)
+	kid, err := h.svc.Access().RotateLinkKeys(r.Context(), c)
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -1,32 +1,21 @@
-package gateway
+package access
 
 import (
 	"context"
 
+	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
-)
-
-// Credential kinds a proxied request can carry (the access policy's principal.kind).
-const (
-	CredAPIKey       = "api_key"
-	CredSandboxToken = "sandbox_token"
-	CredSignedLink   = "signed_link"
-	CredCookie       = "cookie"
-	CredAnonymous    = "anonymous"
-)
-
-// Extensions the access and TTL rules understand.
-const (
-	ExtensionPublic      = "access.public"
-	ExtensionRenewExtend = "access.renew.extend.seconds"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // ProxyAccess describes one proxied request for the access decision.
 type ProxyAccess struct {
+	// Kind is the credential the request carried (principal.CredAPIKey …).
 	Kind string
-	// Caller is set for an API key.
-	Caller *Caller
+	// Caller is set for an API key or a console session.
+	Caller *principal.Caller
 	// Sandbox and Port are what a token, link or cookie is bound to.
 	Sandbox string
 	Port    int
@@ -36,7 +25,7 @@ type ProxyAccess struct {
 
 // AuthorizeProxy asks the Rego access policy whether the request may reach port of sb.
 // Another tenant's key gets the same 404 as a sandbox that does not exist.
-func (s *Service) AuthorizeProxy(ctx context.Context, sb *store.Sandbox, port int, a ProxyAccess) error {
+func (m *Manager) AuthorizeProxy(ctx context.Context, sb *store.Sandbox, port int, a ProxyAccess) error {
 	in := policy.AccessInput{
 		Action:   "sandbox.proxy",
 		Tenant:   sb.Tenant,
@@ -51,27 +40,22 @@ func (s *Service) AuthorizeProxy(ctx context.Context, sb *store.Sandbox, port in
 	}
 	// Asked on every proxied request, and only a denial is logged: an allow from the
 	// cache comes without the decision's id and input hash (policy.Engine.CheckAccess).
-	d := s.policy.CheckAccess(ctx, in)
+	d := m.policy.CheckAccess(ctx, in)
 	if d.Allow {
 		return nil
 	}
-	s.log.Info("proxy access denied", "sandbox", sb.ID, "port", port, "credential", a.Kind, "decision", d)
+	m.log.Info("proxy access denied", "sandbox", sb.ID, "port", port, "credential", a.Kind, "decision", d)
 	switch {
-	case a.Kind == CredAnonymous:
-		return Errorf(KindUnauthenticated, CodeMissingAPIKey, "this sandbox port needs a credential: an API key, the sandbox's access header, or a signed link")
+	case a.Kind == principal.CredAnonymous:
+		return fault.Errorf(fault.KindUnauthenticated, fault.CodeMissingAPIKey, "this sandbox port needs a credential: an API key, the sandbox's access header, or a signed link")
 	case d.Outcome() == policy.Hidden:
-		return notFound(sb.ID)
+		return fault.NotFound(sb.ID)
 	}
-	return Errorf(KindForbidden, CodeAccessDenied, "%s", d.Message)
+	return fault.Errorf(fault.KindForbidden, CodeAccessDenied, "%s", d.Message)
 }
 
-// Role is the policy role of a caller's key.
-func (c Caller) Role() string {
-	if c.Admin {
-		return "admin"
-	}
-	if c.KeyRole != "" {
-		return c.KeyRole
-	}
-	return "member"
+// platformPort reports whether port is one of sandgate's own inside the sandbox (the
+// agent, the egress enforcer): public access never covers them, whatever the policy.
+func platformPort(port int) bool {
+	return port == runtimes.AgentPort || port == runtimes.EgressPort
 }

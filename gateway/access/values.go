@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -27,14 +29,15 @@ import (
 //
 // The key's stored hash is read from Redis once and then kept in memory (keyBindingTTL),
 // not read on every proxied request: a revocation drops it at once on the gateway that
-// revoked, and is published (keyChangePrefix on the changes channel) so that every other
+// revoked, and is published (KeyChangePrefix on the changes channel) so that every other
 // gateway drops it within milliseconds; keyBindingTTL bounds a missed message.
+
 // AccessValuePrefix starts every key-bound access header value.
 const AccessValuePrefix = "sga1."
 
-// accessHeaderValue derives the access header value for caller's key.
-func (s *Service) accessHeaderValue(ctx context.Context, sb *store.Sandbox, keyID string) (string, error) {
-	binding, err := s.keyBinding(ctx, keyID)
+// HeaderValue derives the access header value of sb for the key keyID.
+func (m *Manager) HeaderValue(ctx context.Context, sb *store.Sandbox, keyID string) (string, error) {
+	binding, err := m.keyBinding(ctx, keyID)
 	if err != nil {
 		return "", err
 	}
@@ -93,11 +96,12 @@ func hashAdminKey(admin string) string {
 }
 
 // keyBindingTTL bounds how long a key's hash is used without reading it again, should
-// the message of its revocation be missed (the same bound as routeTTL).
+// the message of its revocation be missed (the same bound as the core's route cache).
 const keyBindingTTL = time.Second
 
-// keyChangePrefix marks a key id published on the changes channel (sandbox ids are UUIDs).
-const keyChangePrefix = "key:"
+// KeyChangePrefix marks a key id published on the changes channel (sandbox ids are
+// UUIDs): the core publishes a revocation so, and hands what arrives to KeyChanged.
+const KeyChangePrefix = "key:"
 
 // knownBinding is a key's hash as last read from Redis.
 type knownBinding struct {
@@ -107,9 +111,9 @@ type knownBinding struct {
 
 // keyBinding is what ties a value to its key: the stored hash of an issued key, the
 // hash of the configured platform key for "admin". ErrNotFound when the key is gone.
-func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) {
-	if keyID == adminKeyID {
-		admin, _ := s.adminKey.Load().(string)
+func (m *Manager) keyBinding(ctx context.Context, keyID string) (string, error) {
+	if keyID == principal.AdminKeyID {
+		admin := m.host.AdminKey()
 		if admin == "" {
 			return "", store.ErrNotFound
 		}
@@ -118,21 +122,21 @@ func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) 
 	if keyID == "" {
 		return "", store.ErrNotFound
 	}
-	known, ok := s.keyBindings.Load(keyID)
+	known, ok := m.keyBindings.Load(keyID)
 	if ok && time.Since(known.(knownBinding).fetched) <= keyBindingTTL {
 		return known.(knownBinding).hash, nil
 	}
 	fetched := time.Now()
-	hash, err := s.store.KeyHashByID(ctx, keyID)
+	hash, err := m.store.KeyHashByID(ctx, keyID)
 	switch {
 	case err == nil:
-		s.keyBindings.Store(keyID, knownBinding{hash: hash, fetched: fetched})
+		m.keyBindings.Store(keyID, knownBinding{hash: hash, fetched: fetched})
 	case errors.Is(err, store.ErrNotFound):
-		s.keyBindings.Delete(keyID)
+		m.keyBindings.Delete(keyID)
 	case errors.Is(err, store.ErrUnavailable):
-		// Through a Redis outage the proxy keeps serving known sandboxes (recordcache.go):
-		// a key this gateway saw answer before the outage stays bound to it, and a
-		// revocation made meanwhile takes effect with the first answer after it.
+		// Through a Redis outage the proxy keeps serving known sandboxes (the core's
+		// record cache): a key this gateway saw answer before the outage stays bound to
+		// it, and a revocation made meanwhile takes effect with the first answer after it.
 		if ok {
 			return known.(knownBinding).hash, nil
 		}
@@ -140,20 +144,20 @@ func (s *Service) keyBinding(ctx context.Context, keyID string) (string, error) 
 	return hash, err
 }
 
-// keyChanged makes the next use of keyID's binding read it from Redis again (it was
+// KeyChanged makes the next use of keyID's binding read it from Redis again (it was
 // revoked, here or on another gateway); the last value stays the outage fallback only
 // until then.
-func (s *Service) keyChanged(keyID string) {
-	if known, ok := s.keyBindings.Load(keyID); ok {
-		s.keyBindings.Store(keyID, knownBinding{hash: known.(knownBinding).hash})
+func (m *Manager) KeyChanged(keyID string) {
+	if known, ok := m.keyBindings.Load(keyID); ok {
+		m.keyBindings.Store(keyID, knownBinding{hash: known.(knownBinding).hash})
 	}
 }
 
-// keyBindingsStale makes every binding be read again (after a resubscription to the
-// changes channel, which may have missed revocations).
-func (s *Service) keyBindingsStale() {
-	s.keyBindings.Range(func(id, known any) bool {
-		s.keyBindings.Store(id, knownBinding{hash: known.(knownBinding).hash})
+// KeyBindingsStale makes every binding be read again (after a resubscription to the
+// changes channel, which may have missed revocations, or a store that came back empty).
+func (m *Manager) KeyBindingsStale() {
+	m.keyBindings.Range(func(id, known any) bool {
+		m.keyBindings.Store(id, knownBinding{hash: known.(knownBinding).hash})
 		return true
 	})
 }
@@ -162,9 +166,9 @@ func (s *Service) keyBindingsStale() {
 // the key it was issued to. A well-formed value whose MAC is right but whose key was
 // revoked gets its own code, so that a client knows to fetch the endpoint again with
 // a live key.
-func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, value string) error {
+func (m *Manager) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, value string) error {
 	bad := func() error {
-		return Errorf(KindForbidden, CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
+		return fault.Errorf(fault.KindForbidden, fault.CodeForbidden, "the access token is not valid for sandbox %s (it may have been rotated: fetch the endpoint again)", sb.ID)
 	}
 	rest, ok := strings.CutPrefix(value, AccessValuePrefix)
 	if !ok || sb.AccessToken == "" {
@@ -174,9 +178,9 @@ func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, valu
 	if !ok || keyID == "" || len(keyID) > 64 {
 		return bad()
 	}
-	binding, err := s.keyBinding(ctx, keyID)
+	binding, err := m.keyBinding(ctx, keyID)
 	if errors.Is(err, store.ErrNotFound) {
-		return Errorf(KindForbidden, CodeAccessRevoked, "the access token of sandbox %s was issued to a key that has been revoked: fetch the endpoint again with a valid key", sb.ID)
+		return fault.Errorf(fault.KindForbidden, CodeAccessRevoked, "the access token of sandbox %s was issued to a key that has been revoked: fetch the endpoint again with a valid key", sb.ID)
 	}
 	if err != nil {
 		return err
@@ -190,18 +194,21 @@ func (s *Service) VerifyAccessValue(ctx context.Context, sb *store.Sandbox, valu
 // RotateAccess replaces a sandbox's access secret: every access header value handed
 // out before stops working at once, on every gateway (the change is published and
 // drops their cached routes).
-func (s *Service) RotateAccess(ctx context.Context, caller Caller, id string) error {
-	if _, err := s.Lookup(ctx, caller, id); err != nil {
+func (m *Manager) RotateAccess(ctx context.Context, caller principal.Caller, id string) error {
+	if _, err := m.host.Lookup(ctx, caller, id); err != nil {
 		return err
 	}
-	sb, err := s.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
+	sb, err := m.store.ModifySandbox(ctx, id, func(sb *store.Sandbox) error {
 		sb.AccessToken = randomToken(24)
 		return nil
 	})
-	if err != nil {
-		return s.mapStoreErr(id, err)
+	if errors.Is(err, store.ErrNotFound) {
+		return fault.NotFound(id)
 	}
-	s.routes.drop(id)
-	s.emit(ctx, sb, "sandbox.access.rotated", map[string]any{"key": caller.KeyID, "time": time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	m.host.DropRoute(id)
+	m.host.Emit(ctx, sb, "sandbox.access.rotated", map[string]any{"key": caller.KeyID, "time": time.Now().UTC()})
 	return nil
 }
