@@ -95,7 +95,8 @@ func (s *Service) ensurePluginState() *pluginState {
 
 // pluginTTLDecider asks the sandbox's tenant's decide_ttl plugin. A tenant without one
 // gets the built-in rule without a warning; any other failure is returned so that
-// decideTTL logs it and applies the built-in rule.
+// the access feature logs it and applies the built-in rule (on an explicit renewal,
+// Renew grants the request as asked).
 func (s *Service) pluginTTLDecider(ctx context.Context, sb *store.Sandbox, act access.TTLActivity, builtin, maxExp time.Time) (time.Time, bool, error) {
 	ps := s.pluginState()
 	if ps == nil || ps.host == nil || sb.ExpiresAt == nil {
