@@ -58,6 +58,8 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 }
 
 // rotateAccess replaces a sandbox's access secret (the access feature's RotateAccess).
+// The route table names it rather than h.svc.Access().RotateAccess, which would ask the
+// Service for its feature while the table is built (the OpenAPI test builds it with none).
 func (h *Handler) rotateAccess(ctx context.Context, c gateway.Caller, id string) error {
 	return h.svc.Access().RotateAccess(ctx, c, id)
 }
