@@ -4,7 +4,7 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: gvisor all deps build agent sandgate web images plugins k8s registry k8s-up k8s-down run test test-unit test-e2e bench bench-quick clean
+.PHONY: gvisor all deps build agent envd-proto sandgate web images plugins k8s registry k8s-up k8s-down run test test-unit test-e2e bench bench-quick clean
 
 all: build
 
@@ -28,6 +28,10 @@ sandgate: web
 
 agent:
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o bin/sandbox-agent ./sandbox-agent
+
+## envd-proto: regenerate the Go code of the E2B envd protocol (sandbox-agent/envd/spec)
+envd-proto:
+	@sandbox-agent/envd/spec/generate.sh
 
 ## images: sandbox base images built locally (debootstrap + docker import); skipped when present
 images: deps

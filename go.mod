@@ -3,6 +3,7 @@ module github.com/sandgate/sandgate
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/chromedp/chromedp v0.23.0
