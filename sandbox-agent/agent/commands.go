@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
@@ -398,26 +397,11 @@ func (s *Server) streamProcess(r *http.Request, stream *eventStream, done <-chan
 		// pipe once it has nothing left to read; a pipe that still has data (a busy
 		// machine may not have drained it yet) is given another grace period.
 		for _, p := range []*os.File{stdoutR, stderrR} {
-			if pendingBytes(p) == 0 {
+			if procs.PendingBytes(p) == 0 {
 				_ = p.SetReadDeadline(time.Now())
 			}
 		}
 	}
-}
-
-// pendingBytes is the number of unread bytes in a pipe (FIONREAD), or 0 when unknown.
-// It goes through SyscallConn because File.Fd would switch the pipe to blocking mode,
-// which disables read deadlines.
-func pendingBytes(f *os.File) int {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	_ = rc.Control(func(fd uintptr) {
-		n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // TIOCINQ is FIONREAD on Linux
-	})
-	return n
 }
 
 // lineReaders keeps pumpLines' 64 KiB buffers between commands (see streamWriters).

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
 
 // TestAppendTextEvent checks the hand-written encoder against encoding/json.
@@ -48,11 +50,11 @@ func TestPendingBytes(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	if n := pendingBytes(r); n != 0 {
+	if n := procs.PendingBytes(r); n != 0 {
 		t.Fatalf("empty pipe: %d", n)
 	}
 	_, _ = w.Write([]byte("hello"))
-	if n := pendingBytes(r); n != 5 {
+	if n := procs.PendingBytes(r); n != 5 {
 		t.Fatalf("pending %d, want 5", n)
 	}
 	// Deadlines must still work after the check (the pipe stays non-blocking).

@@ -229,6 +229,23 @@ func Stat(pid int) (ppid int, state byte, ok bool) {
 	return ppid, fields[0][0], true
 }
 
+// PendingBytes is the number of unread bytes in a pipe or terminal (FIONREAD), or 0
+// when unknown: a stream reader that finds none left after its process exited may stop
+// waiting for an end of file that a grandchild holding the pipe would delay forever.
+// It goes through SyscallConn because File.Fd would switch the file to blocking mode,
+// which disables read deadlines.
+func PendingBytes(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // TIOCINQ is FIONREAD on Linux
+	})
+	return n
+}
+
 // Shell returns the shell used for commands and sessions: bash when the image has it,
 // else sh.
 func Shell() string {
