@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandgate/sandgate/sandbox-agent/agentauth"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
+	"github.com/sandgate/sandgate/sandbox-agent/envd"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 	"github.com/sandgate/sandgate/sandbox-agent/ptyhub"
 	"github.com/sandgate/sandgate/sandbox-agent/shellsession"
@@ -55,6 +56,9 @@ type Config struct {
 	SettleEntrypoint func(ctx context.Context, window time.Duration) (exited bool, code int)
 	// Logger receives operational messages; nil means the standard logger.
 	Logger *log.Logger
+	// Envd configures the E2B envd API served under /envd (package envd); its Env and
+	// Logger are the agent's.
+	Envd envd.Config
 	// JupyterProbe makes the agent answer the code-interpreter SDKs' readiness probe in
 	// a sandbox with Jupyter (jupyterprobe.go). Only an agent that is its sandbox's own
 	// sets it: the port is the sandbox's loopback one.
@@ -72,6 +76,7 @@ type Server struct {
 	ptys     *registry[*ptyhub.Session]
 	code     *codeInterpreter
 	metrics  *metricsSampler
+	envd     *envd.Service
 	// verifier checks signed requests (nil: no token, the API is open).
 	verifier *signedhttp.Verifier
 
@@ -129,6 +134,9 @@ func New(cfg Config) (*Server, error) {
 	s.sessions = newRegistry[*shellsession.Session]()
 	s.ptys = newRegistry[*ptyhub.Session]()
 	s.code = newCodeInterpreter(s)
+	envdCfg := cfg.Envd
+	envdCfg.Env, envdCfg.Logger = cfg.Env, cfg.Logger
+	s.envd = envd.New(envdCfg)
 	s.routes()
 	if cfg.JupyterProbe {
 		s.startJupyterProbe()
@@ -148,6 +156,7 @@ func (s *Server) Close() error {
 		<-s.probeDone
 		s.closeJupyterProbe()
 		s.code.close()
+		_ = s.envd.Close()
 		s.ptys.closeAll()
 		s.sessions.closeAll()
 		s.commands.closeAll()
@@ -208,6 +217,8 @@ func (s *Server) routes() {
 
 	m.HandleFunc("/proxy/{port}", s.handleProxy)
 	m.HandleFunc("/proxy/{port}/{rest...}", s.handleProxy)
+
+	m.Handle(agentproto.PathEnvdPrefix+"/", http.StripPrefix(agentproto.PathEnvdPrefix, s.envd))
 
 	m.HandleFunc("GET "+agentproto.PathEnv, s.handleGetEnv)
 	m.HandleFunc("PUT "+agentproto.PathEnv, s.handlePutEnv)

@@ -65,6 +65,11 @@ const (
 	PathEntrypoint = "/sandgate/entrypoint"
 	// PathMetrics is the agent's own resource reading, which the gateway samples.
 	PathMetrics = "/metrics"
+	// PathEnvdPrefix is where the agent serves E2B's envd API: the gateway sends the
+	// E2B SDKs' calls for envd's port to this prefix plus their own path
+	// (/envd/process.Process/Start, /envd/files, /envd/health), having checked their
+	// X-Access-Token itself.
+	PathEnvdPrefix = "/envd"
 )
 
 // Enforcer routes: the (signed) policy API and the unauthenticated health check.
