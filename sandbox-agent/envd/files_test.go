@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/sandbox-agent/agent"
 )
 
 // do sends an HTTP request to the envd API (path and query relative to /envd).
@@ -69,13 +71,31 @@ func TestHealth(t *testing.T) {
 	}
 
 	t.Run("the agent's own authentication applies", func(t *testing.T) {
-		resp, err := http.Get(strings.TrimSuffix(sb.url, "/envd") + "/envd/health")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("health without the agent's token: %d, want 401", resp.StatusCode)
+		for _, tt := range []struct {
+			name        string
+			accessToken string
+			token       string
+			want        int
+		}{
+			{"no credential", "", "", http.StatusUnauthorized},
+			{"E2B's access token is not the agent's", "e2b-envd-token", "", http.StatusUnauthorized},
+			{"the agent's token", "", testToken, http.StatusNoContent},
+		} {
+			req, _ := http.NewRequest("GET", sb.url+"/health", nil)
+			if tt.accessToken != "" {
+				req.Header.Set("X-Access-Token", tt.accessToken)
+			}
+			if tt.token != "" {
+				req.Header.Set(agent.TokenHeader, tt.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("%s: %d, want %d", tt.name, resp.StatusCode, tt.want)
+			}
 		}
 	})
 }
@@ -314,10 +334,18 @@ func TestConnectJSONWire(t *testing.T) {
 		}
 		if len(messages) != 4 ||
 			!strings.HasPrefix(messages[0], `{"event":{"start":{"pid":`) ||
-			messages[1] != `{"event":{"data":{"stdout":"aGk="}}}` ||
-			!strings.Contains(messages[2], `"end":{"exitCode":2,"exited":true,"status":"exit status 2","error":"exit status 2"}`) ||
+			strings.ReplaceAll(messages[1], " ", "") != `{"event":{"data":{"stdout":"aGk="}}}` ||
 			messages[3] != `{}` {
-			t.Errorf("messages %q", messages)
+			t.Fatalf("messages %q", messages)
+		}
+		var end struct {
+			Event struct {
+				End map[string]any
+			}
+		}
+		want := map[string]any{"exitCode": 2.0, "exited": true, "status": "exit status 2", "error": "exit status 2"}
+		if err := json.Unmarshal([]byte(messages[2]), &end); err != nil || !cmp.Equal(end.Event.End, want) {
+			t.Errorf("end message %s, want %v", messages[2], want)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandgate/sandgate/sandbox-agent/agent"
+	"github.com/sandgate/sandgate/sandbox-agent/agentauth"
 	"github.com/sandgate/sandgate/sandbox-agent/envd"
 	fspb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/filesystem"
 	"github.com/sandgate/sandgate/sandbox-agent/envd/spec/filesystem/filesystemconnect"
@@ -81,7 +82,7 @@ func newSandbox(t *testing.T) *sandbox {
 		srv.Close()
 		api.Close()
 	})
-	client := &http.Client{Transport: tokenTransport{srv.Client().Transport}}
+	client := &http.Client{Transport: signingTransport{srv.Client().Transport}}
 	base := srv.URL + "/envd"
 	return &sandbox{
 		t:       t,
@@ -93,13 +94,19 @@ func newSandbox(t *testing.T) *sandbox {
 	}
 }
 
-// tokenTransport authenticates every request to the agent, as the gateway would.
-type tokenTransport struct{ base http.RoundTripper }
+// signingTransport signs every request to the agent as the gateway does, and refuses
+// an answer the agent did not sign.
+type signingTransport struct{ base http.RoundTripper }
 
-func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+func (st signingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(agent.TokenHeader, testToken)
-	return tt.base.RoundTrip(r)
+	nonce := agentauth.Sign(r, testToken, time.Now())
+	resp, err := st.base.RoundTrip(r)
+	if err == nil && !agentauth.Answered(resp, testToken, nonce) {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: the answer (%d) is not signed by the agent", r.Method, r.URL.Path, resp.StatusCode)
+	}
+	return resp, err
 }
 
 func writeFile(t testing.TB, path, content string) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -346,9 +347,14 @@ func TestStreamLifetime(t *testing.T) {
 
 	t.Run("a background child holding stdout does not hold the stream", func(t *testing.T) {
 		started := time.Now()
-		r := sb.run("", bash("sleep 30 & echo started"))
-		if r.stdout != "started\n" || r.end == nil || time.Since(started) > 10*time.Second {
-			t.Errorf("stdout %q end %v after %v", r.stdout, r.end, time.Since(started))
+		r := sb.run("", bash("sleep 30 & echo $!"))
+		child, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+		if err != nil {
+			t.Fatalf("stdout %q, want the background pid", r.stdout)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+		if r.end == nil || time.Since(started) > 10*time.Second {
+			t.Errorf("end %v after %v, want the stream ended with the process", r.end, time.Since(started))
 		}
 	})
 
