@@ -14,7 +14,6 @@
 package envd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -176,6 +175,3 @@ func (k *keepalive) stop() {
 		k.timer.Stop()
 	}
 }
-
-// contextDone reports whether ctx has ended.
-func contextDone(ctx context.Context) bool { return ctx.Err() != nil }

@@ -311,11 +311,13 @@ func (p *process) run(outputs []*os.File, dataEvent func([]byte) *pb.ProcessEven
 
 // pump sends what f yields as data events until f ends.
 func (p *process) pump(f io.Reader, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
+	buf := make([]byte, outputChunk)
 	for {
-		buf := make([]byte, outputChunk)
 		n, err := f.Read(buf)
 		if n > 0 {
-			p.broadcast(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(buf[:n])}}, false)
+			// A copy of what was read: queued events hold their bytes, not the buffer.
+			chunk := append([]byte(nil), buf[:n]...)
+			p.broadcast(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(chunk)}}, false)
 		}
 		if err != nil {
 			return // EOF, EIO of a terminal whose last holder left, or the drain deadline

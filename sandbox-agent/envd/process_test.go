@@ -3,6 +3,7 @@ package envd_test
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -12,7 +13,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandgate/sandgate/sandbox-agent/envd"
 	pb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/process"
+	"github.com/sandgate/sandgate/sandbox-agent/envd/spec/process/processconnect"
 )
 
 func TestStart(t *testing.T) {
@@ -471,4 +474,41 @@ func alive(pid int) bool {
 	}
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+// TestCloseKillsProcesses: closing the agent ends every process envd started, and
+// what those processes started.
+func TestCloseKillsProcesses(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs as root, like the other envd tests")
+	}
+	svc := envd.New(envd.Config{})
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	client := processconnect.NewProcessClient(srv.Client(), srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := client.Start(ctx, request(&pb.StartRequest{Process: bash("sleep 60 & echo $!; wait")}, "root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	pid := int(stream.Msg().GetEvent().GetStart().GetPid())
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	child, _ := strconv.Atoi(strings.TrimSpace(string(stream.Msg().GetEvent().GetData().GetStdout())))
+	results := make(chan result, 1)
+	go func() { results <- collect(stream, true) }()
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-results; r.end == nil || r.end.GetStatus() != "signal: killed" {
+		t.Errorf("end %v (%v), want killed", r.end, r.err)
+	}
+	if alive(pid) || alive(child) {
+		t.Errorf("after Close: process %d alive %t, its child %d alive %t", pid, alive(pid), child, alive(child))
+	}
 }
