@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	pb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/process"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
@@ -47,6 +48,9 @@ type process struct {
 	mu    sync.Mutex
 	subs  map[*subscriber]struct{}
 	ended bool
+	// reaped is set once the process was waited for: its pid, and so its group's id,
+	// may then belong to another process, which must not be signalled.
+	reaped bool
 
 	// done is closed once the end event went to every stream.
 	done chan struct{}
@@ -108,6 +112,11 @@ func (p *process) info() *pb.ProcessInfo {
 
 // signal sends sig to the process's group: what the program started goes with it.
 func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return nil // its end event is on the way
+	}
 	err := procs.KillGroup(int(p.pid), sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil // exited already; its end event is on the way
@@ -271,7 +280,13 @@ func (p *process) run(outputs []*os.File, dataEvent func([]byte) *pb.ProcessEven
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 
+	// The wait's reap and reaped are one step under mu, so that signal never reaches
+	// a pid the kernel has handed out again.
+	awaitExit(p.cmd.Process.Pid)
+	p.mu.Lock()
 	waitErr := procs.Wait(p.cmd)
+	p.reaped = true
+	p.mu.Unlock()
 	if timer != nil {
 		timer.Stop()
 	}
@@ -307,6 +322,19 @@ func (p *process) run(outputs []*os.File, dataEvent func([]byte) *pb.ProcessEven
 	}
 	p.broadcast(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}, true)
 	close(p.done)
+}
+
+// awaitExit returns once the child pid has exited, leaving it unreaped: in the poller
+// where the kernel has pidfds, else in a blocking waitid.
+func awaitExit(pid int) {
+	procs.AwaitExit(pid)
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
 }
 
 // pump sends what f yields as data events until f ends.

@@ -75,6 +75,13 @@ func Wait(cmd *exec.Cmd) error {
 	return err
 }
 
+// AwaitExit returns once the child pid has exited, without reaping it, parked in the
+// poller on a pidfd. It returns at once when the kernel has no pidfds (Linux before
+// 5.10, gVisor).
+func AwaitExit(pid int) {
+	awaitExit(pid)
+}
+
 // awaitExit returns once the child pid has exited (it is not reaped: the caller's
 // cmd.Wait does that at once), parked in the poller on a pidfd. It returns at once
 // when the kernel has no pidfds (Linux before 5.10, gVisor), and cmd.Wait then waits
