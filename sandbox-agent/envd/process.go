@@ -44,6 +44,9 @@ type process struct {
 	// stdin is the write end of the process's stdin pipe; nil when it has none or
 	// CloseStdin closed it.
 	stdin *os.File
+	// stdinPipe is the same pipe, kept to cut off a write blocked in it (a write
+	// deadline needs no lock) when the process has ended.
+	stdinPipe *os.File
 
 	mu    sync.Mutex
 	subs  map[*subscriber]struct{}
@@ -203,34 +206,35 @@ func startProcess(cmd *exec.Cmd, config *pb.ProcessConfig, tag *string, size *pb
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
 		}
 	} else {
-		pipes, err := newPipes(3)
+		stdoutR, stdoutW, err := os.Pipe()
 		if err != nil {
 			return nil, nil, err
 		}
-		stdinR, stdinW := pipes[0][0], pipes[0][1]
-		stdoutR, stdoutW := pipes[1][0], pipes[1][1]
-		stderrR, stderrW := pipes[2][0], pipes[2][1]
-		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+		stderrR, stderrW, err := os.Pipe()
+		if err != nil {
+			stdoutR.Close()
+			stdoutW.Close()
+			return nil, nil, err
+		}
+		var stdinR, stdinW *os.File
 		if withStdin {
+			if stdinR, stdinW, err = os.Pipe(); err != nil {
+				closeAll(stdoutR, stdoutW, stderrR, stderrW)
+				return nil, nil, err
+			}
 			cmd.Stdin = stdinR
 		} else {
 			cmd.Stdin = procs.DevNull
 		}
+		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 		err = procs.Start(cmd)
-		stdinR.Close()
-		stdoutW.Close()
-		stderrW.Close()
+		// The child's ends are the child's now.
+		closeAll(stdoutW, stderrW, stdinR)
 		if err != nil {
-			stdinW.Close()
-			stdoutR.Close()
-			stderrR.Close()
+			closeAll(stdoutR, stderrR, stdinW)
 			return nil, nil, err
 		}
-		if withStdin {
-			p.stdin = stdinW
-		} else {
-			stdinW.Close()
-		}
+		p.stdin, p.stdinPipe = stdinW, stdinW
 		outputs = []*os.File{stdoutR, stderrR}
 		dataEvent = nil
 	}
@@ -243,21 +247,13 @@ func startProcess(cmd *exec.Cmd, config *pb.ProcessConfig, tag *string, size *pb
 	return p, first, nil
 }
 
-// newPipes makes n pipes, closing them all when one cannot be made.
-func newPipes(n int) ([][2]*os.File, error) {
-	out := make([][2]*os.File, 0, n)
-	for range n {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range out {
-				p[0].Close()
-				p[1].Close()
-			}
-			return nil, err
+// closeAll closes the files that are not nil.
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
 		}
-		out = append(out, [2]*os.File{r, w})
 	}
-	return out, nil
 }
 
 // run pumps the outputs to the streams, waits for the process, lets the outputs drain
@@ -307,7 +303,12 @@ func (p *process) run(outputs []*os.File, dataEvent func([]byte) *pb.ProcessEven
 	for _, f := range outputs {
 		f.Close()
 	}
-	_ = p.closeStdin()
+	if p.stdinPipe != nil {
+		// A write of input may wait on a pipe that a grandchild holds open and never
+		// reads: it fails now, so that closing takes the lock.
+		_ = p.stdinPipe.SetWriteDeadline(time.Now())
+		_ = p.closeStdin()
+	}
 
 	st := p.cmd.ProcessState
 	end := &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "unknown"}

@@ -166,7 +166,8 @@ func writeInput(p *process, in *pb.ProcessInput) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errStdinClosed), errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrClosed):
+	case errors.Is(err, errStdinClosed), errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrClosed),
+		errors.Is(err, os.ErrDeadlineExceeded):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	default:
 		return connect.NewError(connect.CodeInvalidArgument, err)
