@@ -1,8 +1,9 @@
 // Package agent is the HTTP API of the in-sandbox daemon (port 44772): commands,
 // sessions, files, directories, metrics, PTYs, the port proxy and the code interpreter,
 // wire-compatible with OpenSandbox's execd, plus sandgate's two warm-pool extensions
-// (/sandgate/env and /sandgate/entrypoint). It is plain net/http and owns every process
-// it starts; the PID-1 duties live in package initproc.
+// (/sandgate/env and /sandgate/entrypoint), and mounts E2B's envd protocol under /envd
+// (package envd). It is plain net/http and owns every process it starts; the PID-1
+// duties live in package initproc.
 package agent
 
 import (
