@@ -57,8 +57,8 @@ type Config struct {
 	SettleEntrypoint func(ctx context.Context, window time.Duration) (exited bool, code int)
 	// Logger receives operational messages; nil means the standard logger.
 	Logger *log.Logger
-	// Envd configures the E2B envd API served under /envd (package envd); its Env and
-	// Logger are the agent's.
+	// Envd configures the E2B envd API served under /envd (package envd); its Env is
+	// the agent's.
 	Envd envd.Config
 	// JupyterProbe makes the agent answer the code-interpreter SDKs' readiness probe in
 	// a sandbox with Jupyter (jupyterprobe.go). Only an agent that is its sandbox's own
@@ -136,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 	s.ptys = newRegistry[*ptyhub.Session]()
 	s.code = newCodeInterpreter(s)
 	envdCfg := cfg.Envd
-	envdCfg.Env, envdCfg.Logger = cfg.Env, cfg.Logger
+	envdCfg.Env = cfg.Env
 	s.envd = envd.New(envdCfg)
 	s.routes()
 	if cfg.JupyterProbe {

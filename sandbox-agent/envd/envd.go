@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log"
 	"net/http"
 	"strconv"
 	"sync"
@@ -41,8 +40,6 @@ type Config struct {
 	PasswdFile, GroupFile string
 	// DefaultUser is the user of a request that names none; empty means "user", E2B's.
 	DefaultUser string
-	// Logger receives operational messages; nil means the standard logger.
-	Logger *log.Logger
 }
 
 // Service is the envd API. Create it with New and release it with Close.
@@ -71,9 +68,6 @@ func New(cfg Config) *Service {
 	}
 	if cfg.DefaultUser == "" {
 		cfg.DefaultUser = "user"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = log.Default()
 	}
 	s := &Service{cfg: cfg, mux: http.NewServeMux(), processes: newProcessTable(), watchers: newWatcherTable()}
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxMessageBytes)}
