@@ -76,9 +76,6 @@ func newSandbox(t *testing.T) *sandbox {
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}
-	// Signatures carry milliseconds: one made within the agent's first millisecond
-	// reads as made before the agent and is refused, so the first call waits it out.
-	time.Sleep(2 * time.Millisecond)
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.CloseClientConnections()

@@ -146,10 +146,11 @@ type Verifier struct {
 }
 
 // NewVerifier returns a verifier for key that accepts requests signed at or after
-// notBefore (the service's start) and remembers at most maxNonces nonces per
+// notBefore (the service's start; to the millisecond, as timestamps are) and remembers at most maxNonces nonces per
 // 2×MaxSkew (beyond it new requests are refused until old ones are forgotten: fail closed rather
 // than forget and allow a replay).
 func (s Scheme) NewVerifier(key string, notBefore time.Time, maxNonces int) *Verifier {
+	notBefore = notBefore.Truncate(time.Millisecond)
 	return &Verifier{scheme: s, key: []byte(key), notBefore: notBefore, maxNonces: maxNonces,
 		current: map[string]struct{}{}, previous: map[string]struct{}{}, rotated: notBefore}
 }
