@@ -508,6 +508,11 @@ func TestCloseKillsProcesses(t *testing.T) {
 	if r := <-results; r.end == nil || r.end.GetStatus() != "signal: killed" {
 		t.Errorf("end %v (%v), want killed", r.end, r.err)
 	}
+	// The group's SIGKILL is sent by Close; the child dies when it is next scheduled.
+	deadline := time.Now().Add(5 * time.Second)
+	for (alive(pid) || alive(child)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if alive(pid) || alive(child) {
 		t.Errorf("after Close: process %d alive %t, its child %d alive %t", pid, alive(pid), child, alive(child))
 	}
