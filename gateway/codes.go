@@ -27,7 +27,7 @@ const (
 
 // Codes of sandboxes: their create, lifecycle and proxy.
 const (
-	CodeInvalidParameter  = "SANDBOX::INVALID_PARAMETER"
+	CodeInvalidParameter  = fault.CodeInvalidParameter
 	CodeInvalidMetadata   = "SANDBOX::INVALID_METADATA_LABEL"
 	CodeInvalidExpiration = "SANDBOX::INVALID_EXPIRATION"
 	CodeNotFound          = fault.CodeNotFound

@@ -78,12 +78,14 @@ var Kinds = []Kind{KindInvalid, KindUnauthenticated, KindForbidden, KindNotFound
 	KindConflict, KindTooLarge, KindUnsupportedMedia, KindUnprocessable, KindQuota, KindInternal,
 	KindUnsupported, KindUpstream, KindUnavailable, KindTimeout}
 
-// Codes that every part of the core answers with: credentials, and a sandbox that does
-// not exist or must not be seen. gateway/codes.go lists them with the rest.
+// Codes that every part of the core answers with: credentials, a sandbox that does not
+// exist or must not be seen, and a request's input the core refuses. gateway/codes.go
+// lists them with the rest.
 const (
-	CodeMissingAPIKey = "MISSING_API_KEY"
-	CodeForbidden     = "FORBIDDEN"
-	CodeNotFound      = "SANDBOX::NOT_FOUND"
+	CodeMissingAPIKey    = "MISSING_API_KEY"
+	CodeForbidden        = "FORBIDDEN"
+	CodeNotFound         = "SANDBOX::NOT_FOUND"
+	CodeInvalidParameter = "SANDBOX::INVALID_PARAMETER"
 )
 
 // Errorf builds an *Error.
