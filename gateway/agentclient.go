@@ -13,9 +13,6 @@ import (
 // agentCallTimeout bounds one call of the gateway's to an agent (late binding, metrics).
 const agentCallTimeout = 5 * time.Second
 
-// enforcerCallTimeout bounds one signed call to an enforcer (its policy and vault API).
-const enforcerCallTimeout = 10 * time.Second
-
 // pingAgent calls the agent's /ping with its token.
 func (s *Service) pingAgent(ctx context.Context, addr, token string, timeout time.Duration) error {
 	return s.agents.Ping(ctx, addr, token, timeout)

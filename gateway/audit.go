@@ -67,6 +67,18 @@ func (s *Service) RecordAudit(tenant string, record []byte) {
 	}
 }
 
+// recordAuditFrom queues one audit record of source for tenant (see RecordAudit).
+func (s *Service) recordAuditFrom(tenant, source string, at time.Time, record []byte) {
+	ps := s.ensurePluginState()
+	select {
+	case ps.audit <- auditEntry{tenant: tenant, source: source, at: at, record: record}:
+	default:
+		if n := ps.auditDropped.Add(1); n&(n-1) == 0 {
+			s.log.Warn("audit records dropped: the writer is behind", "dropped", n)
+		}
+	}
+}
+
 // runAuditWriter appends queued audit records to their tenants' streams in pipelined
 // batches and wakes live readers after each batch.
 func (s *Service) runAuditWriter(ps *pluginState) {

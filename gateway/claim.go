@@ -67,7 +67,7 @@ func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName strin
 		return nil, tmpl, err
 	}
 
-	if err := s.ValidateEgressRequest(ctx, caller, req); err != nil {
+	if err := s.egress.ValidateClaim(ctx, caller.Tenant, req.NetworkPolicy); err != nil {
 		return nil, tmpl, err
 	}
 	if req.Image != nil && req.Image.URI != "" && req.Image.URI != tmpl.Image.URI {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -70,20 +71,21 @@ const (
 	CodeCredentialProxyNotInPool = "SANDBOX::CREDENTIAL_PROXY_NOT_IN_POOL"
 )
 
-// Codes of a sandbox's egress API and credential vault (relayed to its enforcer).
+// Codes of a sandbox's egress API and credential vault (relayed to its enforcer; package
+// gateway/egress produces all but CodeEnforcementMismatch).
 const (
 	// CodeEgressUnavailable: the sandbox's egress enforcer did not answer, or gave an
 	// answer it did not sign.
-	CodeEgressUnavailable = "EGRESS::UNAVAILABLE"
+	CodeEgressUnavailable = egress.CodeEgressUnavailable
 	// CodeEnforcementMismatch: the sandbox's egress enforcer did not enforce the policy it
 	// was given (signed GET /policy at start); the sandbox was not started.
 	CodeEnforcementMismatch = "EGRESS::ENFORCEMENT_MISMATCH"
-	// CodeEgressMethodNotAllowed: the egress API's /policy takes GET, POST, PUT, PATCH
-	// and DELETE only (the enforcer's own code for it).
-	CodeEgressMethodNotAllowed = "EGRESS::METHOD_NOT_ALLOWED"
+	// CodeEgressMethodNotAllowed: the egress API's /policy has no such operation (the
+	// enforcer's own code for it).
+	CodeEgressMethodNotAllowed = egress.CodeEgressMethodNotAllowed
 	// CodeVaultInvalidRequest: a vault request the gateway cannot read (the enforcer's
 	// own code for it).
-	CodeVaultInvalidRequest = "VAULT::INVALID_REQUEST"
+	CodeVaultInvalidRequest = egress.CodeVaultInvalidRequest
 )
 
 // Codes of proxy access: credentials other than API keys (package gateway/access

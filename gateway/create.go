@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
@@ -144,11 +145,13 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	if md, err := json.Marshal(metadata); err == nil && len(metadata) > 0 {
 		spec.Labels = map[string]string{labelMetadata: string(md)}
 	}
-	egress, err := s.egressSpec(ctx, caller, id, req)
+	// credentialProxy's shape was checked with the rest of the request (validateCreate).
+	proxy, _ := credentialProxyEnabled(req.CredentialProxy)
+	egressSpec, err := s.egress.Spec(ctx, caller.Tenant, id, req.NetworkPolicy, proxy)
 	if err != nil {
 		return nil, err
 	}
-	spec.Egress = egress
+	spec.Egress = egressSpec
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
@@ -168,7 +171,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		State: StatePending, LastTransitionAt: now, CreatedAt: now, ExpiresAt: spec.ExpiresAt,
 		AgentToken: spec.AgentToken, AgentAuth: store.AgentAuthSigned, EgressToken: spec.EgressToken, AccessToken: randomToken(24), Batch: batch,
 		SnapshotID:   snapshotID,
-		EgressPolicy: egressPolicyOf(spec.Egress),
+		EgressPolicy: egress.PolicyOf(spec.Egress),
 		Owner:        s.owner,
 	}
 	// The record comes first, so that no other gateway adopts the container as an orphan;

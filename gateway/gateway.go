@@ -24,8 +24,7 @@
 //	takeover.go      crash-only recovery of a dead gateway's half-done work; heartbeats
 //	clusterid.go     the cluster id every sandbox carries, and which sandboxes are this store's
 //	storeloss.go     a store that comes back empty: its memos dropped, the cluster id written back
-//	enforcer.go      restoring an egress enforcer that died
-//	egress.go        egress policy through Rego to the enforcer
+//	egresshost.go    the core as the egress and vault feature (package gateway/egress) sees it
 //	authenticate.go  API keys to callers
 //	authorize.go     the Rego access decision for API actions
 //	accesshost.go    the core as the access feature (package gateway/access) sees it
@@ -36,7 +35,6 @@
 //	volumes.go       volumes: validation, host path resolution, per-tenant claim names
 //	snapshots.go     snapshots: commit to a tenant-owned image, create and pools from one
 //	fork.go          fork: a snapshot and a batch of copies from it
-//	vault.go         the credential vault: bindings checked by Rego, its audit records drained
 //	usage.go         per-sandbox resource use, sampled from the engine or the agent
 //	fleet.go         the fleet's history for the console
 //	metrics.go       the core's Prometheus series
@@ -66,6 +64,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/pool"
@@ -226,10 +225,9 @@ type Service struct {
 	events eventQueue
 	// expiries tracks removals for expiry under way (reaper.go).
 	expiries expirySet
-	// enforcerRestores tracks enforcer restores under way (enforcer.go).
-	enforcerRestores enforcerRestores
-	// vaultAudits tracks credential-vault audit drains under way (vault.go).
-	vaultAudits inFlight
+	// egress is the feature of egress policies and the credential vault (package
+	// gateway/egress).
+	egress *egress.Manager
 	// reconciles counts Reconcile passes; helpers are swept on every sweepEvery-th.
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).
@@ -294,6 +292,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	}, st, rt, poolHost{s}, log)
 	s.access = access.New(access.Config{MaxTimeout: cfg.MaxTimeout, RenewCooldown: cfg.RenewCooldown},
 		st, pol, s.metrics, accessHost{s}, log)
+	s.egress = egress.New(st, rt, pol, s.agents, s.metrics, egressHost{s}, log)
 	return s
 }
 
@@ -377,6 +376,7 @@ func (s *Service) Stop() {
 	s.spawnMu.Unlock()
 	s.pool.Stop()
 	s.access.Stop()
+	s.egress.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they

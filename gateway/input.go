@@ -142,9 +142,23 @@ func (s *Service) validateCredentialProxyCreate(req CreateRequest) error {
 		return Errorf(KindInvalid, CodeCredentialProxyNeedsPolicy,
 			"credentialProxy.enabled needs a networkPolicy: the credential vault lives in the sandbox's egress enforcer; add e.g. \"networkPolicy\": {\"defaultAction\": \"deny\", \"egress\": [{\"action\": \"allow\", \"target\": \"api.example.com\"}]}")
 	}
-	if !s.runsCredentialProxy() {
+	if !s.egress.RunsCredentialProxy() {
 		return Errorf(KindInvalid, CodeCredentialProxyUnsupported,
 			"credentialProxy.enabled: this gateway's runtime has no credential vault (egress enforcement is off or the runtime cannot intercept), so the sandbox's credentials could not be kept out of it; create it without credentialProxy")
+	}
+	return nil
+}
+
+// claimCredentialProxy refuses a claim that asks for the credential proxy from a pool
+// whose warm sandboxes were started without it.
+func claimCredentialProxy(tmpl, req CreateRequest) error {
+	want, err := credentialProxyEnabled(req.CredentialProxy)
+	if err != nil || !want {
+		return err
+	}
+	if have, _ := credentialProxyEnabled(tmpl.CredentialProxy); !have {
+		return Errorf(KindInvalid, CodeCredentialProxyNotInPool,
+			"credentialProxy.enabled: the pool's template starts its sandboxes without the credential proxy; enable it in the pool's template")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
@@ -57,12 +58,14 @@ func (h poolHost) startMember(ctx context.Context, p *store.Pool, req CreateRequ
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
 	// Warm members start behind an enforcer with the template's policy (the platform
-	// default without one); a claim's own networkPolicy replaces it (bindClaimEgress).
-	egress, err := s.egressSpec(ctx, Caller{Tenant: p.Tenant}, spec.ID, req)
+	// default without one); a claim's own networkPolicy replaces it (BindMember). The
+	// template's credentialProxy was checked by MemberStarter (validateCreate).
+	proxy, _ := credentialProxyEnabled(req.CredentialProxy)
+	egressSpec, err := s.egress.Spec(ctx, p.Tenant, spec.ID, req.NetworkPolicy, proxy)
 	if err != nil {
 		return nil, err
 	}
-	spec.Egress = egress
+	spec.Egress = egressSpec
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
@@ -82,7 +85,7 @@ func (h poolHost) startMember(ctx context.Context, p *store.Pool, req CreateRequ
 		Metadata: req.Metadata, ResourceLimits: req.ResourceLimits, State: StateRunning,
 		LastTransitionAt: now, CreatedAt: now, Address: inst.Address,
 		AgentToken: spec.AgentToken, AgentAuth: store.AgentAuthSigned, EgressToken: spec.EgressToken, AccessToken: randomToken(24),
-		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egressPolicyOf(spec.Egress),
+		Pool: p.Name, PoolVersion: p.Version, EgressPolicy: egress.PolicyOf(spec.Egress),
 	}, nil
 }
 
@@ -101,7 +104,7 @@ func (h poolHost) BindMember(ctx context.Context, sb *store.Sandbox, lb *store.L
 		}
 	}
 	if lb.NetworkPolicy != "" {
-		return s.bindClaimEgress(ctx, Caller{Tenant: sb.Tenant}, sb, CreateRequest{NetworkPolicy: json.RawMessage(lb.NetworkPolicy)})
+		return s.egress.BindClaim(ctx, sb, json.RawMessage(lb.NetworkPolicy))
 	}
 	return nil
 }

@@ -63,14 +63,8 @@ func (s *Service) validatePool(ctx context.Context, caller Caller, req PoolReque
 	if err != nil {
 		return err
 	}
-	np, err := parseNetworkPolicy(req.Template.NetworkPolicy)
-	if err != nil {
+	if err := s.egress.ValidateTemplate(ctx, caller.Tenant, req.Template.NetworkPolicy); err != nil {
 		return err
-	}
-	if np != nil {
-		if _, err := s.effectiveEgress(ctx, caller.Tenant, "", np); err != nil {
-			return err
-		}
 	}
 	if len(spec.Volumes) > 0 {
 		// Warm members start before anyone claims them; volumes are bound at create.

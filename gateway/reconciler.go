@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 )
 
@@ -80,7 +78,7 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 		}
 		s.syncRecord(ctx, rec, inst, exists, listedAt, now)
 	}
-	s.checkEnforcers(ctx, instances, records, now)
+	s.egress.CheckEnforcers(ctx, instances, records, now)
 	s.takeOverBatches(ctx)
 	for id, inst := range byID {
 		if warm[id] {
@@ -201,7 +199,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			s.backgroundError("reconciler", "sync record with the runtime", err, "id", rec.ID)
 		}
 	}
-	s.drainVaultAudit(rec, inst)
+	s.egress.DrainVaultAudit(rec, inst)
 }
 
 func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now time.Time, startup bool) {
@@ -260,8 +258,8 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now
 	}
-	if rec.EgressToken != "" && s.enforcesEgress() {
-		rec.EgressPolicy = s.policyInForce(ctx, rec)
+	if rec.EgressToken != "" && s.egress.Enforces() {
+		rec.EgressPolicy = s.egress.PolicyInForce(ctx, rec)
 	}
 	if err := s.store.CreateSandbox(ctx, rec, 0); err != nil {
 		s.backgroundError("reconciler", "adopt sandbox", err, "id", inst.ID)
@@ -270,35 +268,6 @@ func (s *Service) adoptOrRemove(ctx context.Context, inst runtimes.Instance, now
 	s.log.Info("adopted running sandbox from runtime labels", "id", inst.ID, "tenant", inst.Tenant)
 	s.metrics.Reconciled("adopted")
 	s.emit(ctx, rec, "sandbox.adopted", nil)
-}
-
-// policyInForce reads the policy an adopted sandbox's enforcer enforces (a signed
-// answer, as every policy read), so that the record keeps it as a create or a change
-// through the egress API would have: an enforcer restored later gets it back instead of
-// deny-all. An enforcer that does not answer leaves the record without one (a restore
-// then fails closed), and says so in the log.
-func (s *Service) policyInForce(ctx context.Context, rec *store.Sandbox) json.RawMessage {
-	a, err := s.agents.GetPolicy(ctx, rec.Address, rec.EgressToken, enforcerCallTimeout)
-	if err == nil && !a.OK() {
-		err = fmt.Errorf("status %d", a.Status)
-	}
-	var answer struct {
-		Policy *policy.NetworkPolicy `json:"policy"`
-	}
-	if err == nil {
-		if err = json.Unmarshal(a.Body, &answer); err == nil && answer.Policy == nil {
-			err = errors.New("the answer names no policy")
-		}
-	}
-	var js []byte
-	if err == nil {
-		js, err = json.Marshal(answer.Policy)
-	}
-	if err != nil {
-		s.log.Warn("adopted sandbox's egress policy not read from its enforcer; a restored enforcer would deny all", "sandbox", rec.ID, "err", err)
-		return nil
-	}
-	return js
 }
 
 // removeHalfMade removes a record-less sandbox whose create did not go all the way (its

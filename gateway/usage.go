@@ -134,7 +134,7 @@ func (s *Service) sampleOne(ctx context.Context, sb *store.Sandbox) {
 		s.resourceUse.series[sb.ID] = ser
 	}
 	withDisk := ser.n%usageDiskEvery == 0
-	withEgress := ser.n%usageEgressEvery == 0 && s.enforcesEgress()
+	withEgress := ser.n%usageEgressEvery == 0 && s.egress.Enforces()
 	ser.n++
 	s.resourceUse.mu.Unlock()
 	if withEgress {

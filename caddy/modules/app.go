@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/policy"
@@ -475,7 +476,7 @@ func (a *App) resolveSecrets() error {
 // list, every address of the host's interfaces and, on Docker, the host's address on
 // every network of the engine.
 func (a *App) gatewayAddresses(ctx context.Context, rt runtimes.Runtime) ([]string, error) {
-	host, err := gateway.HostAddresses()
+	host, err := egress.HostAddresses()
 	if err != nil {
 		return nil, err
 	}
