@@ -37,7 +37,7 @@ func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *ga
 		return false
 	}
 	if _, ok := vaultOps[r.Method]; !ok {
-		return false
+		return false // a method of neither API (the vault's are the policy's too): proxied
 	}
 	path := egressPath(r, sb.ID, port)
 	if egress.IsVaultPath(path) {

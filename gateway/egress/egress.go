@@ -13,9 +13,10 @@
 // tenant's audit stream (vault.go). It reaches the core only through Host (host.go): the
 // event pipeline, the audit stream, the route cache, the reaper's judgement and the
 // count of background errors; the store, the runtime, the policy engine, the agent
-// client and the metrics it is given directly. It never imports package gateway, and
-// never HTTP: gateway/api turns requests into PolicyChange and VaultRequest and an
-// Answer back into a response.
+// client and the metrics it is given directly. It imports neither package gateway nor
+// net/http: its calls to enforcers are agentclient's signed, typed methods, and
+// gateway/api turns HTTP requests into PolicyChange and VaultRequest and an Answer back
+// into a response.
 package egress
 
 import (
@@ -94,6 +95,10 @@ func New(st *store.Store, rt runtimes.Runtime, pol *policy.Engine, agents *agent
 	return &Manager{store: st, runtime: rt, policy: pol, agents: agents, metrics: m, host: host, log: log, stop: make(chan struct{})}
 }
 
+// spawn runs a restore or a drain in a goroutine that Stop waits for; once Stop has
+// begun it runs nothing and reports false.
+func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
+
 // Stop waits for the restores and drains under way and starts no more.
 func (m *Manager) Stop() {
 	m.spawnMu.Lock()
@@ -101,10 +106,6 @@ func (m *Manager) Stop() {
 	m.spawnMu.Unlock()
 	m.wg.Wait()
 }
-
-// spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
-// nothing and reports false.
-func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
 
 // Enforces reports whether the runtime puts an egress enforcer beside each sandbox.
 func (m *Manager) Enforces() bool {

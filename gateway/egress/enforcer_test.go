@@ -113,8 +113,11 @@ func TestEnforces(t *testing.T) {
 	if !on.m.Enforces() || !on.m.RunsCredentialProxy() || off.m.Enforces() || off.m.RunsCredentialProxy() {
 		t.Fatal("Enforces or RunsCredentialProxy does not follow the runtime")
 	}
-	// A runtime without enforcers has none to restore.
+	// A runtime without enforcers has none to restore, and nothing to ask.
 	off.m.CheckEnforcers(context.Background(), []runtimes.Instance{{ID: "x"}}, []*store.Sandbox{{ID: "x", State: stateRunning}}, time.Now())
+	if off.restoring("x") || len(off.host.errors) != 0 {
+		t.Fatalf("a runtime without enforcers: restore started %v, errors %v", off.restoring("x"), off.host.errors)
+	}
 }
 
 // restoring reports whether a restore of id's enforcer is under way.
