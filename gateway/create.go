@@ -343,6 +343,10 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 			if v != "runc" && v != "runsc" {
 				return spec, invalid("extensions[%q] = %q: want \"runc\" or \"runsc\" (gVisor)", k, v)
 			}
+		case ExtensionPauseAtExpiry:
+			if v != "true" && v != "false" {
+				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)
+			}
 		case access.ExtensionPublic:
 			if v != "true" && v != "false" {
 				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)

@@ -17,7 +17,7 @@
 //	deaths.go        sandbox deaths: a workload that stops by itself is marked Failed, learnt
 //	                 from the runtime's events, an unanswered proxied call or the reconciler
 //	listing.go       the filtering and paging the list routes share
-//	reaper.go        expiry: removing sandboxes past their expiresAt
+//	reaper.go        expiry: removing sandboxes past their expiresAt, or pausing those that ask
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	failures.go      counting and logging the errors of background work
 //	lease.go         the lease that lets one gateway of several reap and reconcile

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // Expiry. Each reaper tick hands every sandbox whose expiresAt has passed to a removal of
@@ -17,6 +18,13 @@ import (
 // (measured in `make bench`). A sandbox being removed is in s.expiring until its record
 // is gone; the reconciler leaves such records (and any whose expiresAt has passed) to the
 // reaper, so that a container dying of its expiry is never reported as failed.
+
+// ExtensionPauseAtExpiry ("true") makes a sandbox pause at its expiry instead of being
+// removed (E2B's autoPause): it is then kept, paused, for at most the longest lifetime
+// the operator allows (MaxTimeout) and removed when that passes too, unless a resume and
+// a renewal give it a lifetime again first. A runtime that cannot pause removes it as any
+// other.
+const ExtensionPauseAtExpiry = "expiry.pause"
 
 // reapConcurrency bounds expiry removals running at once.
 const reapConcurrency = 16
@@ -113,6 +121,36 @@ func (s *Service) expire(ctx context.Context, id string) {
 	// announces it as deleted.
 	if sb != nil && sb.State == StateStopping {
 		return
+	}
+	// One that asked to pause at its expiry is paused and kept (ExtensionPauseAtExpiry),
+	// unless its runtime cannot pause it; one already paused at its expiry has had its keep.
+	if sb != nil && sb.Extensions[ExtensionPauseAtExpiry] == "true" && sb.State == StateRunning {
+		err := s.runtime.Pause(ctx, id)
+		switch {
+		case err == nil || errors.Is(err, runtimes.ErrWrongState):
+			now := time.Now().UTC()
+			keep := now.Add(s.cfg.MaxTimeout)
+			rec, err := s.store.ModifySandbox(ctx, id, func(cur *store.Sandbox) error {
+				if cur.State != StateRunning {
+					return errAlreadySettled
+				}
+				cur.State, cur.LastTransitionAt, cur.ExpiresAt = StatePaused, now, &keep
+				return nil
+			})
+			s.routes.drop(id)
+			switch {
+			case err == nil:
+				s.log.Info("sandbox paused at its expiry", "id", id, "tenant", sb.Tenant, "kept_until", keep)
+				s.emit(ctx, rec, "sandbox.paused", map[string]any{"reason": "expiry", "keptUntil": keep})
+			case !errors.Is(err, errAlreadySettled) && !errors.Is(err, store.ErrNotFound):
+				_ = s.runtime.Resume(ctx, id)
+				s.backgroundError("reaper", "record the pause of an expired sandbox", err, "id", id)
+			}
+			return
+		case !errors.Is(err, errors.ErrUnsupported):
+			s.backgroundError("reaper", "pause expired sandbox", err, "id", id)
+			return // its expiry stays past: the next tick tries again
+		}
 	}
 	s.routes.drop(id)
 	if err := s.runtime.Delete(ctx, id); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
@@ -191,6 +192,16 @@ type App struct {
 	// host volumes (empty: none), enforced by the Rego admission rule on platform data
 	// volume_host_prefixes (SANDGATE_VOLUME_HOST_PREFIXES, comma-separated).
 	VolumeHostPrefixes []string `json:"volume_host_prefixes,omitempty"`
+	// E2BPrefix is the path under which the E2B door serves E2B's control API
+	// (SANDGATE_E2B_PREFIX, default "/e2b"); "off" serves no E2B door, neither that API
+	// nor the routing of calls by the E2b-Sandbox-Id header.
+	E2BPrefix string `json:"e2b_prefix,omitempty"`
+	// E2BTemplates maps E2B template aliases to what a create through the door starts:
+	// alias=image, or alias=pool:<name> for a claim from that warm pool
+	// (SANDGATE_E2B_TEMPLATES, comma-separated). "base" and "code-interpreter-v1" are
+	// sandgate/e2b-base and sandgate/e2b-code-interpreter of this version unless
+	// mapped here.
+	E2BTemplates []string `json:"e2b_templates,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -344,6 +355,12 @@ func (a *App) Validate() error {
 	}
 	if _, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err != nil {
 		return fmt.Errorf("volume_host_prefixes: %w", err)
+	}
+	if a.E2BPrefix != "" && a.E2BPrefix != "off" && (!strings.HasPrefix(a.E2BPrefix, "/") || strings.TrimRight(a.E2BPrefix, "/") == "" || strings.ContainsAny(a.E2BPrefix, "{} ")) {
+		return fmt.Errorf("e2b_prefix %q: want a path such as /e2b, or off", a.E2BPrefix)
+	}
+	if _, err := api.E2BTemplates(a.E2BTemplates); err != nil {
+		return fmt.Errorf("e2b_templates: %w", err)
 	}
 	if a.PublicURL != "" {
 		u, err := url.Parse(a.PublicURL)
@@ -554,3 +571,20 @@ var (
 	_ caddy.Destructor   = (*core)(nil)
 	_ caddy.Destructor   = sharedStore{}
 )
+
+// e2bOptions are the E2B door's options of the API handler: its prefix ("/e2b" when
+// unset, none when "off") and templates (Validate has checked them).
+func (a *App) e2bOptions() api.E2BOptions {
+	prefix := a.E2BPrefix
+	switch prefix {
+	case "":
+		prefix = defaultE2BPrefix
+	case "off":
+		prefix = ""
+	}
+	templates, _ := api.E2BTemplates(a.E2BTemplates)
+	return api.E2BOptions{Prefix: prefix, Templates: templates, DefaultTemplates: api.E2BDefaultTemplates(gateway.Version)}
+}
+
+// defaultE2BPrefix is where the E2B door's control API is served by default.
+const defaultE2BPrefix = "/e2b"

@@ -100,6 +100,8 @@ var settings = []setting{
 	{name: "image_pull", env: "SANDGATE_PULL", def: "missing", values: []string{"never", "missing", "always"}, doc: "docker: when a create pulls its image", field: func(a *App) any { return &a.ImagePull }},
 	{name: "image_registries", env: "SANDGATE_IMAGE_REGISTRIES", kind: kindList, doc: "registries images may be pulled from (empty: any but those on addresses of the platform itself)", field: func(a *App) any { return &a.ImageRegistries }},
 	{name: "volume_host_prefixes", env: "SANDGATE_VOLUME_HOST_PREFIXES", kind: kindList, doc: "host directories sandboxes may bind-mount (empty: none)", field: func(a *App) any { return &a.VolumeHostPrefixes }},
+	{name: "e2b_prefix", env: "SANDGATE_E2B_PREFIX", def: "/e2b", live: true, doc: "path of the E2B door's control API (E2B_API_URL=http://<gateway>/e2b); off: no E2B door", field: func(a *App) any { return &a.E2BPrefix }},
+	{name: "e2b_templates", env: "SANDGATE_E2B_TEMPLATES", kind: kindList, live: true, doc: "alias=image or alias=pool:<name>,…: the E2B door's templates (base: sandgate/e2b-base)", field: func(a *App) any { return &a.E2BTemplates }},
 	{name: "plugin_cache_dir", env: "SANDGATE_PLUGIN_CACHE_DIR", doc: "compiled WASM plugins survive restarts", field: func(a *App) any { return &a.PluginCacheDir }},
 	{name: "plugin_timeout", env: "SANDGATE_PLUGIN_TIMEOUT", def: "100ms", kind: kindDuration, doc: "default deadline of a plugin hook call", field: func(a *App) any { return &a.PluginTimeout }},
 	{name: "metrics_listen", env: "SANDGATE_METRICS_LISTEN", doc: "host:port serving /metrics without credentials", field: func(a *App) any { return &a.MetricsListen }},

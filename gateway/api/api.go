@@ -26,6 +26,8 @@ type Options struct {
 	Forward Forward
 	// Metrics serves the Prometheus scrape at /metrics (admin only); nil: 404.
 	Metrics http.Handler
+	// E2B configures the E2B door (e2b.go); without a prefix there is none.
+	E2B E2BOptions
 }
 
 // Handler serves the whole gateway API.
@@ -36,6 +38,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	forward Forward
 	mcp     *mcpHandler
+	e2b     *e2bDoor
 	// openAPI is the document this gateway serves (openAPIFor), made on first use.
 	openAPI     []byte
 	openAPIOnce sync.Once
@@ -63,6 +66,7 @@ func New(svc *gateway.Service, opts Options) *Handler {
 	}
 	h := &Handler{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
 	h.mcp = &mcpHandler{h: h}
+	h.e2b = newE2BDoor(opts.E2B)
 	h.forward = opts.Forward
 	if h.forward == nil {
 		h.forward = NewForward(h.upstreamError)
@@ -79,6 +83,7 @@ func New(svc *gateway.Service, opts Options) *Handler {
 		h.registerFallback(path, ms, shadowsWildcard(path, routes))
 	}
 	h.registerTestClock()
+	h.registerE2B()
 	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}", h.serveConsoleProxy)
 	h.mux.HandleFunc(consoleProxyPrefix+"{id}/ports/{port}/{path...}", h.serveConsoleProxy)
 	h.mux.Handle("GET /console/", web.Handler("/console/"))
@@ -277,6 +282,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(w, r, gateway.Errorf(gateway.KindInternal, gateway.CodeInternal, "internal error (request %s)", id))
 		}
 	}()
+	if id := r.Header.Get(headerE2BSandboxID); id != "" && h.e2b != nil {
+		h.serveE2BSandboxCall(w, r, id)
+		return
+	}
 	if id, port, ok := h.previewHost(r.Host); ok {
 		h.proxy(w, r, id, port, "/", r.URL.EscapedPath())
 		return

@@ -326,6 +326,8 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 		h.svc.RecordAgentCall(sb, plugins.EventCommandStarted, map[string]any{"endpoint": p, "command": text, "background": body.Background})
 	case p == "/files/upload":
 		h.svc.RecordAgentCall(sb, plugins.EventFileWritten, map[string]any{"endpoint": p, "bytes": r.ContentLength})
+	default:
+		h.e2bNoteAgentCall(r, sb, p) // the agent's envd and code-interpreter mounts
 	}
 }
 

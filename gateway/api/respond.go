@@ -73,6 +73,11 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	if status >= 500 {
 		h.log.Error("request failed", "request_id", id, "status", status, "code", e.Code, "method", r.Method, "route", r.Pattern, "err", err)
 	}
+	if m := e2bMarkOf(r); m.shape != 0 {
+		status, body := e2bErrorAnswer(m, e)
+		writeJSON(w, status, body)
+		return
+	}
 	writeJSON(w, status, errorBody{Code: e.Code, Message: e.Message})
 }
 
