@@ -63,7 +63,10 @@ func run(m *testing.M) int {
 		}{
 			{"sandgate", "./caddy", false}, {"sandbox-agent", "./sandbox-agent", true},
 		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+			// The version make builds with: the gateway names images by it (the E2B
+			// door's default templates).
+			ldflags := "-X github.com/sandgate/sandgate/gateway.Version=" + strings.TrimSpace(string(version))
+			cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", filepath.Join(dir, b.out), b.pkg)
 			cmd.Dir = repoRoot
 			cmd.Env = os.Environ()
 			if b.static {

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// TestSDKE2BJS runs the client suite in test/sdk-e2b-js: the published E2B JavaScript
+// TestSDKE2BJS runs the client suites in test/sdk-e2b-js (sdk.test.mjs: the control
+// API; envd.test.mjs: inside the sandbox): the published E2B JavaScript
 // SDKs (e2b and @e2b/code-interpreter, the versions its package-lock.json pins)
 // against the E2B door of a gateway started here, with Node's own test runner,
 // configured only by E2B's own variables and with the door's default templates. Two
@@ -46,7 +47,7 @@ func TestSDKE2BJS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=tap", "sdk.test.mjs")
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=tap", "sdk.test.mjs", "envd.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL=http://"+g.Addr+"/e2b",
@@ -58,7 +59,7 @@ func TestSDKE2BJS(t *testing.T) {
 	)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
+		t.Fatalf("node --test: %v\n%s", err, out)
 	}
 	if !strings.Contains(string(out), "\n# fail 0") || strings.Contains(string(out), "\n# tests 0") {
 		t.Fatalf("the suite ran no tests or did not report `# fail 0`:\n%s", out)
