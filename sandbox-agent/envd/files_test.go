@@ -166,6 +166,14 @@ func TestUploadDownload(t *testing.T) {
 		if string(plain) != strings.Repeat("compressible ", 1000) {
 			t.Errorf("gzip round trip lost the content (%d bytes)", len(plain))
 		}
+		// What HTTP libraries send by default (both SDKs, on every read) leaves the
+		// coding to the server: the answer is plain.
+		for _, accept := range []string{"gzip, deflate", "gzip;q=0", "br, gzip"} {
+			resp, body = sb.do("GET", "/files?path=z.txt", nil, http.Header{"Accept-Encoding": {accept}})
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || string(body) != strings.Repeat("compressible ", 1000) {
+				t.Errorf("Accept-Encoding %q: %d, Content-Encoding %q, %d bytes; want it plain", accept, resp.StatusCode, resp.Header.Get("Content-Encoding"), len(body))
+			}
+		}
 	})
 
 	t.Run("multipart, several files named by their filenames", func(t *testing.T) {
