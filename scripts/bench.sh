@@ -30,6 +30,7 @@ if ((QUICK)); then
 	e2e "gateway end to end: creates and claims" 'ColdCreate|PoolClaim' 10x
 	e2e "gateway end to end: 50 creates 8 at a time" 'CreateThroughput50x8' 1x
 	e2e "gateway end to end: batches of 100" 'Batch100' 1x
+	e2e "the E2B door beside the OpenSandbox door" 'E2BDoor' 10x
 	echo "== admission with N sandboxes owned (200x)"
 	go test -count=1 -run '^$' -bench 'Admission' -benchtime 200x -timeout 30m ./gateway/ 2>&1 | filter
 else
@@ -46,6 +47,7 @@ else
 	e2e "gateway end to end: creates and claims" 'ColdCreate|PoolClaim' 10x
 	e2e "gateway end to end: 50 creates 8 at a time" 'CreateThroughput50x8' 3x
 	e2e "gateway end to end: batches of 100" 'Batch100' 1x
+	e2e "the E2B door beside the OpenSandbox door" 'E2BDoor' 30x
 	e2e "gateway end to end: snapshot, fork of 10, resume on access" 'BenchmarkState$' 1x
 	e2e "gateway end to end: faults: a burst of 20 expiries, proxied calls through a 15s Redis outage, takeover of a killed gateway's work" 'ExpiryBurst20|RedisOutage15s|GatewayTakeover' 1x
 	echo "== Kubernetes runtime on the local control plane: batches of 100 and 1000, warm and cold (1x)"
