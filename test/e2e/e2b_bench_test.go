@@ -175,7 +175,9 @@ func BenchmarkE2BDoor(b *testing.B) {
 		figure("e2b_cold_create_first_command", door, base)
 	})
 	b.Run("claim-first-command", func(b *testing.B) {
-		warm := func() { waitFor(b, 2*time.Minute, func() bool { _, _, a := g.poolStatus("e2bbench"); return a >= 2 }, "warm members") }
+		warm := func() {
+			waitFor(b, 2*time.Minute, func() bool { _, _, a := g.poolStatus("e2bbench"); return a >= 2 }, "warm members")
+		}
 		var claimOnly, osClaimOnly latencies
 		e2bSide := func() time.Duration {
 			warm()
