@@ -30,7 +30,7 @@ const (
 
 // setting is one option of the `sandgate` app. The table below is the one list of them:
 // the Caddyfile parser reads it, the default Caddyfile's `sandgate` block is checked
-// against it (env, default), README's configuration tables are checked against it, and
+// against it (env, default), docs/configuration.md's tables are checked against it, and
 // coreKey is built from it, so a setting added here is parsed, documented and rebuilds
 // the core on reload without anything else to remember.
 type setting struct {

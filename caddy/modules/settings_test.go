@@ -82,10 +82,11 @@ func TestCoreKeyCoversEverySetting(t *testing.T) {
 	}
 }
 
-// TestREADMEDocumentsEverySetting: each setting's variable has a row in one of README's
-// configuration tables, and that row names the default the default Caddyfile gives it.
-func TestREADMEDocumentsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestConfigurationDocumentsEverySetting: each setting's variable has a row in one of the
+// tables of docs/configuration.md, and that row names the default the default Caddyfile
+// gives it.
+func TestConfigurationDocumentsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +103,11 @@ func TestREADMEDocumentsEverySetting(t *testing.T) {
 	for _, s := range settings {
 		def, ok := rows[s.env]
 		if !ok {
-			t.Errorf("README has no configuration row for %s (setting %s)", s.env, s.name)
+			t.Errorf("docs/configuration.md has no row for %s (setting %s)", s.env, s.name)
 			continue
 		}
 		if s.def != "" && !strings.Contains(def, "`"+s.def+"`") {
-			t.Errorf("README's row for %s gives the default %q, want one naming `%s`", s.env, def, s.def)
+			t.Errorf("docs/configuration.md's row for %s gives the default %q, want one naming `%s`", s.env, def, s.def)
 		}
 	}
 }
