@@ -3,9 +3,12 @@
 # source through the Go module proxy and run on loopback only.
 #
 #   scripts/k8s.sh build              build the binaries unless cached; print the bin dir
-#   scripts/k8s.sh up [STATE_DIR]     start a cluster; print its kubeconfig path last
+#   scripts/k8s.sh up [--node] [STATE_DIR]  start a cluster (--node: with a real node too,
+#                                     see scripts/k8s-node.sh); print its kubeconfig path last
 #   scripts/k8s.sh down [STATE_DIR]   stop what `up` started and remove STATE_DIR
 #   scripts/k8s.sh status [STATE_DIR] exit 0 when that cluster answers
+#   scripts/k8s.sh load STATE_DIR IMAGE...  copy Docker images into the real node
+#   scripts/k8s.sh node-prereqs       print what this machine lacks for a real node
 #
 # STATE_DIR defaults to $PWD/.sandgate/k8s. It holds the certificates, the kubeconfig,
 # the etcd data, one log and one pid file per process, and `env` (ports and URLs).
@@ -44,6 +47,8 @@ KWOK_FALLBACK_CIDR=127.64.255.0/24
 SERVICE_CIDR=127.96.0.0/16
 
 log() { echo "k8s: $*" >&2; }
+# shellcheck source=scripts/k8s-node.sh
+. "$ROOT/scripts/k8s-node.sh"
 die() {
 	log "$*"
 	exit 1
@@ -89,6 +94,7 @@ build() {
 		build_one "$c" "k8s.io/kubernetes@$K8S_VERSION" "$MODDIR" -ldflags "$ver_ld" "k8s.io/kubernetes/cmd/$c"
 	done
 	build_one etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "$MODDIR/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
+	node_build "$ver_ld"
 	build_one kwok "sigs.k8s.io/kwok@$KWOK_VERSION" "$MODDIR/kwok" -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok
 	if [ ! -s "$CACHE/kwok-stages.yaml" ] || [ "$(cat "$CACHE/kwok-stages.yaml.version" 2>/dev/null)" != "$KWOK_VERSION" ]; then
 		(cd "$MODDIR/kwok" && GOWORK=off go run ./stages) >"$CACHE/kwok-stages.yaml.tmp"
@@ -251,6 +257,9 @@ status() {
 	for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
 		alive "$c" || return 1
 	done
+	if [ -d "$STATE/node" ]; then
+		alive containerd && alive kubelet || return 1
+	fi
 	readyz
 }
 
@@ -326,6 +335,8 @@ EOF
 		--authorization-mode RBAC \
 		--endpoint-reconciler-type none \
 		--allow-privileged=true \
+		--enable-admission-plugins PodNodeSelector,PodTolerationRestriction \
+		--kubelet-preferred-address-types InternalIP,Hostname \
 		--profiling=false
 	wait_for "kube-apiserver /readyz" 180 readyz
 
@@ -392,6 +403,9 @@ EOF
 	# created the namespace's default ServiceAccount: wait for it so the first test pod does
 	# not race it.
 	wait_for "default ServiceAccount" 120 default_sa
+	if [ "$WITH_NODE" = 1 ]; then
+		node_up
+	fi
 	trap - EXIT
 
 	log "up in $((($(date +%s%N) - t0) / 1000000)) ms: apiserver https://127.0.0.1:$APISERVER_PORT ($K8S_VERSION), etcd $ETCD_VERSION, kwok $KWOK_VERSION, nodes kwok-node-0..$((NODES - 1)) (pod CIDRs $POD_CIDR_PREFIX.16N.0/20)"
@@ -421,6 +435,7 @@ down() {
 		return
 	fi
 	[ -f "$STATE/.sandgate-k8s" ] || die "$STATE is not a cluster state directory (no .sandgate-k8s); not touching it"
+	node_down
 	local c pid
 	# Reverse start order: kwok and the controllers first, so nothing reacts to the
 	# apiserver going away; etcd last.
@@ -448,6 +463,11 @@ build)
 	echo "$CACHE"
 	;;
 up)
+	WITH_NODE=0
+	if [ "${1:-}" = --node ]; then
+		WITH_NODE=1
+		shift
+	fi
 	STATE=$(state_dir "${1:-}")
 	PKI="$STATE/pki"
 	up
@@ -455,6 +475,15 @@ up)
 down)
 	STATE=$(state_dir "${1:-}")
 	down
+	;;
+load)
+	STATE=$(state_dir "${1:-}")
+	shift
+	[ -S "$STATE/node/containerd.sock" ] || die "$STATE has no real node (start it with: scripts/k8s.sh up --node $STATE)"
+	node_load "$@"
+	;;
+node-prereqs)
+	node_prereqs
 	;;
 status)
 	STATE=$(state_dir "${1:-}")
@@ -467,7 +496,7 @@ status)
 	fi
 	;;
 *)
-	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
