@@ -13,7 +13,7 @@
 #     whatever a pod sends off the bridge, so pod traffic reaches this host and nothing
 #     beyond it.
 #   - a kubelet built from k8s.io/kubernetes at the control plane's pin, named
-#     sandgate-node, listening on 127.0.0.1 only with anonymous access (the control plane
+#     localhost, listening on 127.0.0.1 only with anonymous access (the control plane
 #     has no kubelet client certificate), registered with the label and taint
 #     sandgate.io/node=real so only pods that ask for it land there (the apiserver's
 #     PodNodeSelector and PodTolerationRestriction plugins give those to every pod of a
@@ -27,7 +27,10 @@
 # Images reach the node with `scripts/k8s.sh load STATE IMAGE...` (docker save | ctr
 # import); nothing is ever pulled.
 
-NODE_NAME=sandgate-node
+# The apiserver reaches a kubelet (logs, exec) by its node's Hostname address, the node's
+# name; "localhost" resolves to loopback everywhere, where this kubelet listens. A
+# loopback InternalIP is refused by the kubelet.
+NODE_NAME=localhost
 NODE_LABEL=sandgate.io/node
 PAUSE_IMAGE=sandgate/pause:1
 NODE_SUBNET_PREFIX=10.213
@@ -109,10 +112,12 @@ node_up() {
 	ip addr add "$gateway/24" dev "$bridge"
 	ip link set "$bridge" up
 	exec 8>&-
-	# Pods talk to this host (the bridge address) and to each other; nothing they send is
-	# forwarded off the bridge.
+	# Pods talk to this host (the bridge address) and to each other (Docker's FORWARD
+	# policy would drop that); nothing they send is forwarded off the bridge.
 	iptables -I FORWARD -i "$bridge" ! -o "$bridge" -j DROP -m comment --comment "sandgate-node-$bridge"
 	echo "FORWARD -i $bridge ! -o $bridge -j DROP -m comment --comment sandgate-node-$bridge" >"$NODE/iptables"
+	iptables -I FORWARD -i "$bridge" -o "$bridge" -j ACCEPT -m comment --comment "sandgate-node-$bridge"
+	echo "FORWARD -i $bridge -o $bridge -j ACCEPT -m comment --comment sandgate-node-$bridge" >>"$NODE/iptables"
 	cat >>"$STATE/env" <<EOF
 NODE_NAME=$NODE_NAME
 NODE_LABEL=$NODE_LABEL=real
@@ -228,7 +233,7 @@ mount --bind "$NODE/var-lib-kubelet" /var/lib/kubelet
 mount --bind "$NODE/var-log-containers" /var/log/containers
 exec "$CACHE/kubelet" --config "$NODE/kubelet.yaml" --kubeconfig "$NODE/kubelet.kubeconfig" \\
 	--root-dir "$NODE/kubelet" --cert-dir "$NODE/kubelet-pki" \\
-	--hostname-override "$NODE_NAME" --node-ip 127.0.0.1 --node-labels "$NODE_LABEL=real" -v 1
+	--hostname-override "$NODE_NAME" --node-labels "$NODE_LABEL=real" -v 1
 EOF
 	chmod +x "$NODE/kubelet.sh"
 	start kubelet unshare --mount --propagation unchanged "$NODE/kubelet.sh"
@@ -283,8 +288,11 @@ node_down() {
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 	done
 	if [ -f "$NODE/iptables" ]; then
-		# shellcheck disable=SC2046
-		iptables -D $(cat "$NODE/iptables") 2>/dev/null || true
+		local rule
+		while read -r rule; do
+			# shellcheck disable=SC2086
+			iptables -D $rule 2>/dev/null || true
+		done <"$NODE/iptables"
 	fi
 	if [ -f "$NODE/bridge" ]; then
 		ip link del "$(cat "$NODE/bridge")" 2>/dev/null || true

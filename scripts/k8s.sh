@@ -336,7 +336,7 @@ EOF
 		--endpoint-reconciler-type none \
 		--allow-privileged=true \
 		--enable-admission-plugins PodNodeSelector,PodTolerationRestriction \
-		--kubelet-preferred-address-types InternalIP,Hostname \
+		--kubelet-preferred-address-types Hostname,InternalIP \
 		--profiling=false
 	wait_for "kube-apiserver /readyz" 180 readyz
 

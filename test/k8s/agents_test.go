@@ -23,11 +23,11 @@ import (
 	sgk8s "github.com/sandgate/sandgate/runtimes/kubernetes"
 )
 
-// agentRunner stands in for the container runtime of the kwok nodes: for every sandbox
-// pod kwok reports Running it starts a real sandbox-agent bound to the pod's loopback IP,
-// with the workload container's command and environment, and it stops that process when
-// the pod is deleted or fails. It watches every namespace through an informer, as a
-// kubelet watches its pods.
+// agentRunner stands in for the container runtime of the kwok nodes (the real node's
+// pods are its kubelet's): for every sandbox pod kwok reports Running it starts a real
+// sandbox-agent bound to the pod's loopback IP, with the workload container's command and
+// environment, and it stops that process when the pod is deleted or fails. It watches
+// every namespace through an informer, as a kubelet watches its pods.
 type agentRunner struct {
 	binary string
 	dir    string
@@ -78,7 +78,8 @@ func startAgentRunner(kube kubernetes.Interface, binary, dir string) (*agentRunn
 // sync starts or stops the agent of one pod to match its state.
 func (a *agentRunner) sync(obj any, deleted bool) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	if !ok || (realNode.name != "" && pod.Spec.NodeName == realNode.name) {
+		// The real node's kubelet runs its pods' containers itself.
 		return
 	}
 	running := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""

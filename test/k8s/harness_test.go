@@ -76,8 +76,17 @@ func run(m *testing.M) int {
 		}
 	})
 	t0 := time.Now()
+	upArgs := []string{"up", "--node", state}
+	if realNode.skip, err = realNodePrereqs(script); err != nil {
+		fmt.Fprintln(os.Stderr, "test/k8s:", err)
+		return 1
+	}
+	if realNode.skip != "" {
+		fmt.Fprintln(os.Stderr, "test/k8s: no real node:", realNode.skip)
+		upArgs = []string{"up", state}
+	}
 	var upErr bytes.Buffer
-	up := exec.Command(script, "up", state)
+	up := exec.Command(script, upArgs...)
 	up.Stderr = &upErr
 	out, err := up.Output()
 	if err != nil {
@@ -87,6 +96,13 @@ func run(m *testing.M) int {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	kubeconfig = lines[len(lines)-1]
 	fmt.Fprintf(os.Stderr, "test/k8s: control plane up in %s (%s)\n", time.Since(t0).Round(time.Millisecond), kubeconfig)
+	if realNode.skip == "" {
+		if err := readRealNodeEnv(script, state); err != nil {
+			fmt.Fprintln(os.Stderr, "test/k8s:", err)
+			return 1
+		}
+		cleanup = append(cleanup, removeRealNodeImages)
+	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
