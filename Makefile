@@ -42,7 +42,7 @@ plugins:
 	@plugins/examples/build.sh
 
 ## k8s: the local test control plane's binaries (kube-apiserver, -scheduler,
-## -controller-manager, etcd, kwok), built from the Go module proxy and cached outside the
+## -controller-manager, etcd, kwok) and its real node's (kubelet, pause, crireset), built from the Go module proxy and cached outside the
 ## repo (slow: ~20 min cold, then instant)
 k8s: deps
 	@scripts/k8s.sh build >/dev/null
@@ -52,7 +52,7 @@ k8s: deps
 registry: deps
 	@scripts/registry.sh build >/dev/null
 
-## k8s-up: start that control plane on loopback (3 kwok nodes); prints the kubeconfig path last
+## k8s-up: start that control plane on loopback (3 kwok nodes; `scripts/k8s.sh up --node` adds a real one); prints the kubeconfig path last
 k8s-up: deps
 	@scripts/k8s.sh up
 

@@ -2,7 +2,9 @@
 # Installs what sandgate needs on a Debian machine and makes sure a Docker engine answers.
 # Idempotent: a second run only checks.
 set -euo pipefail
-PACKAGES=(docker.io redis-server redis-tools debootstrap nftables iproute2 curl ca-certificates chromium openssl python3 python3-venv)
+# containerd, runc and containernetworking-plugins: the local Kubernetes cluster's real
+# node (scripts/k8s-node.sh) runs a containerd of its own with the bridge CNI plugin.
+PACKAGES=(docker.io containerd runc containernetworking-plugins redis-server redis-tools debootstrap nftables iproute2 curl ca-certificates chromium openssl python3 python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

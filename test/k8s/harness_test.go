@@ -40,7 +40,7 @@ var (
 const image = "sandgate/base:0.1.0"
 
 // controlPlaneBinaries are what `scripts/k8s.sh build` caches.
-var controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+var controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubelet", "pause", "crireset"}
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 

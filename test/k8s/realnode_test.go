@@ -34,8 +34,10 @@ var realNode struct {
 	skip   string // why this machine has no real node; empty when it has one
 	name   string
 	hostIP string // this host's address on the node's bridge, where pods reach it
-	script string
-	state  string
+	// containerd is the socket of the node's own containerd.
+	containerd string
+	script     string
+	state      string
 
 	loadOnce   sync.Once
 	loadErr    error
@@ -66,6 +68,8 @@ func readRealNodeEnv(script, state string) error {
 			realNode.name = v
 		case "NODE_HOST_IP":
 			realNode.hostIP = v
+		case "NODE_CONTAINERD":
+			realNode.containerd = v
 		}
 	}
 	if realNode.name == "" || realNode.hostIP == "" {
@@ -321,6 +325,52 @@ func TestRealNodeEgress(t *testing.T) {
 	// The rules live in the pods' network namespaces, not the host's.
 	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil && strings.Contains(string(out), "sandgate_egress") {
 		t.Errorf("the host's nftables holds a sandgate_egress table:\n%s", out)
+	}
+}
+
+// TestRealNodeKilledContainerFails kills a sandbox's workload container behind the
+// gateway's back, through the node's containerd: the sandbox is reported Failed with
+// the reason a killed Docker container gets, and its calls answer SANDBOX::UNAVAILABLE.
+func TestRealNodeKilledContainerFails(t *testing.T) {
+	agentImage := requireRealNode(t)
+	ns := realNodeNamespace(t)
+	g := startRealNodeGateway(t, ns, agentImage)
+	id := g.createSandbox(smallSandbox(nil))
+	if _, code, err := g.command(id, "true"); err != nil || code != 0 {
+		t.Fatalf("command before the kill: exit %d, %v", code, err)
+	}
+	pod, err := kube.CoreV1().Pods(ns).Get(context.Background(), sgk8s.PodName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var containerID string
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == sgk8s.WorkloadContainer {
+			_, containerID, _ = strings.Cut(st.ContainerID, "://")
+		}
+	}
+	if containerID == "" {
+		t.Fatalf("no container ID for %s in %+v", sgk8s.WorkloadContainer, pod.Status.ContainerStatuses)
+	}
+	if out, err := exec.Command("ctr", "-a", realNode.containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", containerID).CombinedOutput(); err != nil {
+		t.Fatalf("ctr tasks kill: %v: %s", err, out)
+	}
+	waitFor(t, time.Minute, func() bool { return g.state(id) == "Failed" }, "the killed sandbox to be Failed")
+	status := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["status"].(map[string]any)
+	if status["reason"] != "EXITED" {
+		t.Errorf("status %v, want reason EXITED", status)
+	}
+	base, headers, err := g.endpoint(id)
+	if err != nil {
+		// The endpoint itself may already answer that the sandbox is unavailable.
+		if !strings.Contains(err.Error(), "SANDBOX::UNAVAILABLE") {
+			t.Fatalf("endpoint of the failed sandbox: %v", err)
+		}
+		return
+	}
+	r := agentRequest(t, g, "POST", base+"/command", headers, "application/json", strings.NewReader(`{"command":"true"}`))
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "SANDBOX::UNAVAILABLE") {
+		t.Errorf("call after the death: %d %s, want 503 SANDBOX::UNAVAILABLE", r.status, r.body)
 	}
 }
 
