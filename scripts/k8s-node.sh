@@ -297,9 +297,11 @@ node_down() {
 	if [ -f "$NODE/bridge" ]; then
 		ip link del "$(cat "$NODE/bridge")" 2>/dev/null || true
 	fi
-	local cg
-	for cg in /sys/fs/cgroup/*/sandgate-sgn*; do
-		[ -d "$cg" ] || continue
-		case "$cg" in */sandgate-"$(cat "$NODE/bridge" 2>/dev/null)") find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true ;; esac
-	done
+	if [ -f "$NODE/bridge" ]; then
+		local cg
+		for cg in /sys/fs/cgroup/*/"sandgate-$(cat "$NODE/bridge")"; do
+			[ ! -d "$cg" ] || find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+		done
+	fi
+	return 0
 }

@@ -267,6 +267,9 @@ up() {
 	if [ -f "$STATE/.sandgate-k8s" ]; then
 		if status; then
 			log "already up (state $STATE); reusing it"
+			if [ "$WITH_NODE" = 1 ] && [ ! -d "$STATE/node" ]; then
+				node_up
+			fi
 			echo "$STATE/kubeconfig"
 			return
 		fi
