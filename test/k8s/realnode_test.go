@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -175,7 +177,8 @@ func smallSandbox(extra map[string]any) map[string]any {
 
 // TestRealNodeLifecycle creates a sandbox on the real node and works in it through the
 // gateway: its pod runs there with the agent the init container copied, commands run,
-// files go in and come out, and deleting it removes the pod.
+// files go in and come out, a terminal answers over its WebSocket, and deleting it
+// removes the pod.
 func TestRealNodeLifecycle(t *testing.T) {
 	agentImage := requireRealNode(t)
 	ns := realNodeNamespace(t)
@@ -241,6 +244,51 @@ func TestRealNodeLifecycle(t *testing.T) {
 		resp = agentRequest(t, g, "GET", base+"/files/download?path="+url.QueryEscape("/tmp/realnode/back.txt"), headers, "", nil)
 		if resp.status != 200 || strings.TrimSpace(resp.body) != "made-by-a-command" {
 			t.Fatalf("download: %d %q", resp.status, resp.body)
+		}
+	})
+
+	t.Run("pty", func(t *testing.T) {
+		base, headers, err := g.endpoint(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := agentRequest(t, g, "POST", base+"/pty", headers, "application/json", strings.NewReader(`{"cwd":"/tmp"}`))
+		var created struct {
+			SessionID string `json:"session_id"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &created); r.status != 200 || err != nil || created.SessionID == "" {
+			t.Fatalf("create pty: %d %s", r.status, r.body)
+		}
+		t.Cleanup(func() { agentRequest(t, g, "DELETE", base+"/pty/"+created.SessionID, headers, "", nil) })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h := http.Header{}
+		for k, v := range headers {
+			h.Set(k, v)
+		}
+		conn, _, err := websocket.Dial(ctx, "ws://"+strings.TrimPrefix(base, "http://")+"/pty/"+created.SessionID+"/ws", &websocket.DialOptions{HTTPHeader: h})
+		if err != nil {
+			t.Fatalf("pty WebSocket: %v", err)
+		}
+		defer conn.CloseNow()
+		// Input frames start with 0x00; output frames with 0x01 or 0x02 (stdout, stderr)
+		// or 0x03 and an 8-byte offset (replay).
+		if err := conn.Write(ctx, websocket.MessageBinary, append([]byte{0x00}, "echo pty-$((6*7))\r"...)); err != nil {
+			t.Fatalf("pty write: %v", err)
+		}
+		var out strings.Builder
+		for !strings.Contains(out.String(), "pty-42\r\n") {
+			typ, data, err := conn.Read(ctx)
+			if err != nil {
+				t.Fatalf("pty read: %v; output so far %q", err, out.String())
+			}
+			switch {
+			case typ != websocket.MessageBinary || len(data) == 0:
+			case data[0] == 0x01 || data[0] == 0x02:
+				out.Write(data[1:])
+			case data[0] == 0x03 && len(data) >= 9:
+				out.Write(data[9:])
+			}
 		}
 	})
 
