@@ -9,15 +9,16 @@
 #     driver (this host is cgroup v1) and restrict_oom_score_adj (the host does not let a
 #     process lower its oom_score_adj, and runc fails without it).
 #   - the bridge + host-local CNI plugins (containernetworking-plugins) on a /24 of
-#     10.213.0.0/16 and a bridge made here; no masquerade, and a FORWARD rule drops
-#     whatever a pod sends off the bridge, so pod traffic reaches this host and nothing
-#     beyond it.
+#     10.213.0.0/16 and a bridge made here; no masquerade, one FORWARD rule that drops
+#     whatever a pod sends off the bridge and one that lets pods reach each other on it,
+#     so pod traffic reaches this host and the node's pods and nothing beyond.
 #   - a kubelet built from k8s.io/kubernetes at the control plane's pin, named
 #     localhost, listening on 127.0.0.1 only with anonymous access (the control plane
 #     has no kubelet client certificate), registered with the label and taint
 #     sandgate.io/node=real so only pods that ask for it land there (the apiserver's
-#     PodNodeSelector and PodTolerationRestriction plugins give those to every pod of a
-#     namespace annotated as realNodeNamespace in test/k8s does).
+#     PodNodeSelector and PodTolerationRestriction plugins give the selector and the
+#     toleration to every pod of a namespace annotated for it, as realNodeNamespace in
+#     test/k8s does).
 #     It runs in a mount namespace of its own in which the /proc/sys files it would set
 #     (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops) are covered by files
 #     that already hold the values it wants, so the machine's settings stay as they are;
