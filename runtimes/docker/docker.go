@@ -444,9 +444,9 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		if withEgress {
 			r.removeEgress(rmCtx, spec.ID)
 		}
-		_, _ = r.cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		_ = r.removeGone(rmCtx, created.ID, true)
 		if spare {
-			_, _ = r.cli.ContainerRemove(rmCtx, h.id, client.ContainerRemoveOptions{Force: true})
+			_ = r.removeGone(rmCtx, h.id, false)
 		}
 		r.removeVolumes(rmCtx, madeVolumes)
 		unstageHostVolumes(spec.ID)
@@ -767,24 +767,18 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	holderRemoved := make(chan struct{})
 	go func() {
 		defer close(holderRemoved)
-		_, _ = r.cli.ContainerRemove(context.WithoutCancel(ctx), holderName(id), client.ContainerRemoveOptions{Force: true})
+		_ = r.removeGone(context.WithoutCancel(ctx), holderName(id), false)
 	}()
-	_, err := r.cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	err := r.removeGone(ctx, containerName(id), true)
 	<-egressRemoved
 	<-holderRemoved
-	if err == nil || cerrdefs.IsNotFound(err) {
-		r.removeVolumesOf(ctx, id)
-		unstageHostVolumes(id)
-		// Its namespace is gone with its last container: so is its bridge port.
-		r.dropGoneAntiSpoofPorts()
-	}
-	if err != nil && !cerrdefs.IsNotFound(err) {
-		// A removal already in progress finishes by itself.
-		if strings.Contains(err.Error(), "already in progress") {
-			return nil
-		}
+	if err != nil {
 		return fmt.Errorf("remove container: %w", err)
 	}
+	r.removeVolumesOf(ctx, id)
+	unstageHostVolumes(id)
+	// Its namespace is gone with its last container: so is its bridge port.
+	r.dropGoneAntiSpoofPorts()
 	return nil
 }
 
@@ -794,8 +788,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 func (r *Runtime) ReleaseHelpers(ctx context.Context, id string) error {
 	var errs []error
 	for _, name := range []string{egressContainerName(id), holderName(id)} {
-		_, err := r.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
-		if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "already in progress") {
+		if err := r.removeGone(ctx, name, false); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
 		}
 	}

@@ -449,7 +449,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 		if id := c.Labels[runtimes.LabelID]; id == "" || live[id] {
 			continue
 		}
-		if _, err := r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err == nil {
+		if err := r.removeGone(ctx, c.ID, false); err == nil {
 			removed++
 		}
 	}
@@ -460,7 +460,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 func (r *Runtime) removeEgress(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_, _ = r.cli.ContainerRemove(ctx, egressContainerName(id), client.ContainerRemoveOptions{Force: true})
+	_ = r.removeGone(ctx, egressContainerName(id), false)
 }
 
 // GatewayAddresses returns the host's addresses on every Docker network of the engine

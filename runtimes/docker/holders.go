@@ -51,6 +51,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -256,7 +257,32 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 func (r *Runtime) removeContainer(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, _ = r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+	_ = r.removeGone(ctx, id, false)
+}
+
+// removeGone force-removes a container (ref: its id or name) and returns once it is
+// gone. A removal the engine already has in progress (another path's: a sweep, a
+// death's release, a delete) is waited for, so that when removeGone returns the name is
+// free and what the container held is released. A container that does not exist is
+// gone.
+func (r *Runtime) removeGone(ctx context.Context, ref string, volumes bool) error {
+	_, err := r.cli.ContainerRemove(ctx, ref, client.ContainerRemoveOptions{Force: true, RemoveVolumes: volumes})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if !strings.Contains(err.Error(), "already in progress") {
+		return err
+	}
+	for {
+		if _, ierr := r.cli.ContainerInspect(ctx, ref, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(ierr) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remove %s: still being removed: %w", ref, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // closeSpares stops making spares and removes this runtime's (Close).
@@ -326,7 +352,7 @@ func (r *Runtime) sweepHolders(ctx context.Context, holders []container.Summary,
 			}
 		}
 		if gone {
-			if _, err := r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err == nil {
+			if err := r.removeGone(ctx, c.ID, false); err == nil {
 				r.log.Info("removed a network namespace holder whose sandbox or gateway is gone", "names", c.Names)
 				removed++
 			}
