@@ -14,7 +14,7 @@ import (
 // renewal give it a lifetime again; when its keep passes while it is still paused it is
 // removed. A sandbox without the extension is removed at its expiry as always.
 func TestPauseAtExpiry(t *testing.T) {
-	const keep = 3 * time.Second
+	const keep = 5 * time.Second
 	c := newTestCore(t, Config{ReapInterval: 20 * time.Millisecond, MinTimeout: time.Second, MaxTimeout: keep})
 	ctx := context.Background()
 	create := func(pause bool) string {
@@ -33,7 +33,7 @@ func TestPauseAtExpiry(t *testing.T) {
 	state := func(id string) (*store.Sandbox, error) { return c.store.GetSandbox(ctx, id) }
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(keep + 10*time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s did not happen", what)
 			}
@@ -41,7 +41,10 @@ func TestPauseAtExpiry(t *testing.T) {
 	}
 	waitFor("the pause at expiry", func() bool { sb, err := state(paused); return err == nil && sb.State == StatePaused })
 	waitFor("the removal at expiry", func() bool { _, err := state(removed); return errors.Is(err, store.ErrNotFound) })
-	sb, _ := state(paused)
+	sb, err := state(paused)
+	if err != nil {
+		t.Fatalf("the paused sandbox: %v", err)
+	}
 	if sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) < keep-time.Second {
 		t.Fatalf("the paused sandbox is kept until %v, want about %s", sb.ExpiresAt, keep)
 	}
