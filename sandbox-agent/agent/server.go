@@ -137,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 	s.code = newCodeInterpreter(s)
 	envdCfg := cfg.Envd
 	envdCfg.Env = cfg.Env
+	envdCfg.PlainCommand = s.plainCommand
 	s.envd = envd.New(envdCfg)
 	s.routes()
 	if cfg.JupyterProbe {
