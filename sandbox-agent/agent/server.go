@@ -147,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.probeDone)
 		s.setDirectExec(true)
+		s.envd.WarmLoginShell()
 	}()
 	return s, nil
 }

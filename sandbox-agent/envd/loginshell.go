@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	pb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/process"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
 
@@ -57,6 +58,9 @@ type PlainCommand struct {
 
 // loginProbe is what a login shell leaves for the program it execs.
 type loginProbe struct {
+	// done is closed once the probe has run; the fields below are set then.
+	done chan struct{}
+
 	// env is the environment `exec env` received: the program's, except for _.
 	env []string
 	// hashed are the programs the profile files hashed, by name.
@@ -72,6 +76,31 @@ type loginProbes struct {
 
 // maxLoginProbes bounds the cache; it is emptied when full.
 const maxLoginProbes = 64
+
+// get returns the current probe of shell's login shell, running it (once for calls
+// that come together) when there is none or a file it read has changed.
+func (l *loginProbes) get(shell *exec.Cmd) *loginProbe {
+	home, _ := procs.Lookup(shell.Env, "HOME")
+	stamp := loginStamp(home)
+	key := loginKey(shell)
+	l.mu.Lock()
+	probe := l.m[key]
+	if probe != nil && probe.stamp == stamp {
+		l.mu.Unlock()
+		<-probe.done
+		return probe
+	}
+	if l.m == nil || len(l.m) >= maxLoginProbes {
+		l.m = map[string]*loginProbe{}
+	}
+	probe = &loginProbe{done: make(chan struct{}), stamp: stamp}
+	l.m[key] = probe
+	l.mu.Unlock()
+	// Without env every command goes through bash until a profile file changes.
+	probe.env, probe.hashed, _ = probeLogin(shell)
+	close(probe.done)
+	return probe
+}
 
 // loginScript returns the script of a `bash -l -c script` process config.
 func loginScript(config interface {
@@ -92,25 +121,7 @@ func (s *Service) directLogin(script string, shell *exec.Cmd) *exec.Cmd {
 	if s.cfg.PlainCommand == nil || !filepath.IsAbs(shell.Path) {
 		return nil
 	}
-	home, _ := procs.Lookup(shell.Env, "HOME")
-	stamp := loginStamp(home)
-	key := loginKey(shell)
-	s.logins.mu.Lock()
-	probe := s.logins.m[key]
-	s.logins.mu.Unlock()
-	if probe == nil || probe.stamp != stamp {
-		var err error
-		probe, err = probeLogin(shell, stamp)
-		if err != nil {
-			probe = &loginProbe{stamp: stamp} // no env: every command goes through bash
-		}
-		s.logins.mu.Lock()
-		if s.logins.m == nil || len(s.logins.m) >= maxLoginProbes {
-			s.logins.m = map[string]*loginProbe{}
-		}
-		s.logins.m[key] = probe
-		s.logins.mu.Unlock()
-	}
+	probe := s.logins.get(shell)
 	if probe.env == nil {
 		return nil
 	}
@@ -198,8 +209,9 @@ const probeScript = `declare -F; trap -p; shopt -q expand_aliases && alias; hash
 
 const probeMarker = "\x00sandgate-login-probe\x00"
 
-// probeLogin runs the probe as shell would run, and reads its answer.
-func probeLogin(shell *exec.Cmd, stamp string) (*loginProbe, error) {
+// probeLogin runs the probe as shell would run, and reads its answer: the environment
+// of the program and the programs hashed by name.
+func probeLogin(shell *exec.Cmd) ([]string, map[string]string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(shell.Path, "-l", "-c", probeScript)
 	cmd.Env = shell.Env
@@ -212,20 +224,20 @@ func probeLogin(shell *exec.Cmd, stamp string) (*loginProbe, error) {
 	}
 	cmd.SysProcAttr = &attr
 	if err := procs.Start(cmd); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	timer := time.AfterFunc(5*time.Second, func() { _ = procs.KillGroup(cmd.Process.Pid, syscall.SIGKILL) })
 	err := procs.Wait(cmd)
 	timer.Stop()
 	if err != nil {
-		return nil, fmt.Errorf("login shell probe: %w", err)
+		return nil, nil, fmt.Errorf("login shell probe: %w", err)
 	}
 	if stderr.Len() > 0 {
-		return nil, fmt.Errorf("login shell probe wrote to stderr: %q", stderr.String())
+		return nil, nil, fmt.Errorf("login shell probe wrote to stderr: %q", stderr.String())
 	}
 	head, envOut, ok := bytes.Cut(stdout.Bytes(), []byte(probeMarker))
 	if !ok || !bytes.HasSuffix(envOut, []byte{0}) {
-		return nil, errors.New("login shell probe: no environment")
+		return nil, nil, errors.New("login shell probe: no environment")
 	}
 	hashed := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSuffix(string(head), "\n"), "\n") {
@@ -236,18 +248,18 @@ func probeLogin(shell *exec.Cmd, stamp string) (*loginProbe, error) {
 		case len(f) == 5 && f[0] == "builtin" && f[1] == "hash" && f[2] == "-p":
 			hashed[f[4]] = f[3]
 		default:
-			return nil, fmt.Errorf("login shell probe: the profile left %q", line)
+			return nil, nil, fmt.Errorf("login shell probe: the profile left %q", line)
 		}
 	}
 	env := strings.Split(string(envOut[:len(envOut)-1]), "\x00")
 	pwd, _ := procs.Lookup(env, "PWD")
 	if !sameDir(pwd, shell.Dir) {
-		return nil, fmt.Errorf("login shell probe: working directory %q, not %q", pwd, shell.Dir)
+		return nil, nil, fmt.Errorf("login shell probe: working directory %q, not %q", pwd, shell.Dir)
 	}
 	if slices.ContainsFunc(env, func(kv string) bool { return !strings.Contains(kv, "=") }) {
-		return nil, errors.New("login shell probe: malformed environment")
+		return nil, nil, errors.New("login shell probe: malformed environment")
 	}
-	return &loginProbe{env: env, hashed: hashed, stamp: stamp}, nil
+	return env, hashed, nil
 }
 
 func sameDir(a, b string) bool {
@@ -260,4 +272,22 @@ func sameDir(a, b string) bool {
 	}
 	fb, err := os.Stat(b)
 	return err == nil && os.SameFile(fa, fb)
+}
+
+// WarmLoginShell probes the login shell of the default user as a command with no cwd or
+// envs of its own would run it, so that the first such command finds it done: the
+// agent calls it at start-up, off any request's path.
+func (s *Service) WarmLoginShell() {
+	u, err := s.lookupUser("")
+	if err != nil {
+		return
+	}
+	// The shell as the SDKs name it.
+	config := &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"}}
+	if _, err := os.Stat(config.Cmd); err != nil {
+		return
+	}
+	if shell, err := s.command(config, u, false); err == nil {
+		s.logins.get(shell)
+	}
 }
