@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandgate/sandgate/sandbox-agent/envd"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
 
@@ -303,6 +304,25 @@ func (s *Server) directCommand(script string, shell *exec.Cmd) *exec.Cmd {
 	cmd.Stdin = shell.Stdin
 	cmd.SysProcAttr = shell.SysProcAttr
 	return cmd
+}
+
+// plainCommand reads script as directCommand does, for the program a login shell would
+// exec with pathList as its PATH (envd's `bash -l -c`, whose environment envd learns by
+// a probe of its own).
+func (s *Server) plainCommand(script, pathList string) (envd.PlainCommand, bool) {
+	t := s.shellTraits.Load()
+	if t == nil {
+		return envd.PlainCommand{}, false
+	}
+	words := plainWords(script, t.builtins)
+	if words == nil {
+		return envd.PlainCommand{}, false
+	}
+	program, ok := resolveProgram(words[0], pathList, true)
+	if !ok {
+		return envd.PlainCommand{}, false
+	}
+	return envd.PlainCommand{Argv: words, Program: program, KeepsLevel: t.keepsLevel}, true
 }
 
 // probeShell runs the shell twice to learn what plainWords and programEnv need: its

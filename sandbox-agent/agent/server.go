@@ -137,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 	s.code = newCodeInterpreter(s)
 	envdCfg := cfg.Envd
 	envdCfg.Env = cfg.Env
+	envdCfg.PlainCommand = s.plainCommand
 	s.envd = envd.New(envdCfg)
 	s.routes()
 	if cfg.JupyterProbe {
@@ -146,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.probeDone)
 		s.setDirectExec(true)
+		s.envd.WarmLoginShell()
 	}()
 	return s, nil
 }

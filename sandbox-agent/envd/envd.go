@@ -40,6 +40,11 @@ type Config struct {
 	PasswdFile, GroupFile string
 	// DefaultUser is the user of a request that names none; empty means "user", E2B's.
 	DefaultUser string
+	// PlainCommand, when set, reads a bash script as one plain program invocation whose
+	// program is looked up in pathList, so that `bash -l -c script` can run the
+	// program directly (loginshell.go); ok false means bash might do anything else.
+	// Nil runs every script through bash.
+	PlainCommand func(script, pathList string) (cmd PlainCommand, ok bool)
 }
 
 // Service is the envd API. Create it with New and release it with Close.
@@ -48,6 +53,7 @@ type Service struct {
 	mux       *http.ServeMux
 	processes *processTable
 	watchers  *watcherTable
+	logins    loginProbes
 
 	closeOnce sync.Once
 }

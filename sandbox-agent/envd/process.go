@@ -182,8 +182,9 @@ func (p *process) resize(cols, rows uint32) error {
 // startProcess starts cmd (a terminal of size when size is not nil, else pipes with
 // stdin open when withStdin) and pumps its output to its streams until it ends. first
 // is attached before any output exists. killAfter, when positive, is the process's
-// lifetime: its group is killed then.
-func startProcess(cmd *exec.Cmd, config *pb.ProcessConfig, tag *string, size *pb.PTY_Size, withStdin bool, killAfter time.Duration) (*process, *subscriber, error) {
+// lifetime: its group is killed then. shell, when not nil, is what cmd runs directly
+// through its shell: it starts instead when cmd's exec fails.
+func startProcess(cmd, shell *exec.Cmd, config *pb.ProcessConfig, tag *string, size *pb.PTY_Size, withStdin bool, killAfter time.Duration) (*process, *subscriber, error) {
 	p := &process{config: config, tag: tag, cmd: cmd, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
 	first := p.subscribe()
 	var outputs []*os.File
@@ -228,6 +229,14 @@ func startProcess(cmd *exec.Cmd, config *pb.ProcessConfig, tag *string, size *pb
 		}
 		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 		err = procs.Start(cmd)
+		if err != nil && shell != nil {
+			// The program's exec failed in the child, before any of it ran: the shell
+			// does with the command what it always did.
+			shell.Stdin, shell.Stdout, shell.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+			cmd = shell
+			p.cmd = shell
+			err = procs.Start(cmd)
+		}
 		// The child's ends are the child's now.
 		closeAll(stdoutW, stderrW, stdinR)
 		if err != nil {

@@ -51,6 +51,12 @@ func (ps processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return err
 	}
+	var shell *exec.Cmd
+	if script, ok := loginScript(config); ok && req.Msg.GetPty() == nil {
+		if direct := s.directLogin(script, cmd); direct != nil {
+			cmd, shell = direct, cmd
+		}
+	}
 	withStdin := req.Msg.Stdin == nil || req.Msg.GetStdin()
 	var size *pb.PTY_Size
 	if req.Msg.GetPty() != nil {
@@ -65,7 +71,7 @@ func (ps processService) Start(ctx context.Context, req *connect.Request[pb.Star
 			size.Rows = 24
 		}
 	}
-	p, sub, err := startProcess(cmd, config, req.Msg.Tag, size, withStdin, killAfter)
+	p, sub, err := startProcess(cmd, shell, config, req.Msg.Tag, size, withStdin, killAfter)
 	if err != nil {
 		return invalidArgument("start %s: %w", config.GetCmd(), err)
 	}

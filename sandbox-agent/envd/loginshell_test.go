@@ -1,0 +1,93 @@
+package envd_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	pb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/process"
+)
+
+// TestLoginShellDirect runs `bash -l -c` commands as the E2B SDKs do, with a profile
+// that sets variables, extends PATH and counts its runs: a plain command gets what
+// bash would give it without the profile running again, a profile change is seen by the
+// next command, anything else goes through bash.
+func TestLoginShellDirect(t *testing.T) {
+	sb := newSandbox(t)
+	runs := filepath.Join(sb.home, "profile-runs")
+	profile := func(value string) {
+		writeFile(t, filepath.Join(sb.home, ".profile"),
+			"export FROM_PROFILE="+value+"\nexport PATH=\"$HOME/pbin:$PATH\"\necho run >> \"$HOME/profile-runs\"\n")
+	}
+	profile("one")
+	if err := os.MkdirAll(filepath.Join(sb.home, "pbin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	countRuns := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run\n")
+	}
+	login := func(script string, envs map[string]string) []string {
+		t.Helper()
+		r := sb.run("user", &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", script}, Envs: envs})
+		if r.err != nil || r.end.GetExitCode() != 0 || r.stderr != "" {
+			t.Fatalf("bash -l -c %q: %v, exit %d, stderr %q", script, r.err, r.end.GetExitCode(), r.stderr)
+		}
+		env := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		slices.Sort(env)
+		return env
+	}
+
+	// The agent probes its shell at start-up; until then every command goes through bash.
+	var direct []string
+	eventually(t, 10*time.Second, "a plain command to skip the login shell", func() bool {
+		before := countRuns()
+		direct = login("env", nil)
+		return countRuns() == before
+	})
+	// Quoted, the script is no longer plain: bash parses it to the same exec.
+	viaBash := login("'env'", nil)
+	if diff := cmp.Diff(viaBash, direct); diff != "" {
+		t.Errorf("environment direct vs through bash (-bash +direct):\n%s", diff)
+	}
+	for _, want := range []string{"FROM_PROFILE=one", "PATH=" + sb.home + "/pbin:", "SHLVL=", "USER=user", "PWD=" + sb.home} {
+		if !slices.ContainsFunc(direct, func(kv string) bool { return strings.HasPrefix(kv, want) }) {
+			t.Errorf("direct environment lacks %s: %q", want, direct)
+		}
+	}
+
+	t.Run("profile change", func(t *testing.T) {
+		profile("two")
+		if env := login("env", nil); !slices.Contains(env, "FROM_PROFILE=two") {
+			t.Errorf("after the profile changed: %q", env)
+		}
+	})
+	t.Run("request env", func(t *testing.T) {
+		if env := login("env", map[string]string{"FROM_REQUEST": "x"}); !slices.Contains(env, "FROM_REQUEST=x") {
+			t.Errorf("request env lost: %q", env)
+		}
+	})
+	t.Run("not plain", func(t *testing.T) {
+		login("env", nil) // probed
+		before := countRuns()
+		login("env | cat", nil)
+		if got := countRuns() - before; got != 1 {
+			t.Errorf("a pipeline ran the profile %d times, want 1", got)
+		}
+	})
+	t.Run("exec fails", func(t *testing.T) {
+		// A script without #!: bash runs it itself.
+		script := filepath.Join(sb.home, "pbin", "noshebang")
+		if err := os.WriteFile(script, []byte("echo FROM_SCRIPT=$FROM_PROFILE\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if env := login("noshebang", nil); !slices.Contains(env, "FROM_SCRIPT=two") {
+			t.Errorf("script without #!: %q", env)
+		}
+	})
+}
