@@ -1,10 +1,13 @@
-package gateway
+package state
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sandgate/sandgate/gateway/fault"
 )
 
 // TestResolveHostPath: a host path is judged by where it really leads: symlinks and ".."
@@ -53,13 +56,19 @@ func TestParseVolumesCodes(t *testing.T) {
 		{"relative host", `[{"name":"a","mountPath":"/a","host":{"path":"srv"}}]`, CodeVolumeInvalid},
 		{"claim with slash", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"a/b"}}]`, CodeVolumeInvalid},
 		{"access mode", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c","accessModes":["Everything"]}}]`, CodeVolumeInvalid},
+		{"storage", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c","storage":"1Gi"}}]`, ""},
+		{"bad storage", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c","storage":"lots"}}]`, CodeVolumeInvalid},
+		{"no backend", `[{"name":"a","mountPath":"/a"}]`, CodeVolumeInvalid},
+		{"bad name", `[{"name":"A","mountPath":"/a","pvc":{"claimName":"c"}}]`, CodeVolumeInvalid},
+		{"same name", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c"}},{"name":"a","mountPath":"/b","pvc":{"claimName":"d"}}]`, CodeVolumeInvalid},
+		{"not an array", `{}`, CodeVolumeInvalid},
 		{"same mount cleaned", `[{"name":"a","mountPath":"/a","pvc":{"claimName":"c"}},{"name":"b","mountPath":"/a/./","pvc":{"claimName":"d"}}]`, CodeVolumeInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseVolumes(json.RawMessage(tt.body))
+			_, err := ParseVolumes(json.RawMessage(tt.body), parseSize)
 			got := ""
-			if e, ok := AsError(err); ok {
+			if e, ok := fault.AsError(err); ok {
 				got = e.Code
 			} else if err != nil {
 				t.Fatalf("error without a code: %v", err)
@@ -84,4 +93,12 @@ func TestVolumeClaimNameIsPerTenant(t *testing.T) {
 	if b := VolumeClaimName("c1", "tenant-b", a[len("sgv-"):]); b == a {
 		t.Fatal("a claim name spelled another tenant's volume")
 	}
+}
+
+// parseSize reads the sizes these tests give ("1Gi"); the core gives its memory parser.
+func parseSize(s string) (int64, error) {
+	if s == "1Gi" {
+		return 1 << 30, nil
+	}
+	return 0, errors.New("not a size")
 }
