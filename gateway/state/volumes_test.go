@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // TestResolveHostPath: a host path is judged by where it really leads: symlinks and ".."
@@ -101,4 +103,63 @@ func parseSize(s string) (int64, error) {
 		return 1 << 30, nil
 	}
 	return 0, errors.New("not a size")
+}
+
+// TestVolumesForTheRuntime: host paths that do not exist are refused after admission;
+// claims get their per-tenant engine names; admission sees each volume's type; the
+// runtime's volume refusals become the caller's codes; a failed create's volumes go.
+func TestVolumesForTheRuntime(t *testing.T) {
+	dir := t.TempDir()
+	vols := []runtimes.Volume{{Name: "h", MountPath: "/h", HostPath: dir}, {Name: "c", MountPath: "/c", Claim: "data", StorageBytes: 1 << 30}}
+	if err := CheckHostPaths(vols); err != nil {
+		t.Errorf("an existing host path is refused: %v", err)
+	}
+	missing := []runtimes.Volume{{Name: "h", HostPath: filepath.Join(dir, "nope")}}
+	if e, ok := fault.AsError(CheckHostPaths(missing)); !ok || e.Code != CodeVolumeHostNotFound {
+		t.Errorf("a missing host path: %v, want %s", e, CodeVolumeHostNotFound)
+	}
+
+	named := NamespaceVolumes("c1", "alice", vols)
+	if named[1].Claim != VolumeClaimName("c1", "alice", "data") || named[0].HostPath != dir || vols[1].Claim != "data" {
+		t.Errorf("NamespaceVolumes = %+v (input %+v); want the claim named per tenant, the input kept", named, vols)
+	}
+	if NamespaceVolumes("c1", "alice", nil) != nil || AdmissionVolumes(nil) != nil {
+		t.Error("no volumes should stay none")
+	}
+	adm := AdmissionVolumes(vols)
+	if adm[0].Type != "host" || adm[0].HostPath != dir || adm[1].Type != "pvc" || adm[1].ClaimName != "data" || adm[1].StorageBytes != 1<<30 {
+		t.Errorf("AdmissionVolumes = %+v", adm)
+	}
+
+	for _, tt := range []struct {
+		err  error
+		code string
+	}{
+		{runtimes.ErrVolumeNotFound, CodeVolumeNotFound},
+		{runtimes.ErrVolumeUnsupported, CodeVolumeUnsupported},
+		{runtimes.ErrVolumeHostChanged, CodeVolumeHostChanged},
+		{runtimes.ErrVolumeSubPathSymlink, CodeVolumeInvalid},
+		{runtimes.ErrVolumeForeign, CodeVolumeNotFound},
+	} {
+		if e, ok := fault.AsError(VolumeCreateError(tt.err)); !ok || e.Code != tt.code {
+			t.Errorf("VolumeCreateError(%v) = %v, want %s", tt.err, e, tt.code)
+		}
+	}
+	if err := VolumeCreateError(errors.New("other")); err != nil {
+		t.Errorf("VolumeCreateError(other) = %v, want nil", err)
+	}
+
+	if got, err := ResolveHostPrefixes([]string{dir}); err != nil || len(got) != 1 {
+		t.Errorf("ResolveHostPrefixes = %v, %v", got, err)
+	}
+	if _, err := ResolveHostPrefixes([]string{"relative"}); err == nil {
+		t.Error("a relative prefix is accepted")
+	}
+
+	s := startManager(t, true)
+	s.m.DiscardVolumes(context.Background(), runtimes.Spec{ID: "no-volumes"})
+	s.m.DiscardVolumes(context.Background(), runtimes.Spec{ID: "made", Volumes: vols})
+	if len(s.runtime.discarded) != 1 || s.runtime.discarded[0] != "made" {
+		t.Errorf("discarded %v, want only the create that made volumes", s.runtime.discarded)
+	}
 }
