@@ -344,22 +344,7 @@ func (s *Service) Start(ctx context.Context) {
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				fn(ctx)
-				cancel()
-			}
-		}
-	}()
+	spawn.Every(&s.spawnMu, s.stop, &s.wg, every, fn)
 }
 
 // spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs

@@ -88,18 +88,5 @@ func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m
 
 // loop runs fn every period until Stop, each run bounded to 30 s.
 func (m *Manager) loop(every time.Duration, fn func(context.Context)) {
-	m.spawn(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.stop:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				fn(ctx)
-				cancel()
-			}
-		}
-	})
+	spawn.Every(&m.spawnMu, m.stop, &m.wg, every, fn)
 }
