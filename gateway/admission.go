@@ -9,6 +9,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -154,5 +155,5 @@ func (s *Service) imageWillNotBePulled(ctx context.Context, image, tenant string
 
 // admissionFor describes a create of count sandboxes of spec for the admission policy.
 func admissionFor(spec runtimes.Spec, req CreateRequest, count int) admissionRequest {
-	return admissionRequest{Image: spec.Image, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Timeout: req.Timeout, Count: count, Runtime: req.Extensions["runtime"], Volumes: admissionVolumes(spec.Volumes)}
+	return admissionRequest{Image: spec.Image, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Timeout: req.Timeout, Count: count, Runtime: req.Extensions["runtime"], Volumes: state.AdmissionVolumes(spec.Volumes)}
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -119,7 +120,7 @@ const (
 	// admission policy uses for it too).
 	CodeQuotaConcur = policy.CodeQuotaConcurrent
 	// CodeQuotaSnapshots: the tenant keeps its limit of snapshots.
-	CodeQuotaSnapshots = "QUOTA::SNAPSHOTS"
+	CodeQuotaSnapshots = state.CodeQuotaSnapshots
 )
 
 // Codes of pools and batches.
@@ -134,24 +135,24 @@ const (
 
 // Codes of snapshots.
 const (
-	CodeSnapshotUnsupported = "SNAPSHOT::UNSUPPORTED"
-	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
+	CodeSnapshotUnsupported = state.CodeSnapshotUnsupported
+	CodeSnapshotNotFound    = state.CodeSnapshotNotFound
 	// CodeSnapshotNotReady: a create from a snapshot still being taken (or failed).
-	CodeSnapshotNotReady = "SNAPSHOT::NOT_READY"
+	CodeSnapshotNotReady = state.CodeSnapshotNotReady
 	// CodeSnapshotInUse: a delete of a snapshot that live sandboxes were created from.
-	CodeSnapshotInUse   = "SNAPSHOT::IN_USE"
-	CodeSnapshotInvalid = "SNAPSHOT::INVALID_PARAMETER"
+	CodeSnapshotInUse   = state.CodeSnapshotInUse
+	CodeSnapshotInvalid = state.CodeSnapshotInvalid
 )
 
 // Codes of volumes.
 const (
-	CodeVolumeInvalid      = "VOLUME::INVALID_PARAMETER"
-	CodeVolumeUnsupported  = "VOLUME::UNSUPPORTED"
-	CodeVolumeHostNotFound = "VOLUME::HOST_PATH_NOT_FOUND"
+	CodeVolumeInvalid      = state.CodeVolumeInvalid
+	CodeVolumeUnsupported  = state.CodeVolumeUnsupported
+	CodeVolumeHostNotFound = state.CodeVolumeHostNotFound
 	// CodeVolumeHostChanged: a host volume's path led elsewhere when it was mounted than
 	// when it was judged (a symlink appeared on its way); nothing was mounted.
-	CodeVolumeHostChanged = "VOLUME::HOST_PATH_CHANGED"
-	CodeVolumeNotFound    = "VOLUME::NOT_FOUND"
+	CodeVolumeHostChanged = state.CodeVolumeHostChanged
+	CodeVolumeNotFound    = state.CodeVolumeNotFound
 )
 
 // Codes of the policy and plugin administration.

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/runtimes"
@@ -135,7 +136,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	spec.AgentToken = randomToken(24)
 	spec.EgressToken = randomToken(24)
 	spec.ExpiresAt = expiryFor(now, req.Timeout)
-	if err := checkHostPaths(spec.Volumes); err != nil {
+	if err := state.CheckHostPaths(spec.Volumes); err != nil {
 		return nil, err
 	}
 	metadata := req.Metadata
@@ -156,14 +157,14 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	cluster := spec.Labels[runtimes.LabelCluster]
-	if err := checkSnapshotImage(cluster, caller.Tenant, spec.Image); err != nil {
+	if err := state.CheckSnapshotImage(cluster, caller.Tenant, spec.Image); err != nil {
 		return nil, err
 	}
-	snapshotID := snapshotOfImage(cluster, caller.Tenant, spec.Image)
+	snapshotID := state.SnapshotOfImage(cluster, caller.Tenant, spec.Image)
 	if snapshotID != "" {
 		spec.Labels[labelFromSnapshot] = snapshotID
 	}
-	spec.Volumes = namespaceVolumes(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Volumes)
+	spec.Volumes = state.NamespaceVolumes(spec.Labels[runtimes.LabelCluster], caller.Tenant, spec.Volumes)
 	stages := s.metrics.Stages(ctx)
 	rec := &store.Sandbox{
 		ID: spec.ID, Tenant: spec.Tenant, Image: spec.Image, Entrypoint: spec.Entrypoint,
@@ -193,7 +194,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	stages.Done(metrics.StageRuntimeCreate)
 	if err := s.waitReady(ctx, inst); err != nil {
 		s.discard(context.WithoutCancel(ctx), spec.ID)
-		s.discardVolumes(context.WithoutCancel(ctx), spec)
+		s.state.DiscardVolumes(context.WithoutCancel(ctx), spec)
 		return nil, err
 	}
 	stages.Done(metrics.StageAgentReady)
@@ -208,12 +209,12 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	}
 	stages.Finish(metrics.StageStore)
 	s.emit(ctx, saved, plugins.EventSandboxCreated, map[string]any{"image": saved.Image, "key": caller.KeyID, "source": "cold"})
-	s.scheduleIdle(ctx, saved)
+	s.state.ScheduleIdle(ctx, saved)
 	return saved, nil
 }
 
 func runtimeCreateError(image string, err error) error {
-	if verr := volumeCreateError(err); verr != nil {
+	if verr := state.VolumeCreateError(err); verr != nil {
 		return verr
 	}
 	if errors.Is(err, errors.ErrUnsupported) {
@@ -352,12 +353,12 @@ func (s *Service) validateCreate(req CreateRequest) (runtimes.Spec, error) {
 				return spec, invalid("extensions[%q] = %q: want \"true\" or \"false\"", k, v)
 			}
 		case ExtensionIdlePause:
-			if err := s.validateIdlePause(v); err != nil {
+			if err := s.state.ValidateIdlePause(v); err != nil {
 				return spec, err
 			}
 		}
 	}
-	vols, err := parseVolumes(req.Volumes)
+	vols, err := state.ParseVolumes(req.Volumes, ParseMemory)
 	if err != nil {
 		return spec, err
 	}

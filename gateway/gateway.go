@@ -16,7 +16,7 @@
 //	deleting.go      the delete's Stopping mark, so that a sandbox being deleted is not reported failed
 //	deaths.go        sandbox deaths: a workload that stops by itself is marked Failed, learnt
 //	                 from the runtime's events, an unanswered proxied call or the reconciler
-//	listing.go       the filtering and paging the list routes share
+//	listing.go       the default page size of the list routes (gateway/internal/listing pages them)
 //	reaper.go        expiry: removing sandboxes past their expiresAt, or pausing those that ask
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	failures.go      counting and logging the errors of background work
@@ -31,10 +31,8 @@
 //	publicaccess.go  the create of a public sandbox: its own policy action (sandbox.publish)
 //	previewdomain.go refusing a preview domain that shares a site with the console
 //	clock.go         the gateway's clock, which only a test setting lets the admin move
-//	idlepause.go     idle pause (extensions idle.pause.seconds) and resume on the next request
-//	volumes.go       volumes: validation, host path resolution, per-tenant claim names
-//	snapshots.go     snapshots: commit to a tenant-owned image, create and pools from one
-//	fork.go          fork: a snapshot and a batch of copies from it
+//	statehost.go     the core as the state feature (package gateway/state: snapshots, fork,
+//	                 volumes, idle pause) sees it; a create's snapshotId made its image
 //	usage.go         per-sandbox resource use, sampled from the engine or the agent
 //	fleet.go         the fleet's history for the console
 //	metrics.go       the core's Prometheus series
@@ -69,6 +67,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/principal"
+	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -238,8 +237,9 @@ type Service struct {
 	crash crashState
 	// failures counts the errors of background work (failures.go).
 	failures failureCounts
-	// idle is this gateway's part of idle pausing (idlepause.go).
-	idle idleState
+	// state is the feature of snapshots, forks, volumes and idle pause (package
+	// gateway/state).
+	state *state.Manager
 	// metrics are the event-driven Prometheus series (metrics.go).
 	metrics *metrics.Set
 	// resourceUse is every sandbox's resource history (usage.go).
@@ -282,7 +282,6 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),
 		events:   eventQueue{wake: make(chan struct{}, 1)},
-		idle:     idleState{inflight: map[string]*idleFlight{}, touched: map[string]time.Time{}, waking: map[string]chan struct{}{}},
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
 	s.pool = pool.New(pool.Config{
@@ -293,6 +292,8 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	s.access = access.New(access.Config{MaxTimeout: cfg.MaxTimeout, RenewCooldown: cfg.RenewCooldown},
 		st, pol, s.metrics, accessHost{s}, log)
 	s.egress = egress.New(st, rt, pol, s.agents, s.metrics, egressHost{s}, log)
+	s.state = state.New(state.Config{MinTimeout: cfg.MinTimeout, MaxTimeout: cfg.MaxTimeout, MaxBatchSize: cfg.MaxBatchSize},
+		st, rt, stateHost{s}, log)
 	return s
 }
 
@@ -338,27 +339,12 @@ func (s *Service) Start(ctx context.Context) {
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.syncPolicy(ctx)
 	s.runEventWriter()
-	s.runIdlePauser()
+	s.state.Start()
 	s.runUsageSampler()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				fn(ctx)
-				cancel()
-			}
-		}
-	}()
+	spawn.Every(&s.spawnMu, s.stop, &s.wg, every, fn)
 }
 
 // spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
@@ -377,6 +363,7 @@ func (s *Service) Stop() {
 	s.pool.Stop()
 	s.access.Stop()
 	s.egress.Stop()
+	s.state.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/pool"
+	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -69,7 +70,7 @@ func (h poolHost) startMember(ctx context.Context, p *store.Pool, req CreateRequ
 	if err := s.labelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
-	if err := checkSnapshotImage(spec.Labels[runtimes.LabelCluster], p.Tenant, spec.Image); err != nil {
+	if err := state.CheckSnapshotImage(spec.Labels[runtimes.LabelCluster], p.Tenant, spec.Image); err != nil {
 		return nil, err
 	}
 	inst, err := s.runtime.Create(ctx, spec)

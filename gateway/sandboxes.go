@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/internal/listing"
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
@@ -144,14 +145,14 @@ type ListResponse struct {
 
 // List returns the caller's sandboxes, newest first, filtered and paged.
 func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListResponse, error) {
-	all, err := s.store.ListSandboxes(ctx, listTenant(caller))
+	all, err := s.store.ListSandboxes(ctx, listing.Tenant(caller))
 	if err != nil {
 		return nil, err
 	}
-	states := newStateFilter(q.States)
+	states := listing.NewStateFilter(q.States)
 	items := make([]Sandbox, 0)
 	for _, sb := range all {
-		if !states.admits(sb.State) {
+		if !states.Admits(sb.State) {
 			continue
 		}
 		match := true
@@ -165,7 +166,7 @@ func (s *Service) List(ctx context.Context, caller Caller, q ListQuery) (*ListRe
 			items = append(items, View(sb))
 		}
 	}
-	page, pagination := pageOf(items, func(sb Sandbox) time.Time { return sb.CreatedAt }, q.Page, q.PageSize)
+	page, pagination := listing.Page(items, func(sb Sandbox) time.Time { return sb.CreatedAt }, q.Page, q.PageSize)
 	return &ListResponse{Items: page, Pagination: pagination}, nil
 }
 

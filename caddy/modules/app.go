@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/egress"
+	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/policy"
@@ -353,7 +354,7 @@ func (a *App) Validate() error {
 	if _, ok := runtimeBuilders[a.Runtime]; !ok && a.Runtime != "" {
 		return fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
 	}
-	if _, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err != nil {
+	if _, err := state.ResolveHostPrefixes(a.VolumeHostPrefixes); err != nil {
 		return fmt.Errorf("volume_host_prefixes: %w", err)
 	}
 	if a.E2BPrefix != "" && a.E2BPrefix != "off" && (!strings.HasPrefix(a.E2BPrefix, "/") || strings.TrimRight(a.E2BPrefix, "/") == "" || strings.ContainsAny(a.E2BPrefix, "{} ")) {
@@ -543,7 +544,7 @@ func (a *App) platformData(gatewayAddrs []string) map[string]any {
 	}
 	if len(a.VolumeHostPrefixes) > 0 {
 		// Resolved like the paths of requests, so that both name real directories.
-		if prefixes, err := gateway.ResolveHostPrefixes(a.VolumeHostPrefixes); err == nil {
+		if prefixes, err := state.ResolveHostPrefixes(a.VolumeHostPrefixes); err == nil {
 			data["volume_host_prefixes"] = prefixes
 		}
 	}

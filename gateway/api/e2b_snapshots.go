@@ -44,10 +44,10 @@ func (h *Handler) e2bCreateSnapshot(w http.ResponseWriter, r *http.Request, c ga
 		h.writeError(w, r, err)
 		return
 	}
-	snap, err := h.svc.CreateSnapshot(r.Context(), c, sb.ID, gateway.SnapshotRequest{Name: body.Name})
+	snap, err := h.svc.State().CreateSnapshot(r.Context(), c, sb.ID, gateway.SnapshotRequest{Name: body.Name})
 	for err == nil && snap.Status.State == gateway.SnapshotCreating {
 		if err = e2bSleep(r.Context()); err == nil {
-			snap, err = h.svc.GetSnapshot(r.Context(), c, snap.ID)
+			snap, err = h.svc.State().GetSnapshot(r.Context(), c, snap.ID)
 		}
 	}
 	if err == nil && snap.Status.State != gateway.SnapshotReady {
@@ -99,7 +99,7 @@ func (h *Handler) e2bListSnapshots(w http.ResponseWriter, r *http.Request, c gat
 		}
 		sq.Page = n
 	}
-	page, err := h.svc.ListSnapshots(r.Context(), c, sq)
+	page, err := h.svc.State().ListSnapshots(r.Context(), c, sq)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -120,7 +120,7 @@ func (h *Handler) e2bListSnapshots(w http.ResponseWriter, r *http.Request, c gat
 // e2bDeleteTemplate is DELETE /templates/{id}, which deletes a snapshot: the door's
 // other templates are the operator's configuration, not the caller's to delete.
 func (h *Handler) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	if err := h.svc.DeleteSnapshot(r.Context(), c, r.PathValue("id")); err != nil {
+	if err := h.svc.State().DeleteSnapshot(r.Context(), c, r.PathValue("id")); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -163,7 +163,7 @@ func (h *Handler) e2bFork(w http.ResponseWriter, r *http.Request, c gateway.Call
 		h.writeError(w, r, err)
 		return
 	}
-	b, err := h.svc.Fork(r.Context(), c, sb.ID, gateway.ForkRequest{Count: count, Timeout: &timeout, Metadata: sb.Metadata})
+	b, err := h.svc.State().Fork(r.Context(), c, sb.ID, gateway.ForkRequest{Count: count, Timeout: &timeout, Metadata: sb.Metadata})
 	for err == nil && !b.Done() {
 		if err = e2bSleep(r.Context()); err == nil {
 			b, err = h.svc.GetBatch(r.Context(), c, b.ID)

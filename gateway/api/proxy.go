@@ -230,7 +230,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
 		return
 	}
-	sb, release, err := h.svc.WakeForAccess(r.Context(), sb) // idle pause: resume on use
+	sb, release, err := h.svc.State().WakeForAccess(r.Context(), sb) // idle pause: resume on use
 	if err != nil {
 		h.writeError(w, r, err)
 		return

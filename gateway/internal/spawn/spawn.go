@@ -1,8 +1,13 @@
-// Package spawn starts the goroutines of a component that its Stop waits for: the
-// core's (gateway.Service) and its features' (gateway/pool).
+// Package spawn starts the goroutines of a component that its Stop waits for, once or
+// every period: the core's (gateway.Service) and its features' (gateway/pool,
+// gateway/state).
 package spawn
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // Go runs fn in a goroutine counted in wg, unless stop is closed: then it runs nothing
 // and reports false. mu is the lock the component's Stop holds while it closes stop, so
@@ -21,4 +26,23 @@ func Go(mu *sync.Mutex, stop <-chan struct{}, wg *sync.WaitGroup, fn func()) boo
 		fn()
 	}()
 	return true
+}
+
+// Every runs fn each period in a goroutine started as Go starts one, until stop closes;
+// each run gets a context bounded to 30 s.
+func Every(mu *sync.Mutex, stop <-chan struct{}, wg *sync.WaitGroup, every time.Duration, fn func(context.Context)) bool {
+	return Go(mu, stop, wg, func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				fn(ctx)
+				cancel()
+			}
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package gateway
+package listing
 
 import (
 	"testing"
@@ -25,9 +25,9 @@ func TestPageOf(t *testing.T) {
 			for i := range items {
 				items[i] = base.Add(time.Duration(i) * time.Minute) // oldest first
 			}
-			got, p := pageOf(items, func(at time.Time) time.Time { return at }, tt.page, tt.size)
+			got, p := Page(items, func(at time.Time) time.Time { return at }, tt.page, tt.size)
 			if len(got) != tt.count || p.TotalItems != tt.n || p.TotalPages != tt.pages || p.HasNextPage != tt.next || p.Page != tt.page || p.PageSize != tt.size {
-				t.Fatalf("pageOf = %d items, %+v; want %d items, %d pages, next %v", len(got), p, tt.count, tt.pages, tt.next)
+				t.Fatalf("Page = %d items, %+v; want %d items, %d pages, next %v", len(got), p, tt.count, tt.pages, tt.next)
 			}
 			if tt.count > 0 && !got[0].Equal(base.Add(time.Duration(tt.n-1-tt.first)*time.Minute)) {
 				t.Errorf("first item %v, want the one of age rank %d (newest first)", got[0], tt.first)
@@ -36,13 +36,13 @@ func TestPageOf(t *testing.T) {
 	}
 	// A caller of the core that names no page or size (the API always does) gets the
 	// first page of the default size, not a division by zero.
-	if got, p := pageOf(make([]time.Time, 25), func(at time.Time) time.Time { return at }, 0, 0); len(got) != DefaultPageSize || p.Page != 1 || p.TotalPages != 2 {
-		t.Errorf("pageOf(page 0, size 0) = %d items, %+v; want the first %d of 2 pages", len(got), p, DefaultPageSize)
+	if got, p := Page(make([]time.Time, 25), func(at time.Time) time.Time { return at }, 0, 0); len(got) != DefaultPageSize || p.Page != 1 || p.TotalPages != 2 {
+		t.Errorf("Page(page 0, size 0) = %d items, %+v; want the first %d of 2 pages", len(got), p, DefaultPageSize)
 	}
-	if f := newStateFilter(nil); !f.admits("Running") {
+	if f := NewStateFilter(nil); !f.Admits("Running") {
 		t.Error("an empty state filter refuses a state")
 	}
-	if f := newStateFilter([]string{"running"}); !f.admits("Running") || f.admits("Paused") {
+	if f := NewStateFilter([]string{"running"}); !f.Admits("Running") || f.Admits("Paused") {
 		t.Error("a state filter does not match its states without case, or only them")
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package state
 
 import (
 	"bytes"
@@ -15,8 +15,20 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
+)
+
+// Codes of volumes (gateway/codes.go lists them with the rest).
+const (
+	CodeVolumeInvalid      = "VOLUME::INVALID_PARAMETER"
+	CodeVolumeUnsupported  = "VOLUME::UNSUPPORTED"
+	CodeVolumeHostNotFound = "VOLUME::HOST_PATH_NOT_FOUND"
+	// CodeVolumeHostChanged: a host volume's path led elsewhere when it was mounted than
+	// when it was judged (a symlink appeared on its way); nothing was mounted.
+	CodeVolumeHostChanged = "VOLUME::HOST_PATH_CHANGED"
+	CodeVolumeNotFound    = "VOLUME::NOT_FOUND"
 )
 
 // MaxVolumes bounds the volumes of one sandbox whatever the tenant's quota.
@@ -59,15 +71,15 @@ var reservedMountRoots = []string{"/.sandgate", "/proc", "/sys", "/dev"}
 
 var knownAccessModes = map[string]bool{"ReadWriteOnce": true, "ReadOnlyMany": true, "ReadWriteMany": true, "ReadWriteOncePod": true}
 
-func volumeErr(code, format string, args ...any) *Error {
-	return Errorf(KindInvalid, code, format, args...)
+func volumeErr(code, format string, args ...any) *fault.Error {
+	return fault.Errorf(fault.KindInvalid, code, format, args...)
 }
 
-// parseVolumes validates a create's volumes into runtime volumes. Host paths are
+// ParseVolumes validates a create's volumes into runtime volumes. Host paths are
 // resolved (symlinks, ..) to where they really lead, which is what admission then
 // checks against the allowed prefixes; claim names are still the tenant's own
-// (namespaceVolumes makes them the engine's).
-func parseVolumes(raw json.RawMessage) ([]runtimes.Volume, error) {
+// (NamespaceVolumes makes them the engine's).
+func ParseVolumes(raw json.RawMessage, parseSize func(string) (int64, error)) ([]runtimes.Volume, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -83,7 +95,7 @@ func parseVolumes(raw json.RawMessage) ([]runtimes.Volume, error) {
 	names, mounts := map[string]bool{}, map[string]bool{}
 	out := make([]runtimes.Volume, 0, len(reqs))
 	for i, r := range reqs {
-		v, err := parseVolume(r)
+		v, err := parseVolume(r, parseSize)
 		if err != nil {
 			return nil, prefixVolumeErr(fmt.Sprintf("volumes[%d]", i), err)
 		}
@@ -100,14 +112,14 @@ func parseVolumes(raw json.RawMessage) ([]runtimes.Volume, error) {
 }
 
 func prefixVolumeErr(where string, err error) error {
-	var e *Error
+	var e *fault.Error
 	if errors.As(err, &e) {
-		return &Error{Kind: e.Kind, Code: e.Code, Message: where + "." + e.Message, Cause: e.Cause}
+		return &fault.Error{Kind: e.Kind, Code: e.Code, Message: where + "." + e.Message, Cause: e.Cause}
 	}
 	return err
 }
 
-func parseVolume(r VolumeRequest) (runtimes.Volume, error) {
+func parseVolume(r VolumeRequest, parseSize func(string) (int64, error)) (runtimes.Volume, error) {
 	v := runtimes.Volume{Name: r.Name, ReadOnly: r.ReadOnly}
 	if !volumeNameRe.MatchString(r.Name) {
 		return v, volumeErr(CodeVolumeInvalid, "name %q: want a DNS label (1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)", r.Name)
@@ -149,7 +161,7 @@ func parseVolume(r VolumeRequest) (runtimes.Volume, error) {
 		v.DeleteOnTermination = c.DeleteOnSandboxTermination
 		v.StorageClass = c.StorageClass
 		if c.Storage != "" {
-			n, err := ParseMemory(c.Storage)
+			n, err := parseSize(c.Storage)
 			if err != nil || n <= 0 {
 				return v, volumeErr(CodeVolumeInvalid, "%s.pvc.storage %q: want a size such as \"1Gi\"", r.Name, c.Storage)
 			}
@@ -235,10 +247,10 @@ func ResolveHostPrefixes(prefixes []string) ([]string, error) {
 	return out, nil
 }
 
-// checkHostPaths refuses host volumes whose (admitted) source does not exist. It runs
+// CheckHostPaths refuses host volumes whose (admitted) source does not exist. It runs
 // after admission, so that a path outside the allowed prefixes is refused as such and
 // the answer never tells whether it exists.
-func checkHostPaths(vols []runtimes.Volume) error {
+func CheckHostPaths(vols []runtimes.Volume) error {
 	for _, v := range vols {
 		if v.HostPath == "" {
 			continue
@@ -250,10 +262,10 @@ func checkHostPaths(vols []runtimes.Volume) error {
 	return nil
 }
 
-// namespaceVolumes gives each claim its engine name, private to the tenant of this
+// NamespaceVolumes gives each claim its engine name, private to the tenant of this
 // deployment (cluster): another tenant naming the same claimName gets another volume,
 // and so does a tenant of the same name in another deployment on the same engine.
-func namespaceVolumes(cluster, tenant string, vols []runtimes.Volume) []runtimes.Volume {
+func NamespaceVolumes(cluster, tenant string, vols []runtimes.Volume) []runtimes.Volume {
 	if len(vols) == 0 {
 		return nil
 	}
@@ -275,8 +287,8 @@ func VolumeClaimName(cluster, tenant, claim string) string {
 	return "sgv-" + hex.EncodeToString(sum[:8]) + "-" + claim
 }
 
-// admissionVolumes is the admission policy's view of the volumes.
-func admissionVolumes(vols []runtimes.Volume) []policy.Volume {
+// AdmissionVolumes is the admission policy's view of the volumes.
+func AdmissionVolumes(vols []runtimes.Volume) []policy.Volume {
 	if len(vols) == 0 {
 		return nil
 	}
@@ -293,36 +305,36 @@ func admissionVolumes(vols []runtimes.Volume) []policy.Volume {
 	return out
 }
 
-// volumeCreateError maps a runtime's volume refusal to the caller's error, nil when err
+// VolumeCreateError maps a runtime's volume refusal to the caller's error, nil when err
 // is not one.
-func volumeCreateError(err error) error {
+func VolumeCreateError(err error) error {
 	switch {
 	case errors.Is(err, runtimes.ErrVolumeNotFound):
-		return &Error{Kind: KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist and createIfNotExists is false", Cause: err}
+		return &fault.Error{Kind: fault.KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist and createIfNotExists is false", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeUnsupported):
-		return &Error{Kind: KindInvalid, Code: CodeVolumeUnsupported, Message: err.Error(), Cause: err}
+		return &fault.Error{Kind: fault.KindInvalid, Code: CodeVolumeUnsupported, Message: err.Error(), Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeHostChanged):
-		return &Error{Kind: KindConflict, Code: CodeVolumeHostChanged,
+		return &fault.Error{Kind: fault.KindConflict, Code: CodeVolumeHostChanged,
 			Message: "a host volume's path changed while the sandbox was being made (a symlink appeared on its way); nothing was mounted", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeSubPathSymlink):
-		return &Error{Kind: KindInvalid, Code: CodeVolumeInvalid,
+		return &fault.Error{Kind: fault.KindInvalid, Code: CodeVolumeInvalid,
 			Message: "a volume's subPath leads through a symlink inside the volume; nothing was mounted", Cause: err}
 	case errors.Is(err, runtimes.ErrVolumeForeign):
 		// Never reached through namespaced names; answered like a missing one so that
 		// nothing about another tenant leaks.
-		return &Error{Kind: KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist", Cause: err}
+		return &fault.Error{Kind: fault.KindNotFound, Code: CodeVolumeNotFound, Message: "a volume's claim does not exist", Cause: err}
 	}
 	return nil
 }
 
-// discardVolumes removes the volumes a failed create made (after its sandbox was removed),
+// DiscardVolumes removes the volumes a failed create made (after its sandbox was removed),
 // so that a refused create leaves nothing behind; runtimes without named volumes of their
 // own (Kubernetes removes its claims in Create) skip it.
-func (s *Service) discardVolumes(ctx context.Context, spec runtimes.Spec) {
+func (m *Manager) DiscardVolumes(ctx context.Context, spec runtimes.Spec) {
 	if len(spec.Volumes) == 0 {
 		return
 	}
-	if d, ok := s.runtime.(runtimes.VolumeDiscarder); ok {
+	if d, ok := m.runtime.(runtimes.VolumeDiscarder); ok {
 		d.DiscardVolumes(ctx, spec.ID)
 	}
 }
