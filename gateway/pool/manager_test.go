@@ -448,17 +448,83 @@ func TestWarmConns(t *testing.T) {
 }
 
 // TestStartingPublished: the counts of members starting on this gateway reach the
-// store, where every replica reads them.
+// store, where every replica reads them, and a count that falls to zero is cleared.
 func TestStartingPublished(t *testing.T) {
 	ctx := context.Background()
 	s := startManager(t, Config{})
 	key := store.PoolKey("default", "p")
+	published := func() int64 {
+		t.Helper()
+		n, err := s.d.Store.StartingCount(ctx, key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	s.m.mu.Lock()
 	s.m.starting[key] = 3
 	s.m.mu.Unlock()
 	s.m.publishStarting(ctx)
-	if n, err := s.d.Store.StartingCount(ctx, key); err != nil || n != 3 {
-		t.Fatalf("published starting count %d (%v), want 3", n, err)
+	if n := published(); n != 3 {
+		t.Fatalf("published starting count %d, want 3", n)
+	}
+	s.m.mu.Lock()
+	s.m.starting[key] = 0
+	s.m.mu.Unlock()
+	s.m.publishStarting(ctx)
+	if n := published(); n != 0 {
+		t.Fatalf("published starting count %d after the starts ended, want 0", n)
+	}
+}
+
+// TestRefillCountsMembersStartingElsewhere: the gateway that refills counts the
+// members another gateway is still starting (one that held the "pools" lease before),
+// so the two together never pass poolMax.
+func TestRefillCountsMembersStartingElsewhere(t *testing.T) {
+	ctx := context.Background()
+	s := startManager(t, Config{})
+	p := s.putPool(t, "p", store.Capacity{BufferMin: 3, BufferMax: 3, PoolMax: 3})
+	key := store.PoolKey(p.Tenant, p.Name)
+	if err := s.d.Store.PublishStarting(ctx, "previous-holder", map[string]int{key: 2}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.m.managePool(ctx, p, nil)
+	if n := s.m.startingCount(key); n != 1 {
+		t.Fatalf("the pass started %d members; 2 start elsewhere and poolMax is 3, so want 1", n)
+	}
+}
+
+// TestRefillCountsAMemberThatJoinsWhileItCounts: a member that finishes its start
+// between the pass's read of the starting counts and its read of the pool is not
+// missed, so the pass does not start one beyond poolMax.
+func TestRefillCountsAMemberThatJoinsWhileItCounts(t *testing.T) {
+	ctx := context.Background()
+	s := startManager(t, Config{})
+	p := s.putPool(t, "p", store.Capacity{BufferMin: 2, BufferMax: 2, PoolMax: 2})
+	key := store.PoolKey(p.Tenant, p.Name)
+	addWarm := func(id string) {
+		t.Helper()
+		now := time.Now().UTC()
+		sb := &store.Sandbox{ID: id, Tenant: p.Tenant, State: stateRunning, CreatedAt: now, LastTransitionAt: now, Pool: p.Name, PoolVersion: p.Version}
+		if ok, err := s.d.Store.AddWarm(ctx, sb); err != nil || !ok {
+			t.Fatalf("AddWarm %s: %v, %v", id, ok, err)
+		}
+	}
+	addWarm("ready-1")
+	s.m.mu.Lock()
+	s.m.starting[key] = 1 // the pool's second member is starting
+	s.m.mu.Unlock()
+	betweenPoolReads = func() { // and finishes while the pass counts
+		addWarm("ready-2")
+		s.m.mu.Lock()
+		s.m.starting[key]--
+		s.m.mu.Unlock()
+	}
+	t.Cleanup(func() { betweenPoolReads = func() {} })
+	s.m.managePool(ctx, p, nil)
+	betweenPoolReads = func() {}
+	if n := s.m.startingCount(key); n != 0 {
+		t.Fatalf("the pass started %d members of a full pool (poolMax 2)", n)
 	}
 }
 

@@ -67,10 +67,12 @@ type Manager struct {
 	log     *slog.Logger
 
 	mu       sync.Mutex
-	starting map[string]int        // pool key → warm creates in flight
-	pulls    map[string]*ImagePull // pool key → the pull its creation started here
-	kick     chan struct{}
-	sem      chan struct{}
+	starting map[string]int // pool key → warm creates in flight
+	// published holds the pool keys whose nonzero starting count is in the store.
+	published map[string]bool
+	pulls     map[string]*ImagePull // pool key → the pull its creation started here
+	kick      chan struct{}
+	sem       chan struct{}
 	// lastHealth is when warm members were last compared with the runtime; guarded by mu.
 	lastHealth time.Time
 	// lastClaim is when this gateway last handed out warm members (UnixNano).
@@ -105,6 +107,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, host Host, log *slog.
 	return &Manager{
 		cfg: cfg, store: st, runtime: rt, host: host, log: log,
 		starting:   map[string]int{},
+		published:  map[string]bool{},
 		kick:       make(chan struct{}, 1),
 		sem:        make(chan struct{}, max(cfg.Concurrency, 1)),
 		binds:      lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
@@ -114,9 +117,10 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, host Host, log *slog.
 	}
 }
 
-// Start runs the refill loop and, when the runtime reports deaths, the death watch.
+// Start runs the refill and publishing loops and, when the runtime reports deaths, the death watch.
 func (m *Manager) Start() {
 	m.runRefill()
+	m.runPublishStarting()
 	m.watchDeaths()
 }
 

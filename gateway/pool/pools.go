@@ -18,15 +18,15 @@ type Status struct {
 	Image *ImagePull `json:"image,omitempty"`
 }
 
-// Status reads p's live numbers. Starting is the count the refilling manager
-// publishes, so that every replica reports the same.
+// Status reads p's live numbers. Starting is what every gateway publishes, so that
+// every replica reports the same.
 func (m *Manager) Status(ctx context.Context, p *store.Pool) (Status, error) {
 	c, err := m.store.CountPool(ctx, p.Tenant, p.Name)
 	if err != nil {
 		return Status{}, err
 	}
 	key := store.PoolKey(p.Tenant, p.Name)
-	starting, err := m.store.StartingCount(ctx, key)
+	starting, err := m.store.StartingCount(ctx, key, "")
 	if err != nil {
 		return Status{}, err
 	}

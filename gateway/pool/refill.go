@@ -16,21 +16,64 @@ type currentMembers struct {
 	ids     map[string]bool
 }
 
-// startingTTL bounds how long a dead manager's starting counts are reported.
-const startingTTL = 3 * time.Second
+// startingTTL bounds how long a dead gateway's starting counts are read; a live one
+// publishes its own every startingPublishInterval.
+const (
+	startingTTL             = 3 * time.Second
+	startingPublishInterval = time.Second
+)
 
-// publishStarting shares this manager's counts of starting members with every replica;
-// they lapse within startingTTL of the manager's death.
+// publishStarting shares this gateway's counts of members it is starting with every
+// replica: the gateway that refills next counts them (it may not be this one), and every
+// replica reports the same pool status. A count that fell to zero is published once, to
+// clear it.
 func (m *Manager) publishStarting(ctx context.Context) {
 	m.mu.Lock()
 	counts := make(map[string]int, len(m.starting))
 	for k, n := range m.starting {
-		counts[k] = n
+		if n > 0 || m.published[k] {
+			counts[k] = n
+		}
 	}
 	m.mu.Unlock()
-	if err := m.store.PublishStarting(ctx, counts, startingTTL); err != nil {
-		m.log.Debug("publish starting pool members", "err", err)
+	if len(counts) == 0 {
+		return
 	}
+	if err := m.store.PublishStarting(ctx, m.cfg.Owner, counts, startingTTL); err != nil {
+		m.log.Debug("publish starting pool members", "err", err)
+		return
+	}
+	m.mu.Lock()
+	for k, n := range counts {
+		if n > 0 {
+			m.published[k] = true
+		} else {
+			delete(m.published, k)
+		}
+	}
+	m.mu.Unlock()
+}
+
+// runPublishStarting publishes this gateway's starting counts on its own clock, whether
+// or not it holds the "pools" lease: a gateway that lost the lease while its members
+// start keeps them counted by the one that took it.
+func (m *Manager) runPublishStarting() {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(startingPublishInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(m.stopCtx, startingPublishInterval)
+			m.publishStarting(ctx)
+			cancel()
+		}
+	}()
 }
 
 func (m *Manager) startingCount(key string) int {
@@ -38,6 +81,10 @@ func (m *Manager) startingCount(key string) int {
 	defer m.mu.Unlock()
 	return m.starting[key]
 }
+
+// betweenPoolReads runs between managePool's read of the starting counts and its read
+// of the pool's counts; tests use it to finish a member's start between the two.
+var betweenPoolReads = func() {}
 
 // runRefill keeps every pool within its bounds while this gateway holds the lease.
 func (m *Manager) runRefill() {
@@ -77,7 +124,6 @@ func (m *Manager) refillOnce(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	m.publishStarting(ctx)
 	if len(pools) == 0 {
 		return
 	}
@@ -105,6 +151,7 @@ func (m *Manager) refillOnce(ctx context.Context) {
 		}
 	}
 	m.forgetWarmConns(ready)
+	m.publishStarting(ctx)
 	for key := range m.current {
 		if !listed[key] {
 			delete(m.current, key) // a deleted pool
@@ -141,11 +188,20 @@ func (m *Manager) managePool(ctx context.Context, p *store.Pool, live map[string
 		ready, _ = m.store.ReadyMembers(ctx, p.Tenant, p.Name) // on an error CountPool below fails too and ends this pass
 	}
 	m.refreshWarmConns(ctx, ready)
+	// Members starting first, the pool's counts after: a member that joins the pool
+	// between the two reads is counted twice (this pass makes one fewer), never missed
+	// (this pass would make one more than poolMax).
+	starting := int64(m.startingCount(key))
+	elsewhere, err := m.store.StartingCount(ctx, key, m.cfg.Owner)
+	if err != nil {
+		return ready
+	}
+	starting += elsewhere
+	betweenPoolReads()
 	counts, err := m.store.CountPool(ctx, p.Tenant, p.Name)
 	if err != nil {
 		return ready
 	}
-	starting := int64(m.startingCount(key))
 	available := counts.Available + starting
 	total := counts.Available + counts.Allocated + starting
 	c := p.Capacity

@@ -1,52 +1,76 @@
-// Starting counts: how many warm members of each pool are being started right now,
-// published by the pool manager so that every replica reports the same pool status.
+// Starting counts: how many warm members of each pool each gateway is starting right
+// now. Every gateway publishes its own; the one that refills a pool adds the others'
+// to its own (a gateway that held the "pools" lease before may still be starting
+// members), and every replica reports the same pool status.
 
 package store
 
 import (
 	"context"
-	"errors"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// startingKey holds one field per pool and gateway, "<poolKey>|<owner>", whose value is
+// "<count>:<expiry in Redis's milliseconds>".
 func (s *Store) startingKey() string { return s.Key("pools", "starting") }
 
+// publishStartingScript writes owner's counts, drops its zero ones and every lapsed
+// field, and keeps the hash as long as anyone publishes. Expiries are on Redis's clock,
+// so gateways' clocks need not agree.
 var publishStartingScript = redis.NewScript(`
-redis.call('DEL', KEYS[1])
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i = 3, #ARGV, 2 do
+  local field = ARGV[i] .. '|' .. ARGV[2]
+  if tonumber(ARGV[i+1]) > 0 then
+    redis.call('HSET', KEYS[1], field, ARGV[i+1] .. ':' .. (now + ttl))
+  else
+    redis.call('HDEL', KEYS[1], field)
+  end
+end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local exp = tonumber(string.match(all[i+1], ':(%d+)$'))
+  if exp == nil or exp <= now then redis.call('HDEL', KEYS[1], all[i]) end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
 return 1
 `)
 
-// PublishStarting records how many warm members of each pool (by PoolKey) are starting,
-// for ttl: the pool manager, which alone starts them, publishes its counts on every
-// pass, so that every replica reports the same status and a dead manager's counts lapse.
-func (s *Store) PublishStarting(ctx context.Context, counts map[string]int, ttl time.Duration) error {
-	args := []any{ttl.Milliseconds()}
+// PublishStarting records, for ttl, how many warm members of each pool (by PoolKey)
+// gateway owner is starting; a zero count clears owner's entry. A gateway that dies
+// stops publishing and its counts lapse.
+func (s *Store) PublishStarting(ctx context.Context, owner string, counts map[string]int, ttl time.Duration) error {
+	args := []any{ttl.Milliseconds(), owner}
 	for k, n := range counts {
-		if n > 0 {
-			args = append(args, k, n)
-		}
-	}
-	if len(args) == 1 {
-		// Nothing starts: an empty hash is no hash, which reads as zero everywhere.
-		return wrap(s.rdb.Del(ctx, s.startingKey()).Err())
+		args = append(args, k, n)
 	}
 	return wrap(publishStartingScript.Run(ctx, s.rdb, []string{s.startingKey()}, args...).Err())
 }
 
-// StartingCount returns the published count of warm members of a pool starting now.
-func (s *Store) StartingCount(ctx context.Context, poolKey string) (int64, error) {
-	v, err := s.rdb.HGet(ctx, s.startingKey(), poolKey).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, wrap(err)
-	}
-	n, _ := strconv.ParseInt(v, 10, 64)
-	return n, nil
+var startingCountScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prefix = ARGV[1] .. '|'
+local skip = prefix .. ARGV[2]
+local sum = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local f = all[i]
+  if f ~= skip and string.sub(f, 1, #prefix) == prefix then
+    local n, exp = string.match(all[i+1], '^(%d+):(%d+)$')
+    if n ~= nil and tonumber(exp) > now then sum = sum + tonumber(n) end
+  end
+end
+return sum
+`)
+
+// StartingCount returns how many warm members of a pool the gateways publish as
+// starting now, leaving out gateway except's own count ("" leaves out none).
+func (s *Store) StartingCount(ctx context.Context, poolKey, except string) (int64, error) {
+	n, err := startingCountScript.Run(ctx, s.rdb, []string{s.startingKey()}, poolKey, except).Int64()
+	return n, wrap(err)
 }
