@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,8 +77,10 @@ func (b *lateBinds) start(id string) (*bindCall, bool) {
 
 // Claim binds up to n warm members of p to tenant in one script (patch is what each
 // record takes; nowMilli and expires are the script's clock and the expiry it indexes)
-// and returns them at once: the runtime's event stream or the manager's sweep has
-// already taken dead members out of the pool, so no agent is asked anything on the way.
+// and returns those whose agent answers: the runtime's event stream or the manager's
+// sweep takes dead members out of the pool, and a member that died too lately for
+// either is found by one ping over the proxy's open connection (dropDeadClaims), so
+// Claim may return fewer than the script bound; the caller makes the rest cold.
 // What the claim binds late (the records' LateBind) is applied in the background,
 // bounded; a member's first call waits for its own (BeforeCall).
 func (m *Manager) Claim(ctx context.Context, p *store.Pool, tenant string, n int, patch store.ClaimPatch, nowMilli int64, expires string) ([]*store.Sandbox, error) {
@@ -86,6 +90,9 @@ func (m *Manager) Claim(ctx context.Context, p *store.Pool, tenant string, n int
 	}
 	m.lastClaim.Store(time.Now().UnixNano())
 	m.Kick()
+	if got = m.dropDeadClaims(ctx, got); len(got) == 0 {
+		return nil, nil
+	}
 	// The claim script returned the records as they now are: the members' first calls
 	// (endpoint, command) route from memory instead of reading them back one by one.
 	for _, sb := range got {
@@ -255,4 +262,93 @@ func (m *Manager) MemberUnreachable(ctx context.Context, sb *store.Sandbox, caus
 	}
 	m.failMember(ctx, sb, cause)
 	return ErrMemberDied
+}
+
+// claimProbeTimeout bounds the ping of a claimed member; one that does not answer in it
+// is judged by the runtime's view instead, so a busy host does not cost a live member.
+const claimProbeTimeout = 250 * time.Millisecond
+
+// claimProbeMax is the largest claim whose members are pinged before it answers: one
+// round of pings at once. A larger batch answers as bound (a thousand pings would be
+// most of its time); its members rely on the runtime's event stream and the sweep, and
+// one that died unreported answers its first call with SANDBOX::UNAVAILABLE.
+const claimProbeMax = 16
+
+// dropDeadClaims pings each freshly claimed member through the proxy's transport (its
+// warm connection: a fraction of a millisecond) and keeps those that answer. A member
+// whose agent refuses or resets the connection died before the runtime reported it (the
+// engine reports a death only after it tore its network down); it is never handed out:
+// its record goes, its container is removed in the background and the pool refilled. A
+// ping that times out defers to the runtime (Inspect): only a member it does not report
+// running is dropped. Without the proxy's warmer (no gateway around the manager) the
+// members are returned as claimed, and so are those of a claim larger than
+// claimProbeMax.
+func (m *Manager) dropDeadClaims(ctx context.Context, got []*store.Sandbox) []*store.Sandbox {
+	fp := m.connWarmer.Load()
+	if fp == nil || len(got) > claimProbeMax {
+		return got
+	}
+	dead := make([]bool, len(got))
+	probe := func(i int) {
+		sb := got[i]
+		if sb.Address == "" {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, claimProbeTimeout)
+		err := (*fp)(pctx, net.JoinHostPort(sb.Address, strconv.Itoa(runtimes.AgentPort)), sb.AgentCredential())
+		timedOut := pctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if timedOut {
+			if inst, ierr := m.runtime.Inspect(ctx, sb.ID); ierr != nil && !errors.Is(ierr, runtimes.ErrNotFound) || ierr == nil && inst.State == runtimes.StateRunning {
+				return // running, or the runtime cannot tell: handed out as claimed
+			}
+		}
+		dead[i] = true
+	}
+	if len(got) == 1 {
+		probe(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				probe(i)
+			}()
+		}
+		wg.Wait()
+	}
+	live := got[:0:0]
+	for i, sb := range got {
+		if !dead[i] {
+			live = append(live, sb)
+			continue
+		}
+		m.dropClaimed(ctx, sb)
+	}
+	return live
+}
+
+// dropClaimed removes a member found dead in its own claim: the record first (it was
+// never handed out, so no caller holds its id), then its container, in the background.
+func (m *Manager) dropClaimed(ctx context.Context, sb *store.Sandbox) {
+	m.log.Info("claimed pool member did not answer; not handed out", "id", sb.ID, "pool", sb.Pool)
+	ctx = context.WithoutCancel(ctx)
+	if err := m.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		m.log.Warn("remove the record of a dead claimed member", "id", sb.ID, "err", err)
+	}
+	m.host.DropRoute(sb.ID)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := m.runtime.Delete(ctx, sb.ID); err != nil && !errors.Is(err, runtimes.ErrNotFound) {
+			m.log.Warn("remove dead claimed member", "id", sb.ID, "err", err)
+		}
+		m.Kick()
+	}()
 }

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -536,5 +537,49 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestClaimDropsAMemberThatDiedUnreported: a warm member whose agent is gone before the
+// runtime reported its death (no event, no sweep yet) is not handed out: the claim's
+// ping finds it, its record goes, and the claim returns the members that answer.
+func TestClaimDropsAMemberThatDiedUnreported(t *testing.T) {
+	ctx := context.Background()
+	s := startManager(t, Config{})
+	// What the gateway's proxy does: a /ping to the agent at addr (host:44772).
+	s.m.SetConnWarmer(func(ctx context.Context, addr, token string) error {
+		host, _, _ := net.SplitHostPort(addr)
+		return s.host.agents.Ping(ctx, host, token, time.Second)
+	})
+	p := s.putPool(t, "p", store.Capacity{BufferMin: 2, BufferMax: 2, PoolMax: 2})
+	s.m.refillOnce(ctx)
+	s.waitAvailable(t, p, 2)
+	ready, _ := s.d.Store.ReadyMembers(ctx, p.Tenant, p.Name)
+	dead := ready[0]
+	if err := s.d.Runtime.Delete(ctx, dead); err != nil { // the runtime tells no one
+		t.Fatal(err)
+	}
+	got, err := s.m.Claim(ctx, p, "default", 2, claimPatch(p.Name, nil), time.Now().UnixMilli(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID == dead {
+		ids := []string{}
+		for _, sb := range got {
+			ids = append(ids, sb.ID)
+		}
+		t.Fatalf("claim handed out %v; %s is dead, want only the other member", ids, dead)
+	}
+	if _, err := s.d.Store.GetSandbox(ctx, dead); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the dead member's record is still there: %v", err)
+	}
+	s.host.mu.Lock()
+	routed := s.host.routed[dead]
+	s.host.mu.Unlock()
+	if routed {
+		t.Fatal("the dead member was put in the route cache")
+	}
+	if c, _ := s.d.Store.CountPool(ctx, p.Tenant, p.Name); c.Allocated != 1 {
+		t.Fatalf("pool counts %+v after claiming one live member and one dead: want 1 allocated", c)
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -77,6 +79,45 @@ func TestPoolMemberDeaths(t *testing.T) {
 				t.Fatalf("claimed member %s: %q", id, out)
 			}
 			g.do("DELETE", "/v1/sandboxes/"+id, nil)
+		}
+	})
+
+	t.Run("a member killed just before its claim is not handed out", func(t *testing.T) {
+		// The claim comes before the engine reports the death (it does so only once it
+		// tore the container's network down), so only the claim's own look finds it.
+		for round := 0; round < 3; round++ {
+			g.waitAvailable("live", 2, 90*time.Second)
+			victims := e.poolMemberContainers("live")
+			// Their processes are killed from here, a syscall each, so that the claims
+			// follow within a millisecond (the docker CLI alone takes longer than the
+			// engine's report).
+			args := []string{"inspect", "-f", "{{.State.Pid}}"}
+			for _, c := range victims {
+				args = append(args, c)
+			}
+			out, err := exec.Command("docker", args...).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range strings.Fields(string(out)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || pid <= 1 {
+					t.Fatalf("container pid %q", f)
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 2; i++ {
+				id := g.createSandbox(map[string]any{"extensions": map[string]string{"poolRef": "live"}})
+				if _, killed := victims[id]; killed {
+					t.Fatalf("round %d claim %d handed out the member %s killed just before", round, i, id)
+				}
+				if status, body := g.firstCall(id, "echo alive"); status != http.StatusOK || !strings.Contains(body, "alive") {
+					t.Fatalf("round %d claimed sandbox %s: %d %s", round, id, status, body)
+				}
+				g.do("DELETE", "/v1/sandboxes/"+id, nil)
+			}
 		}
 	})
 
