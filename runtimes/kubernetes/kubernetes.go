@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
 )
 
 // Options configure the Kubernetes runtime.
@@ -85,6 +86,8 @@ type Options struct {
 	// DeleteGracePeriod is the pod's termination grace period (default 1s: a sandbox has
 	// nothing to flush that its owner has not already asked for).
 	DeleteGracePeriod time.Duration
+	// Agents calls the enforcers while their sandboxes start (nil: a client of its own).
+	Agents *agentclient.Client
 	// UserAgent names the client in the API server's logs (default "sandgate").
 	UserAgent string
 	Logger    *slog.Logger
@@ -133,12 +136,16 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Agents == nil {
+		o.Agents = agentclient.New()
+	}
 }
 
 // Runtime is the Kubernetes implementation of runtimes.Runtime.
 type Runtime struct {
 	opts   Options
 	log    *slog.Logger
+	agents *agentclient.Client
 	client kubernetes.Interface
 	pods   listerscorev1.PodNamespaceLister
 	synced cache.InformerSynced
@@ -188,7 +195,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func newWithClient(ctx context.Context, client kubernetes.Interface, opts Options) (*Runtime, error) {
-	r := &Runtime{opts: opts, log: opts.Logger, client: client, stop: make(chan struct{}), waiters: map[string][]chan struct{}{}}
+	r := &Runtime{opts: opts, log: opts.Logger, agents: opts.Agents, client: client, stop: make(chan struct{}), waiters: map[string][]chan struct{}{}}
 	r.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(opts.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = runtimes.LabelID }))
@@ -285,7 +292,9 @@ func (r *Runtime) watch(id string) (<-chan struct{}, func()) {
 }
 
 // Create implements runtimes.Runtime: it creates the pod and returns once the informer
-// shows its workload container running with a pod IP.
+// shows its workload container running with a pod IP and, with egress, once the
+// enforcer's signed report of its policy in force is the policy it was given
+// (checkPolicyInForce). A pod that fails either is deleted, with its pull secret.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Instance, error) {
 	withEgress := spec.Egress != nil && !r.opts.NoEgress
 	ociRuntime := spec.Runtime
@@ -329,6 +338,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Inst
 	var inst runtimes.Instance
 	if err == nil {
 		inst, err = r.waitStarted(ctx, spec.ID, changed)
+	}
+	if err == nil && withEgress && checksEnforcerAt(inst.Address) {
+		err = r.checkPolicyInForce(ctx, spec, inst.Address)
 	}
 	if err != nil {
 		delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -253,10 +253,7 @@ func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
 	if len(spec.Egress.PlatformDeny) > 0 {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
 	}
-	policy := spec.Egress.Policy
-	if len(policy) == 0 {
-		policy = []byte(`{"defaultAction":"deny"}`)
-	}
+	policy := sidecarPolicy(spec)
 	always := corev1.ContainerRestartPolicyAlways
 	no, yes := false, true
 	root := int64(0)
@@ -293,6 +290,14 @@ func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
 		ImagePullPolicy:          r.opts.AgentImagePullPolicy,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// sidecarPolicy is the policy the enforcer of spec starts with: spec's, or deny all.
+func sidecarPolicy(spec runtimes.Spec) []byte {
+	if len(spec.Egress.Policy) == 0 {
+		return []byte(`{"defaultAction":"deny"}`)
+	}
+	return spec.Egress.Policy
 }
 
 // egressStateDir is where the enforcer's state volume is mounted in its sidecar.
