@@ -164,10 +164,12 @@ type App struct {
 	// never reach, in addition to those found at start: every address of the host's
 	// interfaces and, on Docker, the host's address on every network of the engine.
 	EgressGatewayAddresses []string `json:"egress_gateway_addresses,omitempty"`
-	// SandboxDNS are the DNS servers of every sandbox on Docker (IPv4 addresses,
-	// SANDGATE_SANDBOX_DNS, comma-separated): the engine's embedded resolver forwards
-	// the names it does not own to them, and each sandbox's egress enforcer filters
-	// those forwards (empty: the servers the engine takes from its host's resolv.conf).
+	// SandboxDNS are the DNS servers of every sandbox (IPv4 addresses,
+	// SANDGATE_SANDBOX_DNS, comma-separated). On Docker the engine's embedded resolver
+	// forwards the names it does not own to them, and each sandbox's egress enforcer
+	// filters those forwards (empty: the servers the engine takes from its host's
+	// resolv.conf). On Kubernetes they are each pod's only nameservers (dnsPolicy None,
+	// at most 3), asked through its enforcer (empty: the cluster's DNS, ClusterFirst).
 	SandboxDNS []string `json:"sandbox_dns,omitempty"`
 	// ImagePull says when a create pulls its image from a registry: "missing" (default:
 	// only images the engine lacks), "never" or "always" (SANDGATE_PULL). Docker only;
@@ -279,13 +281,18 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		if err != nil {
 			return nil, err
 		}
+		sandboxDNS, err := docker.ParseSandboxDNS(a.SandboxDNS)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox_dns: %w", err)
+		}
 		agentImage := a.K8sAgentImage
 		if agentImage == "" {
 			agentImage = "sandgate/agent:" + gateway.Version
 		}
 		return kubernetes.New(ctx, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
 			GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
-			NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, UserAgent: "sandgate/" + gateway.Version, Logger: log})
+			NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, SandboxDNS: sandboxDNS,
+			UserAgent: "sandgate/" + gateway.Version, Logger: log})
 	},
 }
 

@@ -94,7 +94,7 @@ var settings = []setting{
 	{name: "egress_always_deny", env: "SANDGATE_EGRESS_ALWAYS_DENY", kind: kindList, doc: "target,target,…", field: func(a *App) any { return &a.EgressAlwaysDeny }},
 	{name: "egress_always_allow", env: "SANDGATE_EGRESS_ALWAYS_ALLOW", kind: kindList, doc: "target,target,…", field: func(a *App) any { return &a.EgressAlwaysAllow }},
 	{name: "egress_gateway_addresses", env: "SANDGATE_EGRESS_GATEWAY_ADDRESSES", kind: kindList, doc: "ip-or-cidr,…, beside the host's own addresses and its Docker bridges'", field: func(a *App) any { return &a.EgressGatewayAddresses }},
-	{name: "sandbox_dns", env: "SANDGATE_SANDBOX_DNS", kind: kindList, doc: "ipv4,…: docker: the sandboxes' DNS servers (default: the engine's, from the host's resolv.conf)", field: func(a *App) any { return &a.SandboxDNS }},
+	{name: "sandbox_dns", env: "SANDGATE_SANDBOX_DNS", kind: kindList, doc: "ipv4,…: the sandboxes' DNS servers (default: docker: the engine's, from the host's resolv.conf; kubernetes: the cluster's)", field: func(a *App) any { return &a.SandboxDNS }},
 	{name: "vault_schemes", env: "SANDGATE_VAULT_SCHEMES", kind: kindList, values: []string{"https", "http"}, doc: "https[,http]: schemes credential-vault bindings may name (default: https)", field: func(a *App) any { return &a.VaultSchemes }},
 	{name: "vault_upstream_ca", env: "SANDGATE_VAULT_UPSTREAM_CA", doc: "PEM roots the credential vault trusts upstream, besides the system's", field: func(a *App) any { return &a.VaultUpstreamCA }},
 	{name: "image_pull", env: "SANDGATE_PULL", def: "missing", values: []string{"never", "missing", "always"}, doc: "docker: when a create pulls its image", field: func(a *App) any { return &a.ImagePull }},

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +78,12 @@ type Options struct {
 	WritableBytes  int64
 	// NoEgress turns egress enforcement off: no sandbox gets an enforcer sidecar.
 	NoEgress bool
+	// SandboxDNS are the DNS servers of every sandbox pod (SANDGATE_SANDBOX_DNS: IPv4,
+	// not loopback, at most MaxSandboxDNS). With them each pod gets dnsPolicy None and
+	// these as its only nameservers, and its enforcer closes them on every port to all
+	// but its own proxies; without them the pod resolves as the cluster's dnsPolicy
+	// default (ClusterFirst) says.
+	SandboxDNS []netip.Addr
 	// VaultUpstreamCA is extra PEM roots the credential vault trusts for upstream TLS
 	// (SANDGATE_VAULT_UPSTREAM_CA names its file).
 	VaultUpstreamCA []byte
@@ -195,6 +202,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func newWithClient(ctx context.Context, client kubernetes.Interface, opts Options) (*Runtime, error) {
+	if len(opts.SandboxDNS) > MaxSandboxDNS {
+		return nil, fmt.Errorf("sandbox DNS servers: %d given, a pod takes at most %d", len(opts.SandboxDNS), MaxSandboxDNS)
+	}
 	r := &Runtime{opts: opts, log: opts.Logger, agents: opts.Agents, client: client, stop: make(chan struct{}), waiters: map[string][]chan struct{}{}}
 	r.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(opts.Namespace),

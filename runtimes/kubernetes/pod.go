@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
+	"github.com/sandgate/sandgate/sandbox-agent/egress"
 )
 
 // Names inside every sandbox pod.
@@ -237,7 +238,24 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 	if r.opts.PriorityClassName != "" {
 		pod.Spec.PriorityClassName = r.opts.PriorityClassName
 	}
+	if len(r.opts.SandboxDNS) > 0 {
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: r.sandboxDNS()}
+	}
 	return pod
+}
+
+// MaxSandboxDNS is the most nameservers Kubernetes accepts in a pod's dnsConfig.
+const MaxSandboxDNS = 3
+
+// sandboxDNS lists the operator's sandbox DNS servers as the pod spec and the enforcer
+// take them.
+func (r *Runtime) sandboxDNS() []string {
+	list := make([]string, len(r.opts.SandboxDNS))
+	for i, a := range r.opts.SandboxDNS {
+		list[i] = a.String()
+	}
+	return list
 }
 
 // egressSidecar is the enforcer: a native sidecar that starts before the workload and,
@@ -254,6 +272,16 @@ func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
 		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
 	}
 	policy := sidecarPolicy(spec)
+	env := []corev1.EnvVar{
+		{Name: EnvEgressToken, Value: spec.EgressToken},
+		{Name: EnvEgressPolicy, Value: escapeExpansion(string(policy))},
+	}
+	if len(r.opts.SandboxDNS) > 0 {
+		// The enforcer asks the first nameserver of the pod's resolv.conf; naming them
+		// all sends the workload's queries to any of them through a proxy of the same
+		// policy that tries each in turn, and closes every one of them on its other ports.
+		env = append(env, corev1.EnvVar{Name: egress.EnvDNSServers, Value: strings.Join(r.sandboxDNS(), ",")})
+	}
 	always := corev1.ContainerRestartPolicyAlways
 	no, yes := false, true
 	root := int64(0)
@@ -262,11 +290,8 @@ func (r *Runtime) egressSidecar(spec runtimes.Spec) corev1.Container {
 		Image:         r.opts.AgentImage,
 		Command:       escapeAll(args),
 		RestartPolicy: &always,
-		Env: []corev1.EnvVar{
-			{Name: EnvEgressToken, Value: spec.EgressToken},
-			{Name: EnvEgressPolicy, Value: escapeExpansion(string(policy))},
-		},
-		Ports: []corev1.ContainerPort{{Name: "egress-api", ContainerPort: runtimes.EgressPort, Protocol: corev1.ProtocolTCP}},
+		Env:           env,
+		Ports:         []corev1.ContainerPort{{Name: "egress-api", ContainerPort: runtimes.EgressPort, Protocol: corev1.ProtocolTCP}},
 		StartupProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 				Path: "/healthz", Port: intstr.FromInt32(runtimes.EgressPort),

@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandgate/sandgate/runtimes"
+	"github.com/sandgate/sandgate/sandbox-agent/egress"
 )
 
 func testRuntime() *Runtime {
@@ -137,6 +140,46 @@ func TestEgressSidecarIsolated(t *testing.T) {
 	}
 }
 
+// TestSandboxDNSPod: with the operator's sandbox DNS servers, the pod's only
+// nameservers are those (never the node's resolv.conf) and its enforcer is told them;
+// without, the pod resolves as the cluster says.
+func TestSandboxDNSPod(t *testing.T) {
+	spec := runtimes.Spec{ID: "0f8e2b9c-1111-4222-8333-444455556666", Tenant: "t", Image: "python:3.12", EgressToken: "egress-tok",
+		Egress: &runtimes.EgressSpec{Policy: []byte(`{"defaultAction":"deny"}`)}}
+	sidecarEnv := func(pod *corev1.Pod) map[string]string {
+		env := map[string]string{}
+		for _, c := range pod.Spec.InitContainers {
+			if c.Name == EgressContainer {
+				for _, e := range c.Env {
+					env[e.Name] = e.Value
+				}
+			}
+		}
+		return env
+	}
+
+	r := testRuntime()
+	r.opts.SandboxDNS = []netip.Addr{netip.MustParseAddr("192.0.2.53"), netip.MustParseAddr("198.51.100.53")}
+	pod := r.podFor(spec, true, "")
+	if pod.Spec.DNSPolicy != corev1.DNSNone {
+		t.Errorf("dnsPolicy %q, want None", pod.Spec.DNSPolicy)
+	}
+	if pod.Spec.DNSConfig == nil || !slices.Equal(pod.Spec.DNSConfig.Nameservers, []string{"192.0.2.53", "198.51.100.53"}) {
+		t.Errorf("dnsConfig %+v, want the operator's two nameservers", pod.Spec.DNSConfig)
+	}
+	if got := sidecarEnv(pod)[egress.EnvDNSServers]; got != "192.0.2.53,198.51.100.53" {
+		t.Errorf("enforcer's %s = %q", egress.EnvDNSServers, got)
+	}
+
+	pod = testRuntime().podFor(spec, true, "")
+	if pod.Spec.DNSPolicy != "" || pod.Spec.DNSConfig != nil {
+		t.Errorf("without sandbox DNS servers: dnsPolicy %q, dnsConfig %+v, want the cluster's default", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
+	}
+	if _, ok := sidecarEnv(pod)[egress.EnvDNSServers]; ok {
+		t.Errorf("without sandbox DNS servers the enforcer is told %s", egress.EnvDNSServers)
+	}
+}
+
 // TestCredentialProxyPod: with the credential proxy, the CA key is in the enforcer
 // sidecar only; the workload gets the certificate through the trust init container
 // (which runs the workload's image) and its trust variables, never the key.
@@ -189,5 +232,18 @@ func TestCredentialProxyPod(t *testing.T) {
 	}
 	if pod.Annotations[annotationCredentialProxy] != "enabled" || pod.Spec.ShareProcessNamespace != nil {
 		t.Fatalf("annotations %v, shareProcessNamespace %v", pod.Annotations, pod.Spec.ShareProcessNamespace)
+	}
+}
+
+// TestTooManySandboxDNS: a pod takes at most three nameservers, so a runtime given more
+// refuses to start rather than have the API server refuse every pod.
+func TestTooManySandboxDNS(t *testing.T) {
+	var servers []netip.Addr
+	for _, s := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"} {
+		servers = append(servers, netip.MustParseAddr(s))
+	}
+	_, err := newWithClient(t.Context(), nil, Options{SandboxDNS: servers})
+	if err == nil || !strings.Contains(err.Error(), "at most 3") {
+		t.Fatalf("runtime with four sandbox DNS servers: %v, want refused", err)
 	}
 }
