@@ -60,8 +60,10 @@ k8s-up: deps
 k8s-down:
 	@scripts/k8s.sh down
 
-## run: gateway on local Docker with the embedded store
-run: deps build images
+## run: gateway on local Docker with the embedded store; the Go build, the console and the
+## base image side by side, the large images built by the gateway once it serves
+run: deps
+	@scripts/run-build.sh
 	@scripts/run.sh
 
 ## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis

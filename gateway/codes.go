@@ -39,6 +39,9 @@ const (
 	CodeConflict        = "SANDBOX::CONFLICT"
 	CodeImageNotFound   = "SANDBOX::IMAGE_NOT_FOUND"
 	CodeImagePullFailed = "SANDBOX::IMAGE_PULL_FAILED"
+	// CodeImageBuilding: the image is one the gateway is still building in the background
+	// (image_builds); retry once its build is done (GET /v1/images).
+	CodeImageBuilding = "SANDBOX::IMAGE_BUILDING"
 	// CodeImageRegistryRefused: the image's registry is an address of the platform
 	// itself (loopback, link-local, private, the host's own) the operator did not list
 	// in SANDGATE_IMAGE_REGISTRIES; refused before any pull.

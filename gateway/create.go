@@ -104,6 +104,9 @@ func createResponse(rec *store.Sandbox) *CreateResponse {
 // whose image is one of the tenant's snapshots records that snapshot, however it was
 // asked for (snapshotId, a fork, a batch or pool template of a snapshot).
 func (s *Service) createCold(ctx context.Context, caller Caller, req CreateRequest, spec runtimes.Spec, id, batch string) (*store.Sandbox, error) {
+	if err := imageBuilding(s.cfg.ImageBuilds, spec.Image); err != nil {
+		return nil, err
+	}
 	// Wait for a create slot first: the record's clock (createdAt, expiry, the
 	// reconciler's patience with a Pending record) starts when the work does.
 	select {

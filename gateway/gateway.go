@@ -7,6 +7,7 @@
 //	input.go         bad-input checks shared by create, claim and batch (4xx codes)
 //	validate.go      metadata, CPU and memory parsing
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
+//	imagebuilds.go   a create naming an image still built in the background (gateway/imagebuild)
 //	claim.go         the claim of warm pool members: checks, admission, the claim's patch
 //	latebind.go      a claimed member's first call and its death, as the API sees them
 //	pools.go         pool CRUD: the request and its checks, the API's view
@@ -145,6 +146,9 @@ type Config struct {
 	// UsageInterval is how often each sandbox's resource use is read (usage.go); zero
 	// uses DefaultUsageInterval, negative turns the sampler off.
 	UsageInterval time.Duration
+	// ImageBuilds reports the images the gateway is still building in the background
+	// (package gateway/imagebuild); nil when it builds none.
+	ImageBuilds ImageBuilds
 	// TestClock lets the platform admin move the gateway's clock forward (clock.go), for
 	// end-to-end tests only: never set in production.
 	TestClock bool

@@ -94,6 +94,9 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 	if err := s.validatePool(ctx, caller, req); err != nil {
 		return nil, err
 	}
+	if err := imageBuilding(s.cfg.ImageBuilds, req.Template.Image.URI); err != nil {
+		return nil, err
+	}
 	pull, err := s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI)
 	if err != nil {
 		return nil, err
@@ -173,6 +176,9 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	var pull runtimes.ImagePuller
 	changed := string(tmpl) != string(p.Template)
 	if changed {
+		if err := imageBuilding(s.cfg.ImageBuilds, req.Template.Image.URI); err != nil {
+			return nil, err
+		}
 		if pull, err = s.pool.PrepareImage(ctx, caller.Tenant, req.Template.Image.URI); err != nil {
 			return nil, err
 		}

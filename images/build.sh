@@ -3,7 +3,10 @@
 # debootstrap, then `docker import`. Each image is skipped when it is already present.
 # The rootfs tarballs are cached outside the repo (SANDGATE_CACHE, default /var/cache/sandgate).
 set -euo pipefail
+# Usage: images/build.sh [VERSION] [base]   (base: only sandgate/base, what `make run`
+# needs before it serves; the rest it builds in the background, see scripts/run.sh)
 VERSION=${1:-$(cat "$(dirname "$0")/../VERSION")}
+ONLY=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${SANDGATE_CACHE:-/var/cache/sandgate}
 MIRROR=${SANDGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -49,6 +52,8 @@ if ! docker image inspect "sandgate/base:$VERSION" >/dev/null 2>&1; then
 else
 	echo "images: sandgate/base:$VERSION present"
 fi
+
+[[ $ONLY == base ]] && exit 0
 
 # The code interpreter image (Jupyter) is built by its own script when present.
 if [ -x "$HERE/code-interpreter.sh" ]; then

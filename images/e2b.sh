@@ -14,10 +14,13 @@
 # packages installed in a chroot, packed and cached under /var/cache/sandgate, then
 # `docker import`ed. Nothing is done for an image that exists.
 #
-# Usage: images/e2b.sh VERSION
+# Usage: images/e2b.sh VERSION [base] [code-interpreter]   (no names: both)
 set -euo pipefail
 
-version="${1:?usage: $0 VERSION}"
+version="${1:?usage: $0 VERSION [base] [code-interpreter]}"
+shift
+wanted=("$@")
+[[ ${#wanted[@]} -gt 0 ]] || wanted=(base code-interpreter)
 mirror="${SANDGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 cache_dir="${SANDGATE_IMAGE_CACHE:-${SANDGATE_CACHE:-/var/cache/sandgate}}"
 extra_packages="sudo git nodejs"
@@ -108,5 +111,12 @@ build() {
 	log "built $image"
 }
 
-build base base
-build code-interpreter code-interpreter
+for name in "${wanted[@]}"; do
+	case "$name" in
+	base | code-interpreter) build "$name" "$name" ;;
+	*)
+		log "unknown template image $name (base or code-interpreter)"
+		exit 2
+		;;
+	esac
+done

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/sandgate/sandgate/gateway/imagebuild"
 	"log/slog"
 	"net/url"
 	"os"
@@ -205,6 +206,11 @@ type App struct {
 	// sandgate/e2b-base and sandgate/e2b-code-interpreter of this version unless
 	// mapped here.
 	E2BTemplates []string `json:"e2b_templates,omitempty"`
+	// ImageBuilds are images the gateway builds in the background once it serves, one
+	// build at a time: image[+image…]=command (SANDGATE_IMAGE_BUILDS, comma-separated;
+	// Docker only). A create naming one before its build is done gets
+	// SANDBOX::IMAGE_BUILDING; GET /v1/images shows the builds.
+	ImageBuilds []string `json:"image_builds,omitempty"`
 	// PluginCacheDir keeps compiled WASM plugins on disk across restarts (default: memory only).
 	PluginCacheDir string `json:"plugin_cache_dir,omitempty"`
 	// PluginTimeout is the deadline of a plugin hook call that sets none itself (default 100ms).
@@ -226,10 +232,15 @@ type core struct {
 	runtime    runtimes.Runtime
 	service    *gateway.Service
 	plugins    *plugins.Host
+	// builds runs the image_builds (nil without any).
+	builds *imagebuild.Manager
 }
 
 // Destruct implements caddy.Destructor: the last config that used the core is gone.
 func (c *core) Destruct() error {
+	if c.builds != nil {
+		c.builds.Stop()
+	}
 	c.service.Stop()
 	c.closePlugins()
 	c.stopPolicy()
@@ -391,6 +402,12 @@ func (a *App) Validate() error {
 	if _, err := a.usageInterval(); err != nil {
 		return err
 	}
+	if _, err := imagebuild.ParseBuilds(a.ImageBuilds); err != nil {
+		return fmt.Errorf("image_builds: %w", err)
+	}
+	if len(a.ImageBuilds) > 0 && a.Runtime != "docker" {
+		return fmt.Errorf("image_builds: images are built on the Docker engine the gateway uses; runtime %q pulls them from a registry", a.Runtime)
+	}
 	return nil
 }
 
@@ -437,7 +454,12 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		<-watching
 	}
 	usageInterval, _ := a.usageInterval() // Validate checked it
-	svc := gateway.New(a.gatewayConfig(usageInterval), st, rt, pol, log)
+	cfg := a.gatewayConfig(usageInterval)
+	builds := a.imageBuilds(rt, log)
+	if builds != nil {
+		cfg.ImageBuilds = builds
+	}
+	svc := gateway.New(cfg, st, rt, pol, log)
 	host, err := a.startPlugins(bg, svc, log)
 	if err != nil {
 		stopPolicy()
@@ -446,8 +468,24 @@ func (a *App) newCore(log *slog.Logger) (caddy.Destructor, error) {
 		return nil, err
 	}
 	svc.Start(bg)
+	if builds != nil {
+		builds.Start()
+	}
 	log.Info("sandgate core started", "runtime", rt.Name(), "embedded_store", st.Embedded())
-	return &core{store: st, storeKey: storeKey, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host}, nil
+	return &core{store: st, storeKey: storeKey, runtime: rt, service: svc, stopPolicy: stopPolicy, plugins: host, builds: builds}, nil
+}
+
+// imageBuilds is the manager of the image_builds (nil without any): it asks the engine
+// whether an image exists as the platform, with no tenant.
+func (a *App) imageBuilds(rt runtimes.Runtime, log *slog.Logger) *imagebuild.Manager {
+	builds, _ := imagebuild.ParseBuilds(a.ImageBuilds) // Validate checked them
+	ic, ok := rt.(runtimes.ImageChecker)
+	if len(builds) == 0 || !ok {
+		return nil
+	}
+	return imagebuild.New(builds, func(ctx context.Context, image string) (bool, error) {
+		return ic.HasImage(ctx, image, "")
+	}, log)
 }
 
 // gatewayConfig is the core's configuration from the app's settings (Config.Defaults
@@ -596,3 +634,11 @@ func (a *App) e2bOptions() api.E2BOptions {
 
 // defaultE2BPrefix is where the E2B door's control API is served by default.
 const defaultE2BPrefix = "/e2b"
+
+// imageBuildList is what GET /v1/images lists: the core's builds, or nil.
+func (c *core) imageBuildList() interface{ List() []imagebuild.Status } {
+	if c.builds == nil {
+		return nil
+	}
+	return c.builds
+}

@@ -75,7 +75,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// New warm pool members get their keep-alive connection from this transport before
 	// they can be claimed: a claim's first command does not wait for a connect.
 	app.core.service.SetConnWarmer(api.AgentConnWarmer(h.proxy.Transport))
-	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward, Metrics: app.metricsHandler, E2B: app.e2bOptions()})
+	h.api = api.New(app.core.service, api.Options{Logger: ctx.Slogger(), Forward: h.forward, Metrics: app.metricsHandler, E2B: app.e2bOptions(), ImageBuilds: app.core.imageBuildList()})
 	h.plain = api.NewForward(h.api.WriteUpstreamError)
 	return nil
 }

@@ -45,6 +45,9 @@ type setting struct {
 	values []string
 	// live marks a setting a reload applies to the running core without rebuilding it.
 	live bool
+	// spaces marks a value that may hold spaces (commands): the default Caddyfile
+	// quotes it, so that it stays one argument.
+	spaces bool
 	// doc is the one-line comment of the Caddyfile syntax.
 	doc string
 	// field points at the setting's field in an App.
@@ -101,6 +104,7 @@ var settings = []setting{
 	{name: "image_registries", env: "SANDGATE_IMAGE_REGISTRIES", kind: kindList, doc: "registries images may be pulled from (empty: any but those on addresses of the platform itself)", field: func(a *App) any { return &a.ImageRegistries }},
 	{name: "volume_host_prefixes", env: "SANDGATE_VOLUME_HOST_PREFIXES", kind: kindList, doc: "host directories sandboxes may bind-mount (empty: none)", field: func(a *App) any { return &a.VolumeHostPrefixes }},
 	{name: "e2b_prefix", env: "SANDGATE_E2B_PREFIX", def: "/e2b", live: true, doc: "path of the E2B door's control API (E2B_API_URL=http://<gateway>/e2b); off: no E2B door", field: func(a *App) any { return &a.E2BPrefix }},
+	{name: "image_builds", env: "SANDGATE_IMAGE_BUILDS", kind: kindList, spaces: true, doc: "image[+image…]=command,…: images built in the background once the gateway serves, one at a time (Docker; make run's large images); a create naming one before it is built gets SANDBOX::IMAGE_BUILDING", field: func(a *App) any { return &a.ImageBuilds }},
 	{name: "e2b_templates", env: "SANDGATE_E2B_TEMPLATES", kind: kindList, live: true, doc: "alias=image or alias=pool:<name>,…: the E2B door's templates (base: sandgate/e2b-base)", field: func(a *App) any { return &a.E2BTemplates }},
 	{name: "plugin_cache_dir", env: "SANDGATE_PLUGIN_CACHE_DIR", doc: "compiled WASM plugins survive restarts", field: func(a *App) any { return &a.PluginCacheDir }},
 	{name: "plugin_timeout", env: "SANDGATE_PLUGIN_TIMEOUT", def: "100ms", kind: kindDuration, doc: "default deadline of a plugin hook call", field: func(a *App) any { return &a.PluginTimeout }},
@@ -220,6 +224,9 @@ func (s setting) caddyfileValue() string {
 		return "{env." + s.env + "}"
 	case s.def != "":
 		return "{$" + s.env + ":" + s.def + "}"
+	}
+	if s.spaces {
+		return `"{$` + s.env + `}"`
 	}
 	return "{$" + s.env + "}"
 }

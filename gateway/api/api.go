@@ -6,6 +6,7 @@ package api
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/sandgate/sandgate/gateway/imagebuild"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -28,6 +29,9 @@ type Options struct {
 	Metrics http.Handler
 	// E2B configures the E2B door (e2b.go); without a prefix there is none.
 	E2B E2BOptions
+	// ImageBuilds lists the images the gateway builds in the background (GET /v1/images);
+	// nil: it builds none, and the list is empty.
+	ImageBuilds interface{ List() []imagebuild.Status }
 }
 
 // Handler serves the whole gateway API.
@@ -101,6 +105,7 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/openapi.json", handler: h.serveOpenAPI, public: true},
 		{method: "GET", path: "/metrics", handler: h.serveMetrics, action: "metrics.read"},
 		{method: "GET", path: "/fleet/metrics", handler: h.fleetMetrics, action: "metrics.read"},
+		{method: "GET", path: "/images", endpoint: listAll(h.listImageBuilds)},
 		{method: "POST", path: "/sandboxes", endpoint: decodeAndCall(http.StatusAccepted, h.svc.Create)},
 		{method: "GET", path: "/sandboxes", endpoint: queryAndCall(sandboxListQuery, h.svc.List)},
 		// The live list; more specific than /sandboxes/{id}, so the mux prefers it.

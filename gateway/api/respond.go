@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -70,6 +72,9 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		e = &gateway.Error{Kind: gateway.KindInternal, Code: gateway.CodeInternal, Message: "internal error (request " + id + ")", Cause: err}
 	}
 	status := statusOf(e.Kind)
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
 	if status >= 500 {
 		h.log.Error("request failed", "request_id", id, "status", status, "code", e.Code, "method", r.Method, "route", r.Pattern, "err", err)
 	}

@@ -10,6 +10,7 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error is a failure a user can act on: what kind of failure it is, a stable namespaced
@@ -19,6 +20,9 @@ type Error struct {
 	Code    string
 	Message string
 	Cause   error
+	// RetryAfter, when set, is how long a caller should wait before trying again
+	// (an HTTP answer's Retry-After).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -389,6 +389,21 @@ export interface SandboxUsage {
   history: UsagePoint[];
 }
 
+// ---- images the gateway builds in the background -------------------------------------
+
+export interface ImageBuild {
+  images: string[];
+  state: "Waiting" | "Building" | "Ready" | "Failed";
+  step?: string;
+  message?: string;
+  startedAt?: string;
+  finishedAt?: string;
+}
+
+export const imageBuilds = {
+  list: () => request<{ items: ImageBuild[] }>("GET", "/v1/images"),
+};
+
 // ---- pools, batches --------------------------------------------------------------------
 
 export const pools = {

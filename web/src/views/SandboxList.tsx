@@ -11,6 +11,7 @@ import { useNow } from "../hooks";
 import { href, navigate } from "../router";
 import { useSandboxWatch } from "../watch";
 import { CreateSandboxForm } from "./CreateSandboxForm";
+import { ImageBuilds } from "./ImageBuilds";
 
 export function SandboxList({ query }: { query: URLSearchParams }) {
   const can = useCan();
@@ -65,6 +66,7 @@ export function SandboxList({ query }: { query: URLSearchParams }) {
           </button>
         )}
       </div>
+      <ImageBuilds />
       {showCreate && (
         <CreateSandboxForm
           onCreated={(sb) => {
