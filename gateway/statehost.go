@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/state"
@@ -27,6 +28,8 @@ type (
 	VolumeRequest = state.VolumeRequest
 	HostVolume    = state.HostVolume
 	PVCVolume     = state.PVCVolume
+	// NamedVolume is one of a tenant's named volumes, as the API of volumes shows it.
+	NamedVolume = state.NamedVolume
 )
 
 // Snapshot states.
@@ -139,6 +142,11 @@ func (h stateHost) StartBatch(ctx context.Context, owner Caller, snap *store.Sna
 // Emit writes an event to the sandbox's tenant's stream and hands it to plugins.
 func (h stateHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any) {
 	h.s.emit(ctx, sb, typ, data)
+}
+
+// Audit queues a record into the tenant's audit stream (audit.go).
+func (h stateHost) Audit(tenant, source string, at time.Time, record []byte) {
+	h.s.recordAuditFrom(tenant, source, at, record)
 }
 
 // DropRoute drops a sandbox from the route cache.
