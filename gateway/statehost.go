@@ -53,6 +53,9 @@ const (
 // MaxVolumes bounds the volumes of one sandbox whatever the tenant's quota.
 const MaxVolumes = state.MaxVolumes
 
+// IsClaimName reports whether name may name a tenant's named volume (a DNS label).
+func IsClaimName(name string) bool { return state.IsClaimName(name) }
+
 // State is the feature of snapshots, forks, volumes and idle pause. gateway/api calls
 // it directly for the snapshot and fork APIs and for the proxy's wake before a request.
 func (s *Service) State() *state.Manager { return s.state }

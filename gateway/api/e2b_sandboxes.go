@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,7 +293,7 @@ func e2bVolumes(mounts []e2bVolumeMount) (json.RawMessage, error) {
 	paths := map[string]bool{}
 	vols := make([]gateway.VolumeRequest, 0, len(mounts))
 	for i, m := range mounts {
-		if !e2bVolumeNameRe.MatchString(m.Name) {
+		if !gateway.IsClaimName(m.Name) {
 			return nil, refuse("volumeMounts[%d].name %q: want a volume's name (1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)", i, m.Name)
 		}
 		p, err := e2bMountPath(m.Path)
@@ -314,9 +313,6 @@ func e2bVolumes(mounts []e2bVolumeMount) (json.RawMessage, error) {
 	}
 	return js, nil
 }
-
-// e2bVolumeNameRe is what a volume's name may be: a claim name (a DNS label).
-var e2bVolumeNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // e2bMountPath checks where a volume mounts: an absolute path without "." or ".."
 // segments, outside the system's directories; it returns the path without a trailing

@@ -51,9 +51,13 @@ func (m *Manager) tenantVolume(ctx context.Context, caller principal.Caller, nam
 	return VolumeClaimName(cluster, caller.Tenant, name), labels, nil
 }
 
-// validVolumeName refuses a name that is not a claim name (a DNS label).
+// IsClaimName reports whether name may name a tenant's named volume (a claim name: a
+// DNS label).
+func IsClaimName(name string) bool { return volumeNameRe.MatchString(name) }
+
+// validVolumeName refuses a name that is not a claim name.
 func validVolumeName(name string) error {
-	if !volumeNameRe.MatchString(name) {
+	if !IsClaimName(name) {
 		return volumeErr(CodeVolumeInvalid, "volume name %q: want a DNS label (1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)", name)
 	}
 	return nil
