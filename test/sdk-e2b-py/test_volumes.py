@@ -4,10 +4,12 @@ writes there another one reads. Another tenant's key can neither see, delete nor
 them, and its volume of the same name is its own. The volume content API is not served:
 the token a volume carries opens nothing."""
 
+import time
+
 import httpx
 import pytest
 
-from conftest import API_URL, OTHER_KEY, REQUEST, RUN, SANDBOX_URL
+from conftest import API_KEY, API_URL, OTHER_KEY, REQUEST, RUN, SANDBOX_URL
 from e2b import Sandbox, Volume, VolumeException, VolumeNotFoundException
 
 
@@ -40,6 +42,28 @@ def test_volume_lifecycle(volume_name):
     with pytest.raises(VolumeNotFoundException):
         Volume.get_info(vol.volume_id)
     assert Volume.destroy(vol.volume_id) is False
+
+    # The make and the removal are in the tenant's audit stream (written in the
+    # background), and in no other tenant's.
+    assert audited(API_KEY, volume_name) == ["volume.created", "volume.deleted"]
+    assert audited(OTHER_KEY, volume_name, wait=0) == []
+
+
+def audited(key: str, volume: str, wait: float = 10) -> list[str]:
+    """The types of the records of source "volume" about volume in key's tenant's audit
+    stream, waiting up to wait seconds for two of them."""
+    deadline = time.monotonic() + wait
+    while True:
+        r = httpx.get(f"{SANDBOX_URL}/v1/audit", params={"limit": 1000}, headers={"X-API-Key": key})
+        assert r.status_code == 200, r.text
+        types = [
+            it["record"]["type"]
+            for it in r.json()["items"]
+            if it["source"] == "volume" and it["record"].get("volume") == volume
+        ]
+        if len(types) >= 2 or time.monotonic() >= deadline:
+            return types
+        time.sleep(0.2)
 
 
 def test_volume_shared_by_two_sandboxes(sandboxes, volume_name):
