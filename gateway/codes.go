@@ -156,6 +156,10 @@ const (
 	// when it was judged (a symlink appeared on its way); nothing was mounted.
 	CodeVolumeHostChanged = state.CodeVolumeHostChanged
 	CodeVolumeNotFound    = state.CodeVolumeNotFound
+	// CodeVolumeExists: a named volume made by name that the tenant has already;
+	// CodeVolumeInUse: a named volume removed while a sandbox mounts it.
+	CodeVolumeExists = state.CodeVolumeExists
+	CodeVolumeInUse  = state.CodeVolumeInUse
 )
 
 // Codes of the policy and plugin administration.

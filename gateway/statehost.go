@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/state"
@@ -27,6 +28,8 @@ type (
 	VolumeRequest = state.VolumeRequest
 	HostVolume    = state.HostVolume
 	PVCVolume     = state.PVCVolume
+	// NamedVolume is one of a tenant's named volumes, as the API of volumes shows it.
+	NamedVolume = state.NamedVolume
 )
 
 // Snapshot states.
@@ -49,6 +52,9 @@ const (
 
 // MaxVolumes bounds the volumes of one sandbox whatever the tenant's quota.
 const MaxVolumes = state.MaxVolumes
+
+// IsClaimName reports whether name may name a tenant's named volume (a DNS label).
+func IsClaimName(name string) bool { return state.IsClaimName(name) }
 
 // State is the feature of snapshots, forks, volumes and idle pause. gateway/api calls
 // it directly for the snapshot and fork APIs and for the proxy's wake before a request.
@@ -139,6 +145,11 @@ func (h stateHost) StartBatch(ctx context.Context, owner Caller, snap *store.Sna
 // Emit writes an event to the sandbox's tenant's stream and hands it to plugins.
 func (h stateHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any) {
 	h.s.emit(ctx, sb, typ, data)
+}
+
+// Audit queues a record into the tenant's audit stream (audit.go).
+func (h stateHost) Audit(tenant, source string, at time.Time, record []byte) {
+	h.s.recordAuditFrom(tenant, source, at, record)
 }
 
 // DropRoute drops a sandbox from the route cache.

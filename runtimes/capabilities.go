@@ -93,6 +93,24 @@ type VolumeDiscarder interface {
 	DiscardVolumes(ctx context.Context, id string)
 }
 
+// VolumeKeeper keeps named volumes apart from any sandbox, for the API of a tenant's
+// volumes: made, read, listed and removed by their engine name (namespaced per tenant by
+// the core). Without it that API answers VOLUME::UNSUPPORTED; sandboxes still mount
+// named volumes their create makes.
+type VolumeKeeper interface {
+	// CreateVolume makes named volume claim with labels; ErrVolumeExists when one of
+	// that name exists already.
+	CreateVolume(ctx context.Context, claim string, labels map[string]string) error
+	// VolumeLabels are the labels of named volume claim; ErrVolumeNotFound when there is
+	// none of that name.
+	VolumeLabels(ctx context.Context, claim string) (map[string]string, error)
+	// ListVolumes names the named volumes that carry every one of labels.
+	ListVolumes(ctx context.Context, labels map[string]string) ([]string, error)
+	// RemoveVolume removes named volume claim; ErrInUse while a sandbox mounts it,
+	// ErrVolumeNotFound when there is none of that name.
+	RemoveVolume(ctx context.Context, claim string) error
+}
+
 // AgentClientProvider shares the runtime's client of sandbox agents and enforcers (its
 // connections and their keep-alives) with the core. Without it the core makes its own.
 type AgentClientProvider interface {
@@ -125,6 +143,7 @@ func Abilities(rt any) []string {
 		{"Snapshotter", is[Snapshotter](rt)},
 		{"UsageReader", is[UsageReader](rt)},
 		{"VolumeDiscarder", is[VolumeDiscarder](rt)},
+		{"VolumeKeeper", is[VolumeKeeper](rt)},
 		{"AgentClientProvider", is[AgentClientProvider](rt)},
 		{"GatewayAddresser", is[GatewayAddresser](rt)},
 	} {

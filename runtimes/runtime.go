@@ -49,6 +49,8 @@ var (
 	ErrUnavailable = errors.New("runtime unavailable")
 	// ErrVolumeNotFound is a claim that does not exist and was not to be created.
 	ErrVolumeNotFound = errors.New("volume not found")
+	// ErrVolumeExists is a named volume made by name that exists already.
+	ErrVolumeExists = errors.New("volume exists")
 	// ErrVolumeForeign is a claim of the right name that belongs to another tenant.
 	ErrVolumeForeign = errors.New("volume belongs to another tenant")
 	// ErrVolumeUnsupported is a kind of volume (or an option of one) this runtime cannot mount.

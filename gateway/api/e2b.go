@@ -116,6 +116,10 @@ func (h *Handler) e2bRoutes() []e2bRoute {
 		{"POST", "/sandboxes/{id}/fork", "batch.create", h.e2bFork},
 		{"POST", "/sandboxes/{id}/connect", "sandbox.update", h.e2bConnect},
 		{"POST", "/v2/sandboxes/{id}/connect", "sandbox.update", h.e2bConnect},
+		{"POST", "/volumes", "volume.create", h.e2bCreateVolume},
+		{"GET", "/volumes", "volume.list", h.e2bListVolumes},
+		{"GET", "/volumes/{id}", "volume.get", h.e2bGetVolume},
+		{"DELETE", "/volumes/{id}", "volume.delete", h.e2bDeleteVolume},
 	}
 }
 

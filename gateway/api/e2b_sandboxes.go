@@ -2,8 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,19 +41,32 @@ var e2bDefaultEntrypoint = []string{"tail", "-f", "/dev/null"}
 // named (its alias, or a snapshot's id).
 const e2bExtTemplate = "e2b.template"
 
-// e2bNewSandbox is the body of POST /sandboxes and /v2/sandboxes. Fields of E2B's that
-// the door does not serve (mcp, iam, volumeMounts, autoPauseMemory…) are read and
-// ignored. autoPause pauses the sandbox at its timeout instead of removing it
-// (gateway.ExtensionPauseAtExpiry); autoResume resumes it on a call into it.
+// e2bNewSandbox is the body of POST /sandboxes and /v2/sandboxes. autoPause pauses the
+// sandbox at its timeout instead of removing it (gateway.ExtensionPauseAtExpiry), with
+// its memory (autoPauseMemory true, E2B's default; false is refused); autoResume resumes
+// it on a call into it; volumeMounts mount the tenant's named volumes. What the door
+// cannot honour is refused by name, never dropped: mcp, iam, secure false.
 type e2bNewSandbox struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	AutoResume          *e2bAutoResume    `json:"autoResume"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *e2bNetwork       `json:"network"`
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
+	Secure              *bool             `json:"secure"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	IAM                 json.RawMessage   `json:"iam"`
+	VolumeMounts        []e2bVolumeMount  `json:"volumeMounts"`
+}
+
+// e2bVolumeMount is E2B's SandboxVolumeMount: the tenant's named volume name mounted
+// at path.
+type e2bVolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // e2bAutoResume is E2B's autoResume of a create: a call into the sandbox while it is
@@ -141,6 +157,13 @@ func (h *Handler) e2bCreate(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		h.writeError(w, r, err)
 		return
 	}
+	for _, m := range body.VolumeMounts {
+		// A volume the caller has not is answered as such, before any sandbox starts.
+		if _, err := h.svc.State().NamedVolume(r.Context(), c, m.Name); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
 	created, err := h.svc.Create(r.Context(), c, req)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -162,6 +185,9 @@ func (h *Handler) e2bCreateRequest(body e2bNewSandbox) (gateway.CreateRequest, e
 	if alias == "" {
 		return req, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "templateID is required")
 	}
+	if err := e2bRefuseUnserved(body); err != nil {
+		return req, err
+	}
 	req.Extensions = map[string]string{e2bExtTemplate: alias}
 	if body.AutoPause != nil && *body.AutoPause {
 		req.Extensions[gateway.ExtensionPauseAtExpiry] = "true"
@@ -174,6 +200,9 @@ func (h *Handler) e2bCreateRequest(body e2bNewSandbox) (gateway.CreateRequest, e
 	switch {
 	case ok:
 		if pool, isPool := strings.CutPrefix(target, e2bPoolPrefix); isPool {
+			if len(body.VolumeMounts) > 0 {
+				return req, gateway.Errorf(gateway.KindInvalid, gateway.CodeVolumeInvalid, "volumeMounts: template %q is a warm pool, whose sandboxes start before anyone claims them and cannot mount volumes", alias)
+			}
 			req.Extensions["poolRef"] = pool
 		} else {
 			req.Image = &gateway.ImageSpec{URI: target}
@@ -201,7 +230,112 @@ func (h *Handler) e2bCreateRequest(body e2bNewSandbox) (gateway.CreateRequest, e
 		js, _ := json.Marshal(policy)
 		req.NetworkPolicy = js
 	}
+	vols, err := e2bVolumes(body.VolumeMounts)
+	if err != nil {
+		return req, err
+	}
+	req.Volumes = vols
 	return req, nil
+}
+
+// e2bRefuseUnserved refuses, naming the field, what a create asks that the door cannot
+// honour: an MCP gateway in the sandbox (mcp), workload identities (iam), a sandbox
+// whose envd needs no token (secure false: sandgate always requires the sandbox's
+// token), and a pause that drops the sandbox's memory (autoPauseMemory false: sandgate's
+// pause freezes the sandbox and keeps it).
+func e2bRefuseUnserved(body e2bNewSandbox) error {
+	refuse := func(format string, args ...any) error {
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, format, args...)
+	}
+	switch {
+	case e2bRawSet(body.MCP):
+		return refuse("mcp: this gateway serves no MCP gateway inside sandboxes; leave mcp out")
+	case e2bRawSet(body.IAM):
+		return refuse("iam: this gateway issues no workload identities to sandboxes; leave iam out")
+	case body.Secure != nil && !*body.Secure:
+		return refuse("secure: false asks for envd without an access token, and this gateway always requires the sandbox's token; leave secure out or set it true")
+	case body.AutoPauseMemory != nil && !*body.AutoPauseMemory:
+		return refuse("autoPauseMemory: false asks for a pause that drops the sandbox's memory, and this gateway's pause always keeps it; leave autoPauseMemory out or set it true")
+	}
+	return nil
+}
+
+// e2bRawSet reports whether a field read as raw JSON was given a value (not absent, not
+// null).
+func e2bRawSet(raw json.RawMessage) bool {
+	v := strings.TrimSpace(string(raw))
+	return v != "" && v != "null"
+}
+
+// e2bSystemRoots are directories of the sandbox that no volume may cover or sit inside:
+// what the image's programs, the agent and the kernel need.
+var e2bSystemRoots = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr", "/.sandgate"}
+
+// e2bCoveredDirs are directories a volume may sit inside but not replace: the sandbox's
+// root, the users' homes, temporary files and variable data.
+var e2bCoveredDirs = []string{"/", "/home", "/home/user", "/root", "/tmp", "/var"}
+
+// e2bVolumes are the create's volumes (OpenSandbox's volumes[].pvc, which the core
+// namespaces per tenant and admission judges) of E2B's volumeMounts: each an existing
+// named volume of the caller's (createIfNotExists false), at a path checked here so that
+// the refusal names E2B's fields.
+func e2bVolumes(mounts []e2bVolumeMount) (json.RawMessage, error) {
+	if len(mounts) == 0 {
+		return nil, nil
+	}
+	refuse := func(format string, args ...any) error {
+		return gateway.Errorf(gateway.KindInvalid, gateway.CodeVolumeInvalid, format, args...)
+	}
+	if len(mounts) > gateway.MaxVolumes {
+		return nil, refuse("volumeMounts: %d given; at most %d are allowed", len(mounts), gateway.MaxVolumes)
+	}
+	create := false
+	paths := map[string]bool{}
+	vols := make([]gateway.VolumeRequest, 0, len(mounts))
+	for i, m := range mounts {
+		if !gateway.IsClaimName(m.Name) {
+			return nil, refuse("volumeMounts[%d].name %q: want a volume's name (1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)", i, m.Name)
+		}
+		p, err := e2bMountPath(m.Path)
+		if err != nil {
+			return nil, refuse("volumeMounts[%d].path %q: %v", i, m.Path, err)
+		}
+		if paths[p] {
+			return nil, refuse("volumeMounts[%d].path %q: two volumes mount there", i, m.Path)
+		}
+		paths[p] = true
+		vols = append(vols, gateway.VolumeRequest{Name: "e2b-" + strconv.Itoa(i), MountPath: p,
+			PVC: &gateway.PVCVolume{ClaimName: m.Name, CreateIfNotExists: &create}})
+	}
+	js, err := json.Marshal(vols)
+	if err != nil {
+		return nil, err
+	}
+	return js, nil
+}
+
+// e2bMountPath checks where a volume mounts: an absolute path without "." or ".."
+// segments, outside the system's directories; it returns the path without a trailing
+// slash.
+func e2bMountPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00:") {
+		return "", errors.New("want an absolute path inside the sandbox")
+	}
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		if seg == "." || seg == ".." {
+			return "", errors.New(`"." and ".." are not allowed`)
+		}
+	}
+	clean := path.Clean(p)
+	for _, root := range e2bSystemRoots {
+		if clean == root || strings.HasPrefix(clean, root+"/") {
+			return "", fmt.Errorf("%s is the system's (the image's programs, the agent and the kernel need it)", root)
+		}
+	}
+	if slices.Contains(e2bCoveredDirs, clean) {
+		return "", fmt.Errorf("a volume cannot replace %s; mount it in a directory below", clean)
+	}
+	return clean, nil
 }
 
 // e2bTimeout is the lifetime in seconds of a create through the door: the one asked

@@ -794,3 +794,99 @@ func TestE2BAutoResume(t *testing.T) {
 		t.Errorf("after the call the sandbox is %s", got)
 	}
 }
+
+// TestE2BCreateRefusesWhatItCannotHonour: a create asking what the door cannot give
+// (an MCP gateway, workload identities, envd without a token, a pause that drops the
+// memory) or mounting a volume where it must not is refused with a 400 in E2B's shape
+// that names the field, before any sandbox exists; what the door honours as asked
+// (secure true, autoPauseMemory true) is accepted.
+func TestE2BCreateRefusesWhatItCannotHonour(t *testing.T) {
+	f := startE2BFixture(t)
+	mount := func(mounts ...map[string]any) map[string]any {
+		return map[string]any{"templateID": "base", "volumeMounts": mounts}
+	}
+	at := func(name, path string) map[string]any { return map[string]any{"name": name, "path": path} }
+	cases := []struct {
+		name  string
+		body  map[string]any
+		field string
+	}{
+		{"mcp", map[string]any{"templateID": "base", "mcp": map[string]any{"github": map[string]any{"token": "x"}}}, "mcp"},
+		{"iam", map[string]any{"templateID": "base", "iam": map[string]any{"workloadTokens": []any{}}}, "iam"},
+		{"secure false", map[string]any{"templateID": "base", "secure": false}, "secure"},
+		{"autoPauseMemory false", map[string]any{"templateID": "base", "autoPause": true, "autoPauseMemory": false}, "autoPauseMemory"},
+		{"relative mount path", mount(at("data", "mnt/data")), "volumeMounts[0].path"},
+		{"mount path with ..", mount(at("data", "/mnt/../etc")), "volumeMounts[0].path"},
+		{"mount path with .", mount(at("data", "/mnt/./data")), "volumeMounts[0].path"},
+		{"mount over the programs", mount(at("data", "/usr/local/bin")), "volumeMounts[0].path"},
+		{"mount over the agent", mount(at("data", "/.sandgate")), "volumeMounts[0].path"},
+		{"mount inside the agent", mount(at("data", "/.sandgate/x")), "volumeMounts[0].path"},
+		{"mount over the root", mount(at("data", "/")), "volumeMounts[0].path"},
+		{"mount over the user's home", mount(at("data", "/home/user/")), "volumeMounts[0].path"},
+		{"mount over /etc", mount(at("data", "/etc")), "volumeMounts[0].path"},
+		{"two volumes at one path", mount(at("a", "/mnt/x"), at("b", "/mnt/x/")), "volumeMounts[1].path"},
+		{"volume name that is none", mount(at("Bad_Name", "/mnt/x")), "volumeMounts[0].name"},
+		{"empty volume name", mount(at("", "/mnt/x")), "volumeMounts[0].name"},
+		{"volumes on a pool's template", map[string]any{"templateID": "warm", "volumeMounts": []any{at("data", "/mnt/data")}}, "volumeMounts"},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := call(t, "POST", f.URL+"/e2b/v2/sandboxes", tt.body, f.TenantA)
+			wantE2BError(t, tt.name, status, body, http.StatusBadRequest)
+			if !strings.Contains(string(body), tt.field) {
+				t.Errorf("%s: %s does not name %s", tt.name, body, tt.field)
+			}
+		})
+	}
+	status, body := call(t, "GET", f.URL+"/e2b/v2/sandboxes", nil, f.TenantA)
+	if status != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("after the refusals the tenant has sandboxes: %d %s", status, body)
+	}
+	for _, honoured := range []map[string]any{
+		{"templateID": "base", "secure": true},
+		{"templateID": "base", "autoPause": true, "autoPauseMemory": true},
+		{"templateID": "base", "mcp": nil, "iam": nil},
+	} {
+		f.create(t, f.TenantA, honoured)
+	}
+}
+
+// TestE2BVolumeRoutes: the volume routes answer in E2B's shape, under the keys' roles
+// (a viewer lists but makes and removes nothing), and on a runtime that keeps no named
+// volumes apart from sandboxes (the in-process one) every volume call, a create's
+// volumeMounts included, is refused as such (501), never dropped.
+func TestE2BVolumeRoutes(t *testing.T) {
+	f := startE2BFixture(t)
+	status, body := call(t, "POST", f.URL+"/v1/tenants", map[string]any{"name": "e2b-viewers"}, map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"})
+	var tenant struct{ ID string }
+	if json.Unmarshal(body, &tenant); status != http.StatusCreated || tenant.ID == "" {
+		t.Fatalf("tenant: %d %s", status, body)
+	}
+	viewer := map[string]string{"X-API-Key": newKey(t, f.URL, tenant.ID, "viewer")}
+	cases := []struct {
+		name, method, url string
+		key               map[string]string
+		body              any
+		want              int
+	}{
+		{"create", "POST", "/e2b/volumes", f.TenantA, map[string]any{"name": "data"}, http.StatusNotImplemented},
+		{"create of a bad name", "POST", "/e2b/volumes", f.TenantA, map[string]any{"name": "../data"}, http.StatusBadRequest},
+		{"create without a body", "POST", "/e2b/volumes", f.TenantA, nil, http.StatusBadRequest},
+		{"list", "GET", "/e2b/volumes", f.TenantA, nil, http.StatusNotImplemented},
+		{"get", "GET", "/e2b/volumes/data", f.TenantA, nil, http.StatusNotImplemented},
+		{"get of a name no volume has", "GET", "/e2b/volumes/Not_A_Name", f.TenantA, nil, http.StatusNotFound},
+		{"delete", "DELETE", "/e2b/volumes/data", f.TenantA, nil, http.StatusNotImplemented},
+		{"create by a viewer", "POST", "/e2b/volumes", viewer, map[string]any{"name": "data"}, http.StatusForbidden},
+		{"delete by a viewer", "DELETE", "/e2b/volumes/data", viewer, nil, http.StatusForbidden},
+		{"list by a viewer", "GET", "/e2b/volumes", viewer, nil, http.StatusNotImplemented},
+		{"without a key", "GET", "/e2b/volumes", nil, nil, http.StatusUnauthorized},
+		{"wrong method", "PUT", "/e2b/volumes/data", f.TenantA, nil, http.StatusMethodNotAllowed},
+		{"a create mounting a volume", "POST", "/e2b/v2/sandboxes", f.TenantA, map[string]any{"templateID": "base", "volumeMounts": []any{map[string]any{"name": "data", "path": "/mnt/data"}}}, http.StatusNotImplemented},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := call(t, tt.method, f.URL+tt.url, tt.body, tt.key)
+			wantE2BError(t, tt.name, status, body, tt.want)
+		})
+	}
+}

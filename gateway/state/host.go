@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"time"
 
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/principal"
@@ -25,6 +26,8 @@ type Host interface {
 	StartBatch(ctx context.Context, owner principal.Caller, snap *store.Snapshot, req ForkRequest) (*apiproto.Batch, error)
 	// Emit writes an event of sb to its tenant's stream and hands it to plugins.
 	Emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any)
+	// Audit queues a record from source into tenant's audit stream.
+	Audit(tenant, source string, at time.Time, record []byte)
 	// DropRoute drops a sandbox from the core's route cache.
 	DropRoute(id string)
 	// StoreError is the caller's error for the store's failure err on sandbox id.

@@ -32,6 +32,7 @@ type testHost struct {
 	batches  []batchCall
 	emitted  []store.Event
 	dropped  []string
+	audited  []string
 	noLease  bool
 }
 
@@ -78,6 +79,12 @@ func (h *testHost) Emit(_ context.Context, sb *store.Sandbox, typ string, data m
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.emitted = append(h.emitted, store.Event{Type: typ, Tenant: sb.Tenant, SandboxID: sb.ID, Data: data})
+}
+
+func (h *testHost) Audit(tenant, source string, _ time.Time, record []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.audited = append(h.audited, string(record))
 }
 
 func (h *testHost) DropRoute(id string) {

@@ -2,7 +2,8 @@
 // snapshots of a sandbox's filesystem committed to a tenant-owned image, and creates
 // and pool templates from one (snapshots.go); forks, a snapshot and a batch of copies
 // from it (fork.go); volumes, host directories and named claims checked, namespaced
-// per tenant and judged by admission (volumes.go); and idle pause, a sandbox frozen
+// per tenant and judged by admission (volumes.go); a tenant's named volumes made, read,
+// listed and removed apart from sandboxes (namedvolumes.go); and idle pause, a sandbox frozen
 // after a period without traffic and resumed by the next request (idle.go). A Manager
 // owns the snapshot commits under way and the idle pauser's state and loop. It reaches
 // the core only through Host (host.go): a sandbox's record as a caller sees it, the

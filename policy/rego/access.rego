@@ -109,14 +109,14 @@ permitted if {
 	not platform_only
 }
 
-# member: sandboxes, pools, batches and snapshots, fully, in its own tenant,
+# member: sandboxes, pools, batches, snapshots and named volumes, fully, in its own tenant,
 # except the actions kept for tenant-admins. "Fully" includes
 # sandbox.access.rotate (POST /v1/sandboxes/{id}/access/rotate), which
 # invalidates every access header of the sandbox; a viewer may not.
 permitted if {
 	input.principal.role == "member"
 	input.principal.kind in {"api_key", "session"}
-	area in {"sandbox", "pool", "batch", "snapshot"}
+	area in {"sandbox", "pool", "batch", "snapshot", "volume"}
 	not tenant_admin_action
 	own_tenant
 }

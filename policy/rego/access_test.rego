@@ -64,7 +64,7 @@ test_tenant_admin_other_tenant_not_found if {
 # --- member ---
 
 test_member_uses_sandboxes_pools_batches if {
-	every action in ["sandbox.create", "sandbox.get", "sandbox.list", "sandbox.update", "sandbox.delete", "sandbox.proxy", "pool.create", "pool.delete", "batch.create", "snapshot.create"] {
+	every action in ["sandbox.create", "sandbox.get", "sandbox.list", "sandbox.update", "sandbox.delete", "sandbox.proxy", "pool.create", "pool.delete", "batch.create", "snapshot.create", "volume.create", "volume.delete"] {
 		allowed(req(key("member", "t1"), action, {"kind": split(action, ".")[0], "tenant": "t1"}))
 	}
 }
@@ -94,7 +94,7 @@ test_viewer_reads if {
 }
 
 test_viewer_writes_nothing if {
-	every action in ["sandbox.create", "sandbox.delete", "sandbox.update", "sandbox.proxy", "pool.create", "key.list", "tenant.list", "policy.read", "policy.write"] {
+	every action in ["sandbox.create", "sandbox.delete", "sandbox.update", "sandbox.proxy", "pool.create", "volume.create", "volume.delete", "key.list", "tenant.list", "policy.read", "policy.write"] {
 		code(req(key("viewer", "t1"), action, sandbox("t1"))) == "POLICY::DENIED"
 	}
 }

@@ -13,7 +13,7 @@ func TestAbilities(t *testing.T) {
 	want := []string{
 		"EgressEnforcer", "CredentialProxyRuntime", "EnforcerRestorer", "HelperSweeper", "HelperReleaser",
 		"DeathWatcher", "ImageChecker", "ImagePuller", "Snapshotter", "UsageReader", "VolumeDiscarder",
-		"AgentClientProvider", "GatewayAddresser",
+		"VolumeKeeper", "AgentClientProvider", "GatewayAddresser",
 	}
 	if got := runtimes.Abilities((*Runtime)(nil)); !slices.Equal(got, want) {
 		t.Errorf("abilities %q, want %q", got, want)

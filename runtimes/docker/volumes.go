@@ -197,3 +197,73 @@ func (r *Runtime) DiscardVolumes(ctx context.Context, id string) {
 	}
 	r.removeVolumes(ctx, names)
 }
+
+// CreateVolume makes named volume claim with labels, for the API of a tenant's volumes.
+// The engine's create of an existing name succeeds and changes nothing, so the name is
+// looked up first: an existing one is refused, never relabelled.
+func (r *Runtime) CreateVolume(ctx context.Context, claim string, labels map[string]string) error {
+	if _, err := r.cli.VolumeInspect(ctx, claim, client.VolumeInspectOptions{}); err == nil {
+		return fmt.Errorf("volume %q: %w", claim, runtimes.ErrVolumeExists)
+	} else if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspect volume %q: %w", claim, err)
+	}
+	if _, err := r.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: claim, Labels: labels}); err != nil {
+		return fmt.Errorf("create volume %q: %w", claim, err)
+	}
+	return nil
+}
+
+// VolumeLabels are the labels of named volume claim.
+func (r *Runtime) VolumeLabels(ctx context.Context, claim string) (map[string]string, error) {
+	got, err := r.cli.VolumeInspect(ctx, claim, client.VolumeInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("volume %q: %w", claim, runtimes.ErrVolumeNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect volume %q: %w", claim, err)
+	}
+	return got.Volume.Labels, nil
+}
+
+// ListVolumes names the named volumes that carry every one of labels.
+func (r *Runtime) ListVolumes(ctx context.Context, labels map[string]string) ([]string, error) {
+	filters := make(client.Filters)
+	for k, v := range labels {
+		filters = filters.Add("label", k+"="+v)
+	}
+	list, err := r.cli.VolumeList(ctx, client.VolumeListOptions{Filters: filters})
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, v := range list.Items {
+		names = append(names, v.Name)
+	}
+	return names, nil
+}
+
+// RemoveVolume removes named volume claim unless a sandbox mounts it: the engine refuses
+// to remove a volume a container mounts, and a container that mounts a staged sub-path
+// of it (which the engine does not count) is found by its label.
+func (r *Runtime) RemoveVolume(ctx context.Context, claim string) error {
+	users, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", labelStagedVolume+claim)})
+	if err != nil {
+		return fmt.Errorf("list the users of volume %q: %w", claim, err)
+	}
+	if len(users.Items) > 0 {
+		return fmt.Errorf("volume %q: %w", claim, runtimes.ErrInUse)
+	}
+	_, err = r.cli.VolumeRemove(ctx, claim, client.VolumeRemoveOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		return fmt.Errorf("volume %q: %w", claim, runtimes.ErrVolumeNotFound)
+	case cerrdefs.IsConflict(err):
+		return fmt.Errorf("volume %q: %w", claim, runtimes.ErrInUse)
+	}
+	return fmt.Errorf("remove volume %q: %w", claim, err)
+}
+
+var _ runtimes.VolumeKeeper = (*Runtime)(nil)

@@ -38,6 +38,8 @@ func TestSDKE2BPy(t *testing.T) {
 	}
 	g := e.startGateway()
 	removeSDKPySnapshots(t, e, g) // what the suite's forks and snapshots leave
+	run := randomHex(4)
+	removeSDKE2BPyVolumes(t, e, run)
 	own := g.withTenantKey(g.newPluginTenant("e2b-sdk-"+randomHex(3)), "tenant-admin")
 	other := g.withTenantKey(g.newPluginTenant("e2b-sdk-other-"+randomHex(3)), "tenant-admin")
 
@@ -53,7 +55,7 @@ func TestSDKE2BPy(t *testing.T) {
 		"E2B_SANDBOX_URL=http://"+g.Addr,
 		"E2B_API_KEY="+own.APIKey,
 		"SANDGATE_SDK_OTHER_KEY="+other.APIKey,
-		"SANDGATE_SDK_RUN="+randomHex(4),
+		"SANDGATE_SDK_RUN="+run,
 		"PYTHONDONTWRITEBYTECODE=1",
 		"NO_COLOR=1",
 	)
@@ -67,4 +69,18 @@ func TestSDKE2BPy(t *testing.T) {
 		t.Fatalf("pytest's summary %q does not report passed tests only:\n%s", summary, out)
 	}
 	t.Logf("%s", out)
+}
+
+// removeSDKE2BPyVolumes removes, at the end of the test, the named volumes the suite
+// made (named vol-<run> by both tenants), after the env's containers.
+func removeSDKE2BPyVolumes(t *testing.T, e *env, run string) {
+	t.Cleanup(func() {
+		e.removeDockerObjects()
+		out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "name=-vol-"+run).Output()
+		for _, v := range strings.Fields(string(out)) {
+			if strings.HasPrefix(v, "sgv-") && strings.HasSuffix(v, "-vol-"+run) {
+				_ = exec.Command("docker", "volume", "rm", "-f", v).Run()
+			}
+		}
+	})
 }
