@@ -118,7 +118,7 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/snapshots", endpoint: queryAndCall(snapshotListQuery, h.listSnapshots)},
 		{method: "GET", path: "/snapshots/{id}", endpoint: getOn("id", h.getSnapshot)},
 		{method: "DELETE", path: "/snapshots/{id}", endpoint: doOn("id", http.StatusNoContent, h.deleteSnapshot)},
-		{method: "GET", path: "/sandboxes/{id}/metrics", endpoint: getOn("id", h.svc.SandboxUsage), action: "sandbox.get"},
+		{method: "GET", path: "/sandboxes/{id}/metrics", endpoint: getOn("id", h.sandboxUsage), action: "sandbox.get"},
 		{method: "GET", path: "/sandboxes/{id}/metrics/watch", handler: h.watchSandboxMetrics, action: "sandbox.get"},
 		// The workload's output is read as its commands' output is: sandbox.proxy.
 		{method: "GET", path: "/sandboxes/{id}/diagnostics/logs", endpoint: diagnosticsOn(h.svc.DiagnosticLogs), action: "sandbox.proxy"},

@@ -37,7 +37,7 @@ func (h *Handler) serve(ep endpoint) func(http.ResponseWriter, *http.Request, ga
 }
 
 // answer returns what answers a core call: its result as JSON with status, or its error.
-// It takes the call's two results at once: h.answer(w, r, http.StatusOK)(h.svc.Fleet(c)).
+// It takes the call's two results at once: h.answer(w, r, http.StatusOK)(h.svc.Usage().Fleet(c)).
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, status int) func(v any, err error) {
 	return func(v any, err error) {
 		if err != nil {
