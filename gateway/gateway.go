@@ -9,7 +9,7 @@
 //	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
 //	claim.go         the claim of warm pool members: checks, admission, the claim's patch
 //	latebind.go      a claimed member's first call and its death, as the API sees them
-//	pools.go         pool CRUD: the request and its checks, the API's view
+//	pools.go         pool create and update: the request and its template's checks
 //	poolhost.go      the core as the pool feature (package gateway/pool) sees it
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints

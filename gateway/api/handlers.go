@@ -173,3 +173,18 @@ func writeEvent(w io.Writer, event string, v any) bool {
 	_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
 	return err == nil
 }
+
+// The pool routes below reach the pool feature (Service.Pools) when a request comes, not
+// when the routes are built.
+
+func (h *Handler) listPools(ctx context.Context, c gateway.Caller) ([]gateway.PoolView, error) {
+	return h.svc.Pools().List(ctx, c)
+}
+
+func (h *Handler) getPool(ctx context.Context, c gateway.Caller, name string) (*gateway.PoolView, error) {
+	return h.svc.Pools().Get(ctx, c, name)
+}
+
+func (h *Handler) deletePool(ctx context.Context, c gateway.Caller, name string) error {
+	return h.svc.Pools().Delete(ctx, c, name)
+}

@@ -31,7 +31,9 @@ func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway
 	h.answer(w, r, http.StatusOK)(h.svc.Usage().Fleet(c))
 }
 
-// sandboxUsage is GET /v1/sandboxes/{id}/metrics: the sandbox's resource history.
+// sandboxUsage is GET /v1/sandboxes/{id}/metrics: the sandbox's resource history, from
+// the usage feature (Service.Usage) reached when a request comes, not when the routes
+// are built.
 func (h *Handler) sandboxUsage(ctx context.Context, c gateway.Caller, id string) (*gateway.SandboxUsage, error) {
 	return h.svc.Usage().SandboxUsage(ctx, c, id)
 }
