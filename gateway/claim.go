@@ -53,7 +53,7 @@ func (s *Service) createFromPool(ctx context.Context, caller Caller, poolName st
 // claimTarget loads the pool and merges the request into its template for validation.
 func (s *Service) claimTarget(ctx context.Context, caller Caller, poolName string, req CreateRequest) (*store.Pool, CreateRequest, error) {
 	var tmpl CreateRequest
-	p, err := s.lookupPool(ctx, caller, poolName)
+	p, err := s.pool.Lookup(ctx, caller, poolName)
 	if err != nil {
 		return nil, tmpl, err
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -128,7 +129,7 @@ const (
 
 // Codes of pools and batches.
 const (
-	CodePoolNotFound = "POOL::NOT_FOUND"
+	CodePoolNotFound = pool.CodeNotFound
 	CodePoolExists   = "POOL::ALREADY_EXISTS"
 	CodePoolInvalid  = "POOL::INVALID_PARAMETER"
 	// CodePoolEmpty: no warm sandbox was free, and none came within the pool wait.

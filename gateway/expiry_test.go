@@ -113,7 +113,7 @@ func TestClaimTimeout(t *testing.T) {
 	}
 	for _, name := range []string{"timed", "untimed"} {
 		eventually(t, "a warm member in "+name, func() bool {
-			p, err := c.svc.GetPool(ctx, admin, name)
+			p, err := c.svc.Pools().Get(ctx, admin, name)
 			return err == nil && p.Status.Available == 1
 		})
 	}

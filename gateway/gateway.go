@@ -10,7 +10,7 @@
 //	imagebuilds.go   a create naming an image still built in the background (gateway/imagebuild)
 //	claim.go         the claim of warm pool members: checks, admission, the claim's patch
 //	latebind.go      a claimed member's first call and its death, as the API sees them
-//	pools.go         pool CRUD: the request and its checks, the API's view
+//	pools.go         pool create and update: the request and its template's checks
 //	poolhost.go      the core as the pool feature (package gateway/pool) sees it
 //	batches.go       batches of N sandboxes (claimed or cold), their durable member work
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
@@ -34,9 +34,8 @@
 //	clock.go         the gateway's clock, which only a test setting lets the admin move
 //	statehost.go     the core as the state feature (package gateway/state: snapshots, fork,
 //	                 volumes, idle pause) sees it; a create's snapshotId made its image
-//	usage.go         per-sandbox resource use, sampled from the engine or the agent
-//	fleet.go         the fleet's history for the console
-//	metrics.go       the core's Prometheus series
+//	usagehost.go     the core as the usage feature (package gateway/usage: per-sandbox
+//	                 resource use, the fleet's history, the Prometheus series) sees it
 //	diagnostics.go   a sandbox's logs and events for OpenSandbox's Diagnostics API
 //	mcp.go           the audit record of each MCP tool call
 //	events.go        the event pipeline: emitted, queued, written in batches, handed to plugins,
@@ -70,6 +69,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/usage"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/sandbox-agent/agentclient"
@@ -143,7 +143,8 @@ type Config struct {
 	// CheckRegistries makes admission learn whether an image is already on the engine, for
 	// the registries rule (SANDGATE_IMAGE_REGISTRIES set): one engine call per create.
 	CheckRegistries bool
-	// UsageInterval is how often each sandbox's resource use is read (usage.go); zero
+	// UsageInterval is how often each sandbox's resource use is read (package
+	// gateway/usage); zero
 	// uses DefaultUsageInterval, negative turns the sampler off.
 	UsageInterval time.Duration
 	// ImageBuilds reports the images the gateway is still building in the background
@@ -244,10 +245,10 @@ type Service struct {
 	// state is the feature of snapshots, forks, volumes and idle pause (package
 	// gateway/state).
 	state *state.Manager
-	// metrics are the event-driven Prometheus series (metrics.go).
+	// metrics are the event-driven Prometheus series (package gateway/metrics).
 	metrics *metrics.Set
-	// resourceUse is every sandbox's resource history (usage.go).
-	resourceUse usageState
+	// resourceUse is the feature of resource use and metrics (package gateway/usage).
+	resourceUse *usage.Manager
 	// clock is the time renew-on-access and preview links decide on (clock.go).
 	clock clock
 
@@ -298,6 +299,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	s.egress = egress.New(st, rt, pol, s.agents, s.metrics, egressHost{s}, log)
 	s.state = state.New(state.Config{MinTimeout: cfg.MinTimeout, MaxTimeout: cfg.MaxTimeout, MaxBatchSize: cfg.MaxBatchSize},
 		st, rt, stateHost{s}, log)
+	s.resourceUse = usage.New(usage.Config{Interval: cfg.UsageInterval}, st, rt, s.agents, s.metrics, usageHost{s})
 	return s
 }
 
@@ -344,7 +346,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.syncPolicy(ctx)
 	s.runEventWriter()
 	s.state.Start()
-	s.runUsageSampler()
+	s.resourceUse.Start()
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {
@@ -368,6 +370,7 @@ func (s *Service) Stop() {
 	s.access.Stop()
 	s.egress.Stop()
 	s.state.Stop()
+	s.resourceUse.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they

@@ -226,7 +226,7 @@ func TestClaimFromPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	available := func() int64 {
-		p, err := c.svc.GetPool(ctx, admin, "warm")
+		p, err := c.svc.Pools().Get(ctx, admin, "warm")
 		if err != nil {
 			return -1
 		}

@@ -50,7 +50,7 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
-			for _, c := range svc.MetricsCollectors(tt.tenantLabel) {
+			for _, c := range svc.Usage().Collectors(tt.tenantLabel) {
 				reg.MustRegister(c)
 			}
 			families, err := reg.Gather()

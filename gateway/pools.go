@@ -35,14 +35,7 @@ const (
 )
 
 // PoolView is the API form of a pool.
-type PoolView struct {
-	Name         string          `json:"name"`
-	Template     json.RawMessage `json:"template"`
-	CapacitySpec store.Capacity  `json:"capacitySpec"`
-	Status       PoolStatus      `json:"status"`
-	CreatedAt    string          `json:"createdAt"`
-	UpdatedAt    string          `json:"updatedAt,omitempty"`
-}
+type PoolView = pool.View
 
 var poolNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -111,11 +104,13 @@ func (s *Service) CreatePool(ctx context.Context, caller Caller, req PoolRequest
 		return nil, err
 	}
 	if pull != nil {
-		s.startPoolPull(store.PoolKey(p.Tenant, p.Name), req.Template, pull)
+		// The image is pulled once, in the background; the pool's status shows the
+		// progress, and the manager fills the pool once the pull is done.
+		s.pool.StartPull(store.PoolKey(p.Tenant, p.Name), req.Template.Image.URI, imageAuth(req.Template), pull)
 	} else {
 		s.pool.Kick()
 	}
-	return s.poolView(ctx, p)
+	return s.pool.View(ctx, p)
 }
 
 // withoutImageAuth is a template as it is stored: registry credentials are used for the
@@ -142,15 +137,13 @@ func templateToStore(t *CreateRequest) *CreateRequest {
 	return &c
 }
 
-// startPoolPull pulls a new pool's image once, in the background, with the template's
-// credentials; the pool's status shows the progress, and the manager fills the pool only
-// once the pull is done.
-func (s *Service) startPoolPull(key string, tmpl *CreateRequest, ip runtimes.ImagePuller) {
-	var auth *runtimes.ImageAuth
+// imageAuth is the registry credential of a template's image, for the pool's one pull
+// of it (nil when it has none).
+func imageAuth(tmpl *CreateRequest) *runtimes.ImageAuth {
 	if a := tmpl.Image.Auth; a != nil && a.Username != "" {
-		auth = &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
+		return &runtimes.ImageAuth{Username: a.Username, Password: a.Password}
 	}
-	s.pool.StartPull(key, tmpl.Image.URI, auth, ip)
+	return nil
 }
 
 // UpdatePool replaces a pool's template and capacity; warm sandboxes of the old template
@@ -168,7 +161,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 	if err := s.validatePool(ctx, caller, req); err != nil {
 		return nil, err
 	}
-	p, err := s.lookupPool(ctx, caller, name)
+	p, err := s.pool.Lookup(ctx, caller, name)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +184,7 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 		return nil, err
 	}
 	if pull != nil {
-		s.startPoolPull(store.PoolKey(p.Tenant, p.Name), req.Template, pull)
+		s.pool.StartPull(store.PoolKey(p.Tenant, p.Name), req.Template.Image.URI, imageAuth(req.Template), pull)
 	} else {
 		if changed {
 			// A new template without a pull of its own: an older pull no longer applies.
@@ -199,62 +192,8 @@ func (s *Service) UpdatePool(ctx context.Context, caller Caller, name string, re
 		}
 		s.pool.Kick()
 	}
-	return s.poolView(ctx, p)
+	return s.pool.View(ctx, p)
 }
 
-func (s *Service) lookupPool(ctx context.Context, caller Caller, name string) (*store.Pool, error) {
-	p, err := s.store.GetPool(ctx, caller.Tenant, name)
-	if errors.Is(err, store.ErrNotFound) && caller.Admin && caller.Tenant != DefaultTenant {
-		p, err = s.store.GetPool(ctx, DefaultTenant, name)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(KindNotFound, CodePoolNotFound, "pool %q not found", name)
-	}
-	return p, err
-}
-
-// GetPool returns one pool with its live numbers.
-func (s *Service) GetPool(ctx context.Context, caller Caller, name string) (*PoolView, error) {
-	p, err := s.lookupPool(ctx, caller, name)
-	if err != nil {
-		return nil, err
-	}
-	return s.poolView(ctx, p)
-}
-
-// ListPools returns the caller's pools.
-func (s *Service) ListPools(ctx context.Context, caller Caller) ([]PoolView, error) {
-	pools, err := s.store.ListPools(ctx, caller.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]PoolView, 0, len(pools))
-	for _, p := range pools {
-		v, err := s.poolView(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *v)
-	}
-	return out, nil
-}
-
-// DeletePool removes a pool and its warm (unclaimed) sandboxes; claimed ones live on.
-func (s *Service) DeletePool(ctx context.Context, caller Caller, name string) error {
-	p, err := s.lookupPool(ctx, caller, name)
-	if err != nil {
-		return err
-	}
-	return s.pool.Delete(ctx, p)
-}
-
-func (s *Service) poolView(ctx context.Context, p *store.Pool) (*PoolView, error) {
-	st, err := s.pool.Status(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	return &PoolView{
-		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity, Status: st,
-		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
-	}, nil
-}
+// Pools is the warm pool feature: gateway/api calls it to read and delete pools.
+func (s *Service) Pools() *pool.Manager { return s.pool }

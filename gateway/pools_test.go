@@ -19,7 +19,7 @@ func TestPoolTemplateEgressJudgedAtDefinition(t *testing.T) {
 	refused.NetworkPolicy = json.RawMessage(`{"defaultAction":"deny","egress":[{"action":"allow","target":"not a host name!"}]}`)
 	_, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: "refused", Template: &refused, CapacitySpec: capacity})
 	wantCode(t, err, KindInvalid, "EGRESS::INVALID_POLICY")
-	if _, err := c.svc.GetPool(ctx, admin, "refused"); err == nil {
+	if _, err := c.svc.Pools().Get(ctx, admin, "refused"); err == nil {
 		t.Fatal("a refused pool was stored")
 	}
 
@@ -30,7 +30,7 @@ func TestPoolTemplateEgressJudgedAtDefinition(t *testing.T) {
 	}
 	_, err = c.svc.UpdatePool(ctx, admin, "kept", PoolRequest{Template: &refused, CapacitySpec: capacity})
 	wantCode(t, err, KindInvalid, "EGRESS::INVALID_POLICY")
-	p, err := c.svc.GetPool(ctx, admin, "kept")
+	p, err := c.svc.Pools().Get(ctx, admin, "kept")
 	if err != nil {
 		t.Fatal(err)
 	}

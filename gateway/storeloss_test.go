@@ -48,7 +48,7 @@ func TestStoreLossReadoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	available := func() int64 {
-		p, err := svcs[0].GetPool(ctx, admin, "warm")
+		p, err := svcs[0].Pools().Get(ctx, admin, "warm")
 		if err != nil {
 			return -1
 		}
@@ -116,7 +116,7 @@ func TestStoreLossReadoption(t *testing.T) {
 	// Pools were in the store only: made again, they fill anew, and a claim never
 	// hands out a member of the lost pool (a container without a record, which the
 	// reconciler removes as unowned once past its start's grace).
-	if pools, err := svcs[1].ListPools(ctx, admin); err != nil || len(pools) != 0 {
+	if pools, err := svcs[1].Pools().List(ctx, admin); err != nil || len(pools) != 0 {
 		t.Fatalf("pools after the loss = %v, %v; want none", pools, err)
 	}
 	if _, err := svcs[0].CreatePool(ctx, admin, pool); err != nil {

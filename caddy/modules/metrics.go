@@ -66,7 +66,7 @@ func (a *App) provisionMetrics(ctx caddy.Context) error {
 	if reg == nil {
 		return errors.New("no Caddy metrics registry")
 	}
-	for _, c := range a.core.service.MetricsCollectors(a.MetricsTenantLabel != "off") {
+	for _, c := range a.core.service.Usage().Collectors(a.MetricsTenantLabel != "off") {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

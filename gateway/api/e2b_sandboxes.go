@@ -817,7 +817,7 @@ func (h *Handler) e2bMetrics(w http.ResponseWriter, r *http.Request, c gateway.C
 		h.writeError(w, r, err)
 		return
 	}
-	use, err := h.svc.SandboxUsage(r.Context(), c, r.PathValue("id"))
+	use, err := h.svc.Usage().SandboxUsage(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -37,7 +37,7 @@ func (h *Handler) serve(ep endpoint) func(http.ResponseWriter, *http.Request, ga
 }
 
 // answer returns what answers a core call: its result as JSON with status, or its error.
-// It takes the call's two results at once: h.answer(w, r, http.StatusOK)(h.svc.Fleet(c)).
+// It takes the call's two results at once: h.answer(w, r, http.StatusOK)(h.svc.Usage().Fleet(c)).
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, status int) func(v any, err error) {
 	return func(v any, err error) {
 		if err != nil {
@@ -172,4 +172,19 @@ func writeEvent(w io.Writer, event string, v any) bool {
 	data, _ := json.Marshal(v)
 	_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
 	return err == nil
+}
+
+// The pool routes below reach the pool feature (Service.Pools) when a request comes, not
+// when the routes are built.
+
+func (h *Handler) listPools(ctx context.Context, c gateway.Caller) ([]gateway.PoolView, error) {
+	return h.svc.Pools().List(ctx, c)
+}
+
+func (h *Handler) getPool(ctx context.Context, c gateway.Caller, name string) (*gateway.PoolView, error) {
+	return h.svc.Pools().Get(ctx, c, name)
+}
+
+func (h *Handler) deletePool(ctx context.Context, c gateway.Caller, name string) error {
+	return h.svc.Pools().Delete(ctx, c, name)
 }

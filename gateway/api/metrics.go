@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -27,7 +28,14 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request, c gateway
 
 // fleetMetrics is GET /v1/fleet/metrics: the fleet's history for the console (admin only).
 func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	h.answer(w, r, http.StatusOK)(h.svc.Fleet(c))
+	h.answer(w, r, http.StatusOK)(h.svc.Usage().Fleet(c))
+}
+
+// sandboxUsage is GET /v1/sandboxes/{id}/metrics: the sandbox's resource history, from
+// the usage feature (Service.Usage) reached when a request comes, not when the routes
+// are built.
+func (h *Handler) sandboxUsage(ctx context.Context, c gateway.Caller, id string) (*gateway.SandboxUsage, error) {
+	return h.svc.Usage().SandboxUsage(ctx, c, id)
 }
 
 // watchSandboxMetrics is GET /v1/sandboxes/{id}/metrics/watch, a text/event-stream: one
@@ -36,7 +44,7 @@ func (h *Handler) fleetMetrics(w http.ResponseWriter, r *http.Request, c gateway
 func (h *Handler) watchSandboxMetrics(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	id := r.PathValue("id")
 	ctx := r.Context()
-	u, err := h.svc.SandboxUsage(ctx, c, id)
+	u, err := h.svc.Usage().SandboxUsage(ctx, c, id)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -50,7 +58,7 @@ func (h *Handler) watchSandboxMetrics(w http.ResponseWriter, r *http.Request, c 
 	if u.Current != nil {
 		last = u.Current.Time
 	}
-	every := h.svc.UsageInterval()
+	every := h.svc.Usage().Interval()
 	if every <= 0 {
 		every = gateway.DefaultUsageInterval
 	}
@@ -63,7 +71,7 @@ func (h *Handler) watchSandboxMetrics(w http.ResponseWriter, r *http.Request, c 
 			return
 		case <-tick.C:
 		}
-		p := h.svc.LatestUsage(id)
+		p := h.svc.Usage().Latest(id)
 		if p != nil && p.Time.After(last) {
 			last, idle = p.Time, 0
 			if !send("point", p) {

@@ -5,8 +5,8 @@
 // creation starts (pulls.go), hands members out (claim.go: the claim script, then the
 // claim's env, entrypoint and egress policy bound late, off the claim's path, with a
 // member's first call waiting for its own) and learns of members' deaths from the
-// runtime's event stream (deaths.go); pools.go has a pool's numbers, its deletion and
-// the decision to pull its image. It reaches the core only through Host (host.go):
+// runtime's event stream (deaths.go); pools.go has a pool as its caller sees it (found,
+// read with its numbers, listed, deleted) and the decision to pull its image. It reaches the core only through Host (host.go):
 // starting a member of a pool's template, applying a claim's binding through the agent
 // and the enforcer, the record cache, a non-member's death and the user-safe image
 // error; the store and the runtime it uses directly. It never imports package gateway.

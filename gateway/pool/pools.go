@@ -2,10 +2,28 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 
+	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
+
+// CodeNotFound: no pool of that name is the caller's (gateway/codes.go lists it with
+// the rest).
+const CodeNotFound = "POOL::NOT_FOUND"
+
+// View is the API form of a pool.
+type View struct {
+	Name         string          `json:"name"`
+	Template     json.RawMessage `json:"template"`
+	CapacitySpec store.Capacity  `json:"capacitySpec"`
+	Status       Status          `json:"status"`
+	CreatedAt    string          `json:"createdAt"`
+	UpdatedAt    string          `json:"updatedAt,omitempty"`
+}
 
 // Status are a pool's live numbers.
 type Status struct {
@@ -34,8 +52,64 @@ func (m *Manager) Status(ctx context.Context, p *store.Pool) (Status, error) {
 		Starting: starting, Image: m.Pull(key)}, nil
 }
 
-// Delete removes pool p and its warm (unclaimed) members; claimed ones live on.
-func (m *Manager) Delete(ctx context.Context, p *store.Pool) error {
+// Lookup returns the caller's pool name; the platform admin acting for another tenant
+// also finds the default tenant's.
+func (m *Manager) Lookup(ctx context.Context, caller principal.Caller, name string) (*store.Pool, error) {
+	p, err := m.store.GetPool(ctx, caller.Tenant, name)
+	if errors.Is(err, store.ErrNotFound) && caller.Admin && caller.Tenant != principal.DefaultTenant {
+		p, err = m.store.GetPool(ctx, principal.DefaultTenant, name)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fault.Errorf(fault.KindNotFound, CodeNotFound, "pool %q not found", name)
+	}
+	return p, err
+}
+
+// View is p in its API form, with its live numbers.
+func (m *Manager) View(ctx context.Context, p *store.Pool) (*View, error) {
+	st, err := m.Status(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return &View{
+		Name: p.Name, Template: p.Template, CapacitySpec: p.Capacity, Status: st,
+		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+	}, nil
+}
+
+// Get returns one of the caller's pools with its live numbers.
+func (m *Manager) Get(ctx context.Context, caller principal.Caller, name string) (*View, error) {
+	p, err := m.Lookup(ctx, caller, name)
+	if err != nil {
+		return nil, err
+	}
+	return m.View(ctx, p)
+}
+
+// List returns the caller's pools.
+func (m *Manager) List(ctx context.Context, caller principal.Caller) ([]View, error) {
+	pools, err := m.store.ListPools(ctx, caller.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]View, 0, len(pools))
+	for _, p := range pools {
+		v, err := m.View(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, nil
+}
+
+// Delete removes the caller's pool name and its warm (unclaimed) members; claimed ones
+// live on.
+func (m *Manager) Delete(ctx context.Context, caller principal.Caller, name string) error {
+	p, err := m.Lookup(ctx, caller, name)
+	if err != nil {
+		return err
+	}
 	ids, err := m.store.DeletePool(ctx, p.Tenant, p.Name)
 	if err != nil {
 		return err

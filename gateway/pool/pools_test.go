@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/inprocess"
@@ -83,7 +85,7 @@ func TestStatusAndDelete(t *testing.T) {
 		t.Fatalf("status %+v, want 1 available, 1 allocated, no image pull", st)
 	}
 	warm, _ := s.d.Store.ReadyMembers(ctx, p.Tenant, p.Name)
-	if err := s.m.Delete(ctx, p); err != nil {
+	if err := s.m.Delete(ctx, principal.Caller{Tenant: p.Tenant}, p.Name); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range warm {
@@ -95,4 +97,60 @@ func TestStatusAndDelete(t *testing.T) {
 	if _, err := s.d.Store.GetPool(ctx, p.Tenant, p.Name); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("pool still stored: %v", err)
 	}
+}
+
+// TestPoolsAsTheCallerSeesThem: a pool is found, read, listed and deleted only by its
+// tenant's callers (another tenant's is not found); the platform admin acting for a
+// tenant also finds the default tenant's pools; the view carries the stored template,
+// capacity and live numbers.
+func TestPoolsAsTheCallerSeesThem(t *testing.T) {
+	ctx := context.Background()
+	s := startManager(t, Config{})
+	shared := s.putPool(t, "shared", store.Capacity{BufferMax: 1, PoolMax: 1}) // the default tenant's
+	own := &store.Pool{Tenant: "acme", Name: "own", Template: []byte(`{"image":{"uri":"base:1"}}`), Capacity: store.Capacity{PoolMax: 2}, Version: 1, CreatedAt: "c", UpdatedAt: "u"}
+	if err := s.d.Store.PutPool(ctx, own, true); err != nil {
+		t.Fatal(err)
+	}
+	acme := principal.Caller{Tenant: "acme"}
+	adminForAcme := principal.Caller{Tenant: "acme", Admin: true}
+	beta := principal.Caller{Tenant: "beta"}
+
+	v, err := s.m.Get(ctx, acme, "own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "own" || string(v.Template) != string(own.Template) || v.CapacitySpec.PoolMax != 2 || v.CreatedAt != "c" || v.UpdatedAt != "u" || v.Status.Total != 0 {
+		t.Errorf("view = %+v, want the stored pool with no members", v)
+	}
+	if _, err := s.m.Get(ctx, beta, "own"); !isPoolNotFound(err) {
+		t.Errorf("another tenant's Get: %v, want %s", err, CodeNotFound)
+	}
+	if _, err := s.m.Get(ctx, acme, shared.Name); !isPoolNotFound(err) {
+		t.Errorf("a tenant's Get of the default tenant's pool: %v, want %s", err, CodeNotFound)
+	}
+	if p, err := s.m.Lookup(ctx, adminForAcme, shared.Name); err != nil || p.Tenant != principal.DefaultTenant {
+		t.Errorf("the admin's Lookup of the default tenant's pool: %+v, %v", p, err)
+	}
+	if list, err := s.m.List(ctx, acme); err != nil || len(list) != 1 || list[0].Name != "own" {
+		t.Errorf("List = %+v, %v; want acme's one pool", list, err)
+	}
+	if list, err := s.m.List(ctx, beta); err != nil || list == nil || len(list) != 0 {
+		t.Errorf("List of a tenant without pools = %#v, %v; want an empty list", list, err)
+	}
+
+	if err := s.m.Delete(ctx, beta, "own"); !isPoolNotFound(err) {
+		t.Errorf("another tenant's Delete: %v, want %s", err, CodeNotFound)
+	}
+	if err := s.m.Delete(ctx, acme, "own"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.m.Get(ctx, acme, "own"); !isPoolNotFound(err) {
+		t.Errorf("Get after Delete: %v, want %s", err, CodeNotFound)
+	}
+}
+
+// isPoolNotFound says whether err is the not-found of a pool.
+func isPoolNotFound(err error) bool {
+	e, ok := fault.AsError(err)
+	return ok && e.Kind == fault.KindNotFound && e.Code == CodeNotFound
 }
