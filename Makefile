@@ -10,7 +10,7 @@ all: build
 
 ## deps: install docker.io, redis-server, debootstrap, nftables…; start dockerd if no daemon answers
 deps:
-	@scripts/deps.sh
+	@scripts/timed.sh deps scripts/deps.sh
 
 ## gvisor: build runsc from the Go module proxy (slow: ~20 min cold) and register it with dockerd
 gvisor: deps
@@ -21,13 +21,13 @@ build: sandgate agent
 
 ## web: the console (npm ci when the lockfile changed, vite build into web/dist, embedded by sandgate)
 web:
-	@scripts/web.sh
+	@scripts/timed.sh "console (web)" scripts/web.sh
 
 sandgate: web
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
+	@scripts/timed.sh "go build bin/sandgate" $(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
 
 agent:
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o bin/sandbox-agent ./sandbox-agent
+	@CGO_ENABLED=0 scripts/timed.sh "go build bin/sandbox-agent" $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o bin/sandbox-agent ./sandbox-agent
 
 ## envd-proto: regenerate the Go code of the E2B envd protocol (sandbox-agent/envd/spec)
 envd-proto:
@@ -35,22 +35,22 @@ envd-proto:
 
 ## images: sandbox base images built locally (debootstrap + docker import); skipped when present
 images: deps
-	@images/build.sh $(VERSION)
+	@scripts/timed.sh "images" images/build.sh $(VERSION)
 
 ## plugins: the example WASM plugins (GOOS=wasip1)
 plugins:
-	@plugins/examples/build.sh
+	@scripts/timed.sh "example plugins" plugins/examples/build.sh
 
 ## k8s: the local test control plane's binaries (kube-apiserver, -scheduler,
 ## -controller-manager, etcd, kwok) and its real node's (kubelet, pause, crireset), built from the Go module proxy and cached outside the
 ## repo (slow: ~20 min cold, then instant)
 k8s: deps
-	@scripts/k8s.sh build >/dev/null
+	@scripts/timed.sh "Kubernetes binaries" scripts/k8s.sh build >/dev/null
 
 ## registry: the reference container registry (distribution/v3) the image pull tests run on
 ## loopback, built from the Go module proxy and cached outside the repo
 registry: deps
-	@scripts/registry.sh build >/dev/null
+	@scripts/timed.sh "registry" scripts/registry.sh build >/dev/null
 
 ## k8s-up: start that control plane on loopback (3 kwok nodes; `scripts/k8s.sh up --node` adds a real one); prints the kubeconfig path last
 k8s-up: deps
@@ -66,8 +66,10 @@ run: deps
 	@scripts/run-build.sh
 	@scripts/run.sh
 
-## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis
-test: deps build images plugins k8s registry
+## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis; what
+## they need is built side by side (the Go builds beside the images' debootstrap)
+test: deps
+	@$(MAKE) --no-print-directory -j4 build images plugins k8s registry
 	@scripts/test.sh
 
 ## bench: hot-path figures, each beside its raw baseline; one table, and bench/results.json
