@@ -13,13 +13,14 @@ import (
 	sgk8s "github.com/sandgate/sandgate/runtimes/kubernetes"
 )
 
-// TestRealNodeGatewayRestart kills the gateway (SIGKILL, as a crash) while two
-// sandboxes run as real pods, and kills one sandbox's workload container while no
-// gateway is up. A gateway started again on the same store finds the survivor Running
-// in its same pod, answering a command, with its enforcer's policy in force, and
-// reports the other Failed with the reason a killed Docker container gets. A gateway on
-// an empty store then adopts the survivor from its pod's labels (it answers a command
-// through the new gateway) and removes the dead one's pod rather than adopt it.
+// TestRealNodeGatewayRestart kills the gateway (SIGKILL, as a crash) while sandboxes
+// run as real pods, and kills one sandbox's workload container while no gateway is up.
+// A gateway started again on the same store finds the survivor Running in its same pod,
+// answering a command, with its enforcer's policy in force, and reports the other
+// Failed with the reason a killed Docker container gets. That gateway killed too and a
+// third sandbox's workload killed meanwhile, a gateway on an empty store adopts the
+// survivor from its pod's labels (it answers a command through the new gateway) and
+// removes the third sandbox's pod rather than adopt a dead sandbox.
 func TestRealNodeGatewayRestart(t *testing.T) {
 	agentImage := requireRealNode(t)
 	ns := realNodeNamespace(t)
@@ -29,26 +30,31 @@ func TestRealNodeGatewayRestart(t *testing.T) {
 	survivor := g.createSandbox(smallSandbox(map[string]any{"env": map[string]string{"WHO": "survivor"},
 		"networkPolicy": map[string]any{"defaultAction": "deny"}}))
 	victim := g.createSandbox(smallSandbox(nil))
+	laterVictim := g.createSandbox(smallSandbox(nil))
 	survivorPod, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(survivor), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	g.Kill()
-	killWorkloadContainer(t, ns, victim)
-	// The kubelet sees the death before any gateway runs again.
-	waitFor(t, time.Minute, func() bool {
-		pod, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(victim), metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		for _, st := range pod.Status.ContainerStatuses {
-			if st.Name == sgk8s.WorkloadContainer && st.State.Terminated != nil {
-				return true
+	// killWhileDown kills a sandbox's workload container and waits until the kubelet
+	// reports it, so that the next gateway starts with the death already done.
+	killWhileDown := func(id string) {
+		killWorkloadContainer(t, ns, id)
+		waitFor(t, time.Minute, func() bool {
+			pod, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(id), metav1.GetOptions{})
+			if err != nil {
+				return false
 			}
-		}
-		return false
-	}, "the kubelet to report the killed workload container")
+			for _, st := range pod.Status.ContainerStatuses {
+				if st.Name == sgk8s.WorkloadContainer && st.State.Terminated != nil {
+					return true
+				}
+			}
+			return false
+		}, "the kubelet to report the killed workload container")
+	}
+	g.Kill()
+	killWhileDown(victim)
 	g.start()
 
 	t.Run("same store", func(t *testing.T) {
@@ -75,7 +81,11 @@ func TestRealNodeGatewayRestart(t *testing.T) {
 	})
 
 	t.Run("empty store adopts from pod labels", func(t *testing.T) {
+		if st := g.state(laterVictim); st != "Running" {
+			t.Fatalf("the second victim is %s before its kill, want Running", st)
+		}
 		g.Kill()
+		killWhileDown(laterVictim)
 		fresh := startRealNodeGateway(t, ns, agentImage)
 		waitFor(t, 30*time.Second, func() bool { return fresh.state(survivor) == "Running" }, "the survivor to be adopted")
 		out, code, err := fresh.command(survivor, `echo "$WHO"`)
@@ -84,10 +94,10 @@ func TestRealNodeGatewayRestart(t *testing.T) {
 		}
 		// A pod whose workload is dead is no sandbox to adopt: it is removed.
 		waitFor(t, time.Minute, func() bool {
-			_, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(victim), metav1.GetOptions{})
+			_, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(laterVictim), metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		}, "the dead sandbox's pod to be removed")
-		if r := fresh.do("GET", "/v1/sandboxes/"+victim, nil); r.Status != 404 {
+		if r := fresh.do("GET", "/v1/sandboxes/"+laterVictim, nil); r.Status != 404 {
 			t.Errorf("the dead sandbox on the empty store: %d %s, want 404", r.Status, r.Body)
 		}
 		pod, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(survivor), metav1.GetOptions{})
