@@ -38,7 +38,7 @@ func TestRealNodeGatewayRestart(t *testing.T) {
 
 	// killWhileDown kills a sandbox's workload container and waits until the kubelet
 	// reports it, so that the next gateway starts with the death already done.
-	killWhileDown := func(id string) {
+	killWhileDown := func(t *testing.T, id string) {
 		killWorkloadContainer(t, ns, id)
 		waitFor(t, time.Minute, func() bool {
 			pod, err := kube.CoreV1().Pods(ns).Get(ctx, sgk8s.PodName(id), metav1.GetOptions{})
@@ -54,7 +54,7 @@ func TestRealNodeGatewayRestart(t *testing.T) {
 		}, "the kubelet to report the killed workload container")
 	}
 	g.Kill()
-	killWhileDown(victim)
+	killWhileDown(t, victim)
 	g.start()
 
 	t.Run("same store", func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestRealNodeGatewayRestart(t *testing.T) {
 			t.Fatalf("the second victim is %s before its kill, want Running", st)
 		}
 		g.Kill()
-		killWhileDown(laterVictim)
+		killWhileDown(t, laterVictim)
 		fresh := startRealNodeGateway(t, ns, agentImage)
 		waitFor(t, 30*time.Second, func() bool { return fresh.state(survivor) == "Running" }, "the survivor to be adopted")
 		out, code, err := fresh.command(survivor, `echo "$WHO"`)
