@@ -387,22 +387,7 @@ func TestRealNodeKilledContainerFails(t *testing.T) {
 	if _, code, err := g.command(id, "true"); err != nil || code != 0 {
 		t.Fatalf("command before the kill: exit %d, %v", code, err)
 	}
-	pod, err := kube.CoreV1().Pods(ns).Get(context.Background(), sgk8s.PodName(id), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var containerID string
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.Name == sgk8s.WorkloadContainer {
-			_, containerID, _ = strings.Cut(st.ContainerID, "://")
-		}
-	}
-	if containerID == "" {
-		t.Fatalf("no container ID for %s in %+v", sgk8s.WorkloadContainer, pod.Status.ContainerStatuses)
-	}
-	if out, err := exec.Command("ctr", "-a", realNode.containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", containerID).CombinedOutput(); err != nil {
-		t.Fatalf("ctr tasks kill: %v: %s", err, out)
-	}
+	killWorkloadContainer(t, ns, id)
 	waitFor(t, time.Minute, func() bool { return g.state(id) == "Failed" }, "the killed sandbox to be Failed")
 	status := g.do("GET", "/v1/sandboxes/"+id, nil).JSON(t)["status"].(map[string]any)
 	if status["reason"] != "EXITED" {
@@ -419,6 +404,28 @@ func TestRealNodeKilledContainerFails(t *testing.T) {
 	r := agentRequest(t, g, "POST", base+"/command", headers, "application/json", strings.NewReader(`{"command":"true"}`))
 	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "SANDBOX::UNAVAILABLE") {
 		t.Errorf("call after the death: %d %s, want 503 SANDBOX::UNAVAILABLE", r.status, r.body)
+	}
+}
+
+// killWorkloadContainer kills a sandbox's workload container with SIGKILL through the
+// real node's containerd, behind the kubelet's and the gateway's backs.
+func killWorkloadContainer(t *testing.T, ns, id string) {
+	t.Helper()
+	pod, err := kube.CoreV1().Pods(ns).Get(context.Background(), sgk8s.PodName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var containerID string
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == sgk8s.WorkloadContainer {
+			_, containerID, _ = strings.Cut(st.ContainerID, "://")
+		}
+	}
+	if containerID == "" {
+		t.Fatalf("no container ID for %s in %+v", sgk8s.WorkloadContainer, pod.Status.ContainerStatuses)
+	}
+	if out, err := exec.Command("ctr", "-a", realNode.containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", containerID).CombinedOutput(); err != nil {
+		t.Fatalf("ctr tasks kill: %v: %s", err, out)
 	}
 }
 
