@@ -327,3 +327,18 @@ func TestHelmTemplateGolden(t *testing.T) {
 		})
 	}
 }
+
+// The chart installs the images of the version it ships with.
+func TestHelmChartAppVersionIsTheProducts(t *testing.T) {
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	decodeYAML(t, filepath.Join(chartDir, "Chart.yaml"), &chart)
+	version, err := os.ReadFile("../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(string(version)); chart.AppVersion != want {
+		t.Errorf("Chart.yaml appVersion %q, want VERSION's %q", chart.AppVersion, want)
+	}
+}
