@@ -3,12 +3,14 @@ package k8s_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	sgk8s "github.com/sandgate/sandgate/runtimes/kubernetes"
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // helm runs the Helm scripts/helm.sh builds (and caches) against the test cluster, with
@@ -60,12 +63,102 @@ func kubeconfigAs(t *testing.T, user string) string {
 	return path
 }
 
+// gatewayImage builds sandgate/gateway from images/gateway.Dockerfile around a static
+// build of the sandgate under test, once per run, and removes it when the run ends.
+var gatewayImageBuild struct {
+	once  sync.Once
+	image string
+	err   error
+}
+
+func gatewayImage(t *testing.T) string {
+	t.Helper()
+	gatewayImageBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "sandgate-k8s-gateway-")
+		if err != nil {
+			gatewayImageBuild.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, "sandgate"), "./caddy")
+		build.Dir = repoRoot
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			gatewayImageBuild.err = fmt.Errorf("static build of ./caddy: %v\n%s", err, out)
+			return
+		}
+		tag := "k8s-test-" + randomHex(6)
+		if out, err := exec.Command(filepath.Join(repoRoot, "images", "gateway.sh"), tag, filepath.Join(dir, "sandgate")).CombinedOutput(); err != nil {
+			gatewayImageBuild.err = fmt.Errorf("images/gateway.sh: %v\n%s", err, out)
+			return
+		}
+		gatewayImageBuild.image = "sandgate/gateway:" + tag
+	})
+	if gatewayImageBuild.err != nil {
+		t.Fatal(gatewayImageBuild.err)
+	}
+	return gatewayImageBuild.image
+}
+
+func removeGatewayImage() {
+	if gatewayImageBuild.image != "" {
+		_ = exec.Command("docker", "rmi", "-f", gatewayImageBuild.image).Run()
+	}
+}
+
+// startGatewayContainer runs image in Docker as the kubelet would run the pod's
+// container: its user, a read-only root with an empty /var/lib/sandgate (the pod's
+// emptyDir), env, and kubeconfigPath standing in for the in-cluster credentials. It
+// shares the host's network namespace, the only way to reach the loopback API server,
+// Redis and pod addresses of the test cluster.
+func startGatewayContainer(t *testing.T, image string, env []string, kubeconfigPath string) string {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if err := os.Chmod(kubeconfigPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := "sandgate-helm-test-" + randomHex(4)
+	args := []string{"run", "-d", "--name", name, "--network", "host", "--read-only",
+		"--user", "65532:65532", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+		"--tmpfs", "/var/lib/sandgate:uid=65532,gid=65532,mode=0700",
+		"-v", kubeconfigPath + ":/etc/sandgate/kubeconfig:ro",
+		"-e", "SANDGATE_LISTEN=" + addr, "-e", "SANDGATE_KUBECONFIG=/etc/sandgate/kubeconfig"}
+	for _, e := range env {
+		args = append(args, "-e", e)
+	}
+	// The image's own entrypoint and command, as the pod gives only args ["run"].
+	args = append(args, image, "run")
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		t.Fatalf("docker run: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command("docker", "logs", "--tail", "60", name).CombinedOutput()
+			t.Logf("gateway container logs:\n%s", out)
+		}
+		_ = exec.Command("docker", "rm", "-f", name).Run()
+	})
+	waitFor(t, time.Minute, func() bool {
+		resp, err := http.Get("http://" + addr + "/v1/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "the gateway container to serve")
+	return addr
+}
+
 // TestHelmChartInstall installs deploy/helm/sandgate with `helm install` onto the test
-// control plane, then runs the gateway the way its Deployment's pod would: the pod's own
-// environment (Secret references resolved from the API server, as the kubelet does) and
-// the pod's service account, so the sandbox lifecycle runs on the chart's RBAC and
-// nothing more. Only $HOME and the kubeconfig stand in for the pod's emptyDir and its
-// in-cluster credentials.
+// control plane, then runs the gateway the way its Deployment's pod would: the gateway
+// image (images/gateway.Dockerfile) under the pod's user with a read-only root, the
+// pod's own environment (Secret references resolved from the API server, as the kubelet
+// does) and the pod's service account (impersonated), so the sandbox lifecycle runs on
+// the chart's RBAC and nothing more.
 func TestHelmChartInstall(t *testing.T) {
 	ctx := context.Background()
 	release := "sg" + randomHex(4)
@@ -150,7 +243,6 @@ func TestHelmChartInstall(t *testing.T) {
 	}
 
 	// The pod's environment as the kubelet would give it.
-	home := t.TempDir()
 	var env []string
 	for _, e := range container.Env {
 		value := e.Value
@@ -164,17 +256,13 @@ func TestHelmChartInstall(t *testing.T) {
 			}
 			value = string(secret.Data[ref.SecretKeyRef.Key])
 		}
-		// The pod's emptyDir at /var/lib/sandgate is the test's temp dir.
-		value = strings.Replace(value, "/var/lib/sandgate", home, 1)
 		env = append(env, e.Name+"="+value)
 	}
 	saUser := "system:serviceaccount:" + ns + ":" + name
-	env = append(env, "SANDGATE_KUBECONFIG="+kubeconfigAs(t, saUser))
 	client := &http.Client{Timeout: time.Minute}
 	t.Cleanup(client.CloseIdleConnections)
-	g := &gateway{t: t, APIKey: apiKey, Namespace: sandboxNS, env: env, client: client}
-	t.Cleanup(g.Stop)
-	g.start()
+	g := &gateway{t: t, APIKey: apiKey, Namespace: sandboxNS, client: client}
+	g.Addr = startGatewayContainer(t, gatewayImage(t), env, kubeconfigAs(t, saUser))
 
 	// The lifecycle on the chart's RBAC: create (a Pod), a command through its agent,
 	// logs, delete.
