@@ -19,7 +19,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden renders of testdata/helm")
@@ -205,11 +207,20 @@ func TestHelmValues(t *testing.T) {
 	if got := c.Resources.Requests.Cpu().String() + " " + c.Resources.Requests.Memory().String() + " " + c.Resources.Limits.Memory().String(); got != "2 1Gi 4Gi" {
 		t.Errorf("resources %s", got)
 	}
+	if len(c.Ports) != 2 || c.Ports[1].Name != "metrics" || c.Ports[1].ContainerPort != 9102 {
+		t.Errorf("container ports %+v, want http and metrics 9102", c.Ports)
+	}
+	if e := envVar(c, "SANDGATE_METRICS_LISTEN"); e == nil || e.Value != ":9102" {
+		t.Errorf("SANDGATE_METRICS_LISTEN %+v, want :9102", e)
+	}
 	var svc *corev1.Service
 	var pdb *policyv1.PodDisruptionBudget
 	var np *networkingv1.NetworkPolicy
+	var dashboard *corev1.ConfigMap
 	for _, o := range set.objs {
 		switch v := o.(type) {
+		case *corev1.ConfigMap:
+			dashboard = v
 		case *corev1.Namespace:
 			t.Errorf("namespace %s made with sandboxNamespace.create=false", v.Name)
 		case *appsv1.Deployment:
@@ -227,8 +238,19 @@ func TestHelmValues(t *testing.T) {
 			np = v
 		}
 	}
-	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Ports[0].Port != 8443 {
+	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Ports[0].Port != 8443 ||
+		len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Name != "metrics" || svc.Spec.Ports[1].TargetPort.StrVal != "metrics" {
 		t.Errorf("Service %+v", svc)
+	}
+	grafana, err := os.ReadFile("grafana/sandgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dashboard == nil || dashboard.Labels["grafana_dashboard"] != "1" || dashboard.Labels["team"] != "platform" {
+		t.Fatalf("dashboard ConfigMap %+v", dashboard)
+	}
+	if got := dashboard.Data["sandgate.json"]; got != strings.TrimSuffix(string(grafana), "\n") {
+		t.Errorf("the dashboard ConfigMap's sandgate.json is not deploy/grafana/sandgate.json (the chart keeps a copy in helm/sandgate/dashboards: copy it again)")
 	}
 	if pdb == nil || pdb.Spec.MinAvailable.IntValue() != 2 {
 		t.Errorf("PodDisruptionBudget %+v", pdb)
@@ -340,5 +362,59 @@ func TestHelmChartAppVersionIsTheProducts(t *testing.T) {
 	}
 	if want := strings.TrimSpace(string(version)); chart.AppVersion != want {
 		t.Errorf("Chart.yaml appVersion %q, want VERSION's %q", chart.AppVersion, want)
+	}
+}
+
+// The ServiceMonitor scrapes the gateway Service's metrics port. Its kind is the
+// Prometheus Operator's, not in client-go's scheme, so it is decoded strictly into the
+// fields the chart sets.
+func TestHelmServiceMonitor(t *testing.T) {
+	type serviceMonitor struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Spec       struct {
+			Selector          metav1.LabelSelector `json:"selector"`
+			NamespaceSelector struct {
+				MatchNames []string `json:"matchNames"`
+			} `json:"namespaceSelector"`
+			Endpoints []struct {
+				Port     string `json:"port"`
+				Path     string `json:"path"`
+				Interval string `json:"interval"`
+			} `json:"endpoints"`
+		} `json:"spec"`
+	}
+	args := []string{"--set", "metrics.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prom"}
+	out := renderChart(t, "sandgate", gatewayNamespace, append(args, "--show-only", "templates/servicemonitor.yaml")...)
+	var sm serviceMonitor
+	if err := sigsyaml.UnmarshalStrict([]byte(stripComments([]byte(out))), &sm); err != nil {
+		t.Fatalf("ServiceMonitor: %v\n%s", err, out)
+	}
+	if sm.APIVersion != "monitoring.coreos.com/v1" || sm.Kind != "ServiceMonitor" || sm.Metadata.Namespace != gatewayNamespace || sm.Metadata.Labels["release"] != "prom" {
+		t.Errorf("ServiceMonitor %+v", sm)
+	}
+	var svc *corev1.Service
+	for _, o := range decodeStrictly(t, "helm template", []byte(renderChart(t, "sandgate", gatewayNamespace, "--set", "metrics.enabled=true"))) {
+		if v, ok := o.(*corev1.Service); ok && v.Name == "sandgate-gateway" {
+			svc = v
+		}
+	}
+	if svc == nil {
+		t.Fatal("no gateway Service")
+	}
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		if svc.Labels[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%s; the gateway Service's labels are %v", k, v, svc.Labels)
+		}
+	}
+	if len(sm.Spec.Selector.MatchLabels) == 0 || !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{gatewayNamespace}) {
+		t.Errorf("ServiceMonitor selector %+v namespaces %v", sm.Spec.Selector, sm.Spec.NamespaceSelector.MatchNames)
+	}
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Spec.Endpoints[0].Path != "/metrics" || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "metrics" }) {
+		t.Errorf("ServiceMonitor endpoints %+v; Service ports %+v", sm.Spec.Endpoints, svc.Spec.Ports)
+	}
+	if _, err := helmCommand(t, "template", "sandgate", chartDir, "--namespace", gatewayNamespace, "--set", "metrics.serviceMonitor.enabled=true"); err == nil || !strings.Contains(err.Error(), "needs metrics.enabled") {
+		t.Errorf("a ServiceMonitor without the metrics port: %v, want refused", err)
 	}
 }
