@@ -142,15 +142,20 @@ func startGatewayContainer(t *testing.T, image string, env []string, kubeconfigP
 		}
 		_ = exec.Command("docker", "rm", "-f", name).Run()
 	})
-	waitFor(t, time.Minute, func() bool {
-		resp, err := http.Get("http://" + addr + "/v1/health")
-		if err != nil {
-			return false
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/v1/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "the gateway container to serve")
-	return addr
+		if out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Running}}", name).Output(); strings.TrimSpace(string(out)) != "true" {
+			t.Fatalf("the gateway container stopped before serving")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway container did not serve /v1/health within a minute")
+		}
+	}
 }
 
 // TestHelmChartInstall installs deploy/helm/sandgate with `helm install` onto the test
