@@ -148,6 +148,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cleanup = append(cleanup, agents.Close)
+	cleanup = append(cleanup, removeGatewayImage)
 	return m.Run()
 }
 
