@@ -16,7 +16,7 @@ deps:
 gvisor: deps
 	@scripts/gvisor.sh
 
-## build: bin/sandgate and bin/sandbox-agent (static)
+## build: bin/sandgate and bin/sandbox-agent, both static (the gateway image is FROM scratch)
 build: sandgate agent
 
 ## web: the console (npm ci when the lockfile changed, vite build into web/dist, embedded by sandgate)
@@ -24,7 +24,7 @@ web:
 	@scripts/timed.sh "console (web)" scripts/web.sh
 
 sandgate: web
-	@scripts/timed.sh "go build bin/sandgate" $(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
+	@CGO_ENABLED=0 scripts/timed.sh "go build bin/sandgate" $(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
 
 agent:
 	@CGO_ENABLED=0 scripts/timed.sh "go build bin/sandbox-agent" $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o bin/sandbox-agent ./sandbox-agent
@@ -38,10 +38,9 @@ images: deps
 	@scripts/timed.sh "images" images/build.sh $(VERSION)
 
 ## gateway-image: sandgate/gateway:<version> from images/gateway.Dockerfile (FROM scratch:
-## a static bin/static/sandgate, CA certificates, user 65532), by `docker build`
-gateway-image: web
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/static/sandgate ./caddy
-	@images/gateway.sh $(VERSION) bin/static/sandgate
+## the static bin/sandgate, CA certificates, user 65532), by `docker build`
+gateway-image: sandgate
+	@images/gateway.sh $(VERSION) bin/sandgate
 
 ## agent-image: sandgate/agent:<version> from images/agent.Dockerfile (FROM scratch: the static bin/sandbox-agent)
 agent-image: agent

@@ -10,7 +10,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 VERSION=${1:-$(cat "$HERE/../VERSION")}
-GATEWAY=${2:-$HERE/../bin/static/sandgate}
+GATEWAY=${2:-$HERE/../bin/sandgate}
 CA_BUNDLE=${SANDGATE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 TAG=sandgate/gateway:$VERSION
 if [ ! -x "$GATEWAY" ]; then
