@@ -4,6 +4,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/policy"
@@ -166,7 +167,7 @@ const (
 // Codes of the policy and plugin administration.
 const (
 	// CodePolicyInvalid reports Rego that does not parse or compile.
-	CodePolicyInvalid = "POLICY_INVALID"
+	CodePolicyInvalid = policyadmin.CodePolicyInvalid
 	// CodePluginsDisabled answers plugin routes of a gateway built without a plugin host.
 	CodePluginsDisabled = "PLUGIN::DISABLED"
 )

@@ -42,7 +42,8 @@
 //	                 read, followed
 //	audit.go         the tenant audit stream (policy decisions, plugin records)
 //	plugins.go       tenants' WASM plugins: management and keeping replicas in line
-//	policyadmin.go   tenants' Rego policy management
+//	policyhost.go    the core as the policy feature (package gateway/policyadmin: tenants'
+//	                 Rego policy management) sees it
 //	tenants.go       tenant and key CRUD
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
@@ -65,6 +66,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/state"
@@ -249,6 +251,9 @@ type Service struct {
 	metrics *metrics.Set
 	// resourceUse is the feature of resource use and metrics (package gateway/usage).
 	resourceUse *usage.Manager
+	// policyAdmin is the feature of tenants' Rego policy management (package
+	// gateway/policyadmin).
+	policyAdmin *policyadmin.Manager
 	// clock is the time renew-on-access and preview links decide on (clock.go).
 	clock clock
 
@@ -300,6 +305,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	s.state = state.New(state.Config{MinTimeout: cfg.MinTimeout, MaxTimeout: cfg.MaxTimeout, MaxBatchSize: cfg.MaxBatchSize},
 		st, rt, stateHost{s}, log)
 	s.resourceUse = usage.New(usage.Config{Interval: cfg.UsageInterval}, st, rt, s.agents, s.metrics, usageHost{s})
+	s.policyAdmin = policyadmin.New(st, pol, policyHost{s}, log)
 	return s
 }
 
@@ -343,7 +349,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.pool.Start()
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
-	s.syncPolicy(ctx)
+	s.policyAdmin.Start(ctx)
 	s.runEventWriter()
 	s.state.Start()
 	s.resourceUse.Start()
@@ -371,6 +377,7 @@ func (s *Service) Stop() {
 	s.egress.Stop()
 	s.state.Stop()
 	s.resourceUse.Stop()
+	s.policyAdmin.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they
