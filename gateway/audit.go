@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,17 +53,41 @@ type auditEntry struct {
 	record         []byte
 }
 
+// auditQueue holds the audit records waiting for the writer (runAuditWriter), which
+// starts with the first use (runningAudit): the plugin host may record before the
+// service starts.
+type auditQueue struct {
+	start sync.Once
+	// entries wait here for the writer; full means dropped and counted.
+	entries chan auditEntry
+	dropped atomic.Int64
+	// wake is closed (and replaced) after each batch written, waking SSE readers.
+	wakeMu sync.Mutex
+	wake   chan struct{}
+}
+
+// runningAudit is the audit queue, its writer started.
+func (s *Service) runningAudit() *auditQueue {
+	q := &s.audit
+	q.start.Do(func() {
+		q.entries = make(chan auditEntry, 8192)
+		q.wake = make(chan struct{})
+		s.runAuditWriter(q)
+	})
+	return q
+}
+
 func (s *Service) auditStream(tenant string) string { return s.store.Key("audit", tenant) }
 
 // RecordAudit takes an audit record a plugin of tenant emitted (the plugin host's Audit
 // callback). It never blocks: records are written to the tenant's audit stream in
 // batches in the background; a full queue drops and counts.
 func (s *Service) RecordAudit(tenant string, record []byte) {
-	ps := s.ensurePluginState()
+	q := s.runningAudit()
 	select {
-	case ps.audit <- auditEntry{tenant: tenant, source: "plugin", at: time.Now().UTC(), record: record}:
+	case q.entries <- auditEntry{tenant: tenant, source: "plugin", at: time.Now().UTC(), record: record}:
 	default:
-		if n := ps.auditDropped.Add(1); n&(n-1) == 0 {
+		if n := q.dropped.Add(1); n&(n-1) == 0 {
 			s.log.Warn("audit records dropped: the writer is behind", "dropped", n)
 		}
 	}
@@ -69,11 +95,11 @@ func (s *Service) RecordAudit(tenant string, record []byte) {
 
 // recordAuditFrom queues one audit record of source for tenant (see RecordAudit).
 func (s *Service) recordAuditFrom(tenant, source string, at time.Time, record []byte) {
-	ps := s.ensurePluginState()
+	q := s.runningAudit()
 	select {
-	case ps.audit <- auditEntry{tenant: tenant, source: source, at: at, record: record}:
+	case q.entries <- auditEntry{tenant: tenant, source: source, at: at, record: record}:
 	default:
-		if n := ps.auditDropped.Add(1); n&(n-1) == 0 {
+		if n := q.dropped.Add(1); n&(n-1) == 0 {
 			s.log.Warn("audit records dropped: the writer is behind", "dropped", n)
 		}
 	}
@@ -81,7 +107,7 @@ func (s *Service) recordAuditFrom(tenant, source string, at time.Time, record []
 
 // runAuditWriter appends queued audit records to their tenants' streams in pipelined
 // batches and wakes live readers after each batch.
-func (s *Service) runAuditWriter(ps *pluginState) {
+func (s *Service) runAuditWriter(q *auditQueue) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -101,16 +127,16 @@ func (s *Service) runAuditWriter(ps *pluginState) {
 				s.log.Warn("audit records lost", "count", len(batch), "err", err)
 			}
 			batch = batch[:0]
-			ps.wakeMu.Lock()
-			close(ps.auditWake)
-			ps.auditWake = make(chan struct{})
-			ps.wakeMu.Unlock()
+			q.wakeMu.Lock()
+			close(q.wake)
+			q.wake = make(chan struct{})
+			q.wakeMu.Unlock()
 		}
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
-			case ev := <-ps.audit:
+			case ev := <-q.entries:
 				batch = append(batch, ev)
 				if len(batch) == cap(batch) {
 					flush()
@@ -118,8 +144,8 @@ func (s *Service) runAuditWriter(ps *pluginState) {
 			case <-t.C:
 				flush()
 			case <-s.stop:
-				for len(ps.audit) > 0 {
-					batch = append(batch, <-ps.audit)
+				for len(q.entries) > 0 {
+					batch = append(batch, <-q.entries)
 				}
 				flush()
 				return
@@ -131,10 +157,10 @@ func (s *Service) runAuditWriter(ps *pluginState) {
 // AuditUpdates returns a channel closed when this replica next writes audit records; a
 // live reader waits on it (and polls, for records other replicas write).
 func (s *Service) AuditUpdates() <-chan struct{} {
-	ps := s.ensurePluginState()
-	ps.wakeMu.Lock()
-	defer ps.wakeMu.Unlock()
-	return ps.auditWake
+	q := s.runningAudit()
+	q.wakeMu.Lock()
+	defer q.wakeMu.Unlock()
+	return q.wake
 }
 
 // ValidAuditCursor reports whether c is a stream id ("ms-seq" or "ms").

@@ -8,9 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/sandgate/sandgate/gateway/store"
-	"github.com/sandgate/sandgate/plugins"
 )
 
 // The event API: a tenant's event stream (sandbox lifecycle, agent calls, preview
@@ -171,26 +169,7 @@ func (s *Service) queueEvent(ev store.Event) {
 
 // publishEvent hands ev to the tenant's on_event plugins. It never blocks: the host
 // queues the event per plugin and drops (and counts) what does not fit.
-func (s *Service) publishEvent(ev store.Event) {
-	ps := s.pluginState()
-	if ps == nil || ps.host == nil || !ps.host.WantsEvents(ev.Tenant) {
-		return // the common case on the proxy's hot path: no marshalling for nobody
-	}
-	id := ev.ID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	data := ev.DataMap()
-	if data == nil {
-		data = map[string]any{}
-	}
-	body, err := plugins.MarshalEvent(plugins.Event{ID: id, Type: ev.Type, Tenant: ev.Tenant, SandboxID: ev.SandboxID, Time: ev.Time, Data: data})
-	if err != nil {
-		s.log.Debug("event not encodable for plugins", "type", ev.Type, "err", err)
-		return
-	}
-	ps.host.OnEvent(ev.Tenant, body)
-}
+func (s *Service) publishEvent(ev store.Event) { s.tenantPlugins.Publish(ev) }
 
 // publishEvents hands a batch of events to their tenants' on_event plugins.
 func (s *Service) publishEvents(evs []store.Event) {

@@ -41,7 +41,8 @@
 //	events.go        the event pipeline: emitted, queued, written in batches, handed to plugins,
 //	                 read, followed
 //	audit.go         the tenant audit stream (policy decisions, plugin records)
-//	plugins.go       tenants' WASM plugins: management and keeping replicas in line
+//	pluginhost.go    the core as the plugin feature (package gateway/tenantplugins: tenants'
+//	                 WASM plugins) sees it: the host attached, renew-on-access's decide_ttl
 //	policyhost.go    the core as the policy feature (package gateway/policyadmin: tenants'
 //	                 Rego policy management) sees it
 //	tenants.go       tenant and key CRUD
@@ -71,6 +72,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/gateway/usage"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -254,6 +256,11 @@ type Service struct {
 	// policyAdmin is the feature of tenants' Rego policy management (package
 	// gateway/policyadmin).
 	policyAdmin *policyadmin.Manager
+	// tenantPlugins is the feature of tenants' WASM plugins (package
+	// gateway/tenantplugins).
+	tenantPlugins *tenantplugins.Manager
+	// audit holds the records waiting for the tenant audit streams' writer (audit.go).
+	audit auditQueue
 	// clock is the time renew-on-access and preview links decide on (clock.go).
 	clock clock
 
@@ -306,6 +313,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		st, rt, stateHost{s}, log)
 	s.resourceUse = usage.New(usage.Config{Interval: cfg.UsageInterval}, st, rt, s.agents, s.metrics, usageHost{s})
 	s.policyAdmin = policyadmin.New(st, pol, policyHost{s}, log)
+	s.tenantPlugins = tenantplugins.New(st, log)
 	return s
 }
 
@@ -378,6 +386,7 @@ func (s *Service) Stop() {
 	s.state.Stop()
 	s.resourceUse.Stop()
 	s.policyAdmin.Stop()
+	s.tenantPlugins.Stop()
 	s.wg.Wait()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they
