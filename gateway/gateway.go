@@ -38,9 +38,9 @@
 //	                 resource use, the fleet's history, the Prometheus series) sees it
 //	diagnostics.go   a sandbox's logs and events for OpenSandbox's Diagnostics API
 //	mcp.go           the audit record of each MCP tool call
-//	events.go        the event pipeline: emitted, queued, written in batches, handed to plugins,
-//	                 read, followed
-//	audit.go         the tenant audit stream (policy decisions, plugin records)
+//	eventhost.go     the core as the event feature (package gateway/eventlog: tenants' event
+//	                 and audit streams, queued, written in batches, read, followed) sees it;
+//	                 emit, the event of a sandbox written before the caller goes on
 //	pluginhost.go    the core as the plugin feature (package gateway/tenantplugins: tenants'
 //	                 WASM plugins) sees it: the host attached, renew-on-access's decide_ttl
 //	policyhost.go    the core as the policy feature (package gateway/policyadmin: tenants'
@@ -65,6 +65,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
+	"github.com/sandgate/sandgate/gateway/eventlog"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/policyadmin"
@@ -229,8 +230,9 @@ type Service struct {
 	routes  *routeCache
 	// access is the feature of previews and access (package gateway/access).
 	access *access.Manager
-	// events holds the events waiting for the batched writer (events.go).
-	events eventQueue
+	// eventLog is the feature of tenants' event and audit streams (package
+	// gateway/eventlog).
+	eventLog *eventlog.Manager
 	// expiries tracks removals for expiry under way (reaper.go).
 	expiries expirySet
 	// egress is the feature of egress policies and the credential vault (package
@@ -259,8 +261,6 @@ type Service struct {
 	// tenantPlugins is the feature of tenants' WASM plugins (package
 	// gateway/tenantplugins).
 	tenantPlugins *tenantplugins.Manager
-	// audit holds the records waiting for the tenant audit streams' writer (audit.go).
-	audit auditQueue
 	// clock is the time renew-on-access and preview links decide on (clock.go).
 	clock clock
 
@@ -298,9 +298,9 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),
-		events:   eventQueue{wake: make(chan struct{}, 1)},
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
+	s.eventLog = eventlog.New(st, eventHost{s}, log)
 	s.pool = pool.New(pool.Config{
 		Owner: s.owner, Interval: cfg.PoolInterval, HealthInterval: cfg.SyncInterval,
 		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
@@ -358,7 +358,7 @@ func (s *Service) Start(ctx context.Context) {
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
 	s.policyAdmin.Start(ctx)
-	s.runEventWriter()
+	s.eventLog.Start()
 	s.state.Start()
 	s.resourceUse.Start()
 }
@@ -388,6 +388,9 @@ func (s *Service) Stop() {
 	s.policyAdmin.Stop()
 	s.tenantPlugins.Stop()
 	s.wg.Wait()
+	// The event and audit writers stop last, after a final flush of what everything
+	// above queued while it stopped.
+	s.eventLog.Stop()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they
 	// would from a gateway that died.

@@ -34,7 +34,7 @@ func (s *Service) Plugins() *tenantplugins.Manager { return s.tenantPlugins }
 // kept in sync in the background. Call it once, before Start; Stop ends the background
 // work, after which the caller closes host.
 func (s *Service) AttachPlugins(ctx context.Context, host *plugins.Host) {
-	s.runningAudit()
+	s.eventLog.StartAudit()
 	s.access.SetTTLDecider(pluginTTLDecider(s.tenantPlugins))
 	s.tenantPlugins.Attach(ctx, host)
 }

@@ -36,7 +36,7 @@ func (s *Service) PolicyAdmin() *policyadmin.Manager { return s.policyAdmin }
 // policyHost is the core as the policy feature sees it (policyadmin.Host).
 type policyHost struct{ s *Service }
 
-// QueueEvent hands ev to the batched event writer (events.go).
-func (h policyHost) QueueEvent(ev store.Event) { h.s.queueEvent(ev) }
+// QueueEvent hands ev to the batched event writer (package gateway/eventlog).
+func (h policyHost) QueueEvent(ev store.Event) { h.s.eventLog.Queue(ev) }
 
 var _ policyadmin.Host = policyHost{}

@@ -149,7 +149,7 @@ func (h *Handler) routes() []route {
 		{method: "GET", path: "/plugins/{name}", endpoint: getOn("name", h.getPlugin)},
 		{method: "PUT", path: "/plugins/{name}", handler: h.putPlugin},
 		{method: "DELETE", path: "/plugins/{name}", endpoint: doOn("name", http.StatusNoContent, h.deletePlugin)},
-		{method: "GET", path: "/audit", endpoint: queryAndCall(auditQuery, h.svc.ReadAudit), action: "audit.read"},
+		{method: "GET", path: "/audit", endpoint: queryAndCall(auditQuery, h.readAudit), action: "audit.read"},
 		{method: "GET", path: "/audit/stream", handler: h.streamAudit, action: "audit.read"},
 		{method: "GET", path: "/events", handler: h.listEvents, action: "audit.read", selfAuthz: true},
 		{method: "GET", path: "/events/stream", handler: h.streamEvents, action: "audit.read", selfAuthz: true},
