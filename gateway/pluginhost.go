@@ -30,9 +30,9 @@ func (s *Service) Plugins() *tenantplugins.Manager { return s.tenantPlugins }
 // AttachPlugins wires host into the service: every event of a tenant reaches that
 // tenant's on_event plugins, renew-on-access asks the tenant's decide_ttl plugin first,
 // plugins' audit records are written to the tenant's audit stream (give host
-// RecordAudit as its Audit callback), and the plugins stored in Redis are loaded now and
-// kept in sync in the background. Call it once, before Start; Stop ends the background
-// work, after which the caller closes host.
+// Events().RecordAudit as its Audit callback, whose writer starts now), and the plugins
+// stored in Redis are loaded now and kept in sync in the background. Call it once,
+// before Start; Stop ends the background work, after which the caller closes host.
 func (s *Service) AttachPlugins(ctx context.Context, host *plugins.Host) {
 	s.eventLog.StartAudit()
 	s.access.SetTTLDecider(pluginTTLDecider(s.tenantPlugins))
