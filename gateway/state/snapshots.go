@@ -135,12 +135,13 @@ func (m *Manager) CreateSnapshot(ctx context.Context, caller principal.Caller, s
 	if err != nil {
 		return nil, err
 	}
+	// The answer is the Creating record: the commit below writes the outcome into snap.
+	v := snapshotView(snap)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		m.commitSnapshot(context.Background(), snap)
 	}()
-	v := snapshotView(snap)
 	return &v, nil
 }
 
