@@ -465,8 +465,17 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 }
 
 // startFailure explains why a pod that is not running yet will not start by itself,
-// or returns nil while it still may.
+// or returns nil while it still may. A pull of the sandbox's image that failed is a
+// runtimes.PullError with one of the fixed reasons (the kubelet's message quotes the
+// registry, so it stays in the error's text for the log only); a failed pull of another
+// image (the agent's) is the platform's fault and no PullError.
 func startFailure(pod *corev1.Pod) error {
+	var sandboxImage string
+	for _, c := range pod.Spec.Containers {
+		if c.Name == WorkloadContainer {
+			sandboxImage = c.Image
+		}
+	}
 	statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	for _, cs := range statuses {
 		w := cs.State.Waiting
@@ -474,7 +483,17 @@ func startFailure(pod *corev1.Pod) error {
 			continue
 		}
 		switch w.Reason {
-		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
+			if cs.Image != sandboxImage {
+				return fmt.Errorf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+			}
+			reason, denied := runtimes.PullReason(0, w.Message)
+			if w.Reason == "InvalidImageName" {
+				reason, denied = runtimes.PullReasonInvalidName, true
+			}
+			return fmt.Errorf("container %s: %s: %s: %w", cs.Name, w.Reason, w.Message,
+				&runtimes.PullError{Image: sandboxImage, Reason: reason, Denied: denied})
+		case "ErrImageNeverPull":
 			return fmt.Errorf("container %s: %s: %s: %w", cs.Name, w.Reason, w.Message, runtimes.ErrImageNotFound)
 		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
 			return fmt.Errorf("container %s: %s: %s", cs.Name, w.Reason, w.Message)

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -245,5 +246,58 @@ func TestTooManySandboxDNS(t *testing.T) {
 	_, err := newWithClient(t.Context(), nil, Options{SandboxDNS: servers})
 	if err == nil || !strings.Contains(err.Error(), "at most 3") {
 		t.Fatalf("runtime with four sandbox DNS servers: %v, want refused", err)
+	}
+}
+
+// TestStartFailurePull: a failed pull of the sandbox's image is a PullError with one of
+// the fixed reasons, not the kubelet's text; a failed pull of the agent image is not the
+// caller's and is no PullError.
+func TestStartFailurePull(t *testing.T) {
+	const sandboxImage, agentImage = "127.0.0.1:5000/team/app:1", "sandgate/agent:test"
+	pod := func(name, image, reason, message string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: WorkloadContainer, Image: sandboxImage}}}}
+		st := corev1.ContainerStatus{Name: name, Image: image, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}
+		if name == InstallContainer {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{st}
+		} else {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{st}
+		}
+		return p
+	}
+	tests := []struct {
+		name       string
+		pod        *corev1.Pod
+		wantReason string // empty: no PullError
+		denied     bool
+	}{
+		{"wrong credentials", pod(WorkloadContainer, sandboxImage, "ErrImagePull",
+			`failed to pull and unpack image "127.0.0.1:5000/team/app:1": failed to resolve reference: unexpected status from HEAD request to http://127.0.0.1:5000/v2/team/app/manifests/1: 401 Unauthorized`),
+			runtimes.PullReasonUnauthorized, true},
+		{"back-off after a missing tag", pod(WorkloadContainer, sandboxImage, "ImagePullBackOff",
+			`Back-off pulling image "127.0.0.1:5000/team/app:1": ErrImagePull: 127.0.0.1:5000/team/app:1: not found`),
+			runtimes.PullReasonNotFound, true},
+		{"unreachable", pod(WorkloadContainer, sandboxImage, "ErrImagePull", `dial tcp 127.0.0.1:5000: connect: connection refused`),
+			runtimes.PullReasonUnreachable, false},
+		{"invalid name", pod(WorkloadContainer, sandboxImage, "InvalidImageName", `Failed to apply default image tag "x": couldn't parse`),
+			runtimes.PullReasonInvalidName, true},
+		{"the agent image", pod(InstallContainer, agentImage, "ErrImagePull", "401 Unauthorized"), "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := startFailure(tt.pod)
+			if err == nil {
+				t.Fatal("startFailure = nil, want an error")
+			}
+			var pe *runtimes.PullError
+			if !errors.As(err, &pe) {
+				if tt.wantReason != "" {
+					t.Fatalf("startFailure = %v, want a PullError", err)
+				}
+				return
+			}
+			if tt.wantReason == "" || pe.Reason != tt.wantReason || pe.Denied != tt.denied || pe.Image != sandboxImage {
+				t.Fatalf("PullError %+v, want reason %q denied %t for %s", pe, tt.wantReason, tt.denied, sandboxImage)
+			}
+		})
 	}
 }
