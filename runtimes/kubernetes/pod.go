@@ -431,6 +431,13 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 		}
 	}
 	switch {
+	case evictionOf(pod) != "":
+		// Before the deletion case: an eviction by the API deletes the pod, and its
+		// being deleted is then the cluster's doing, not the gateway's.
+		inst.State = runtimes.StateExited
+		inst.ExitCode = -1
+		inst.Evicted = true
+		inst.Message = "the pod was evicted: " + evictionOf(pod)
 	case pod.DeletionTimestamp != nil:
 		inst.State = runtimes.StateExited
 		inst.Message = "the pod is being deleted"
@@ -462,6 +469,29 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 		inst.Complete = true
 	}
 	return inst
+}
+
+// evictionOf says how the cluster evicted pod, or "" when it did not: the kubelet under
+// node pressure fails it with reason Evicted; the Eviction API (a drain), the
+// scheduler's preemption, the taint manager and the kubelet mark it with a
+// DisruptionTarget condition before they delete or stop it. The gateway's own deletes
+// carry no such condition.
+func evictionOf(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			if c.Message == "" {
+				return c.Reason
+			}
+			return c.Reason + ": " + c.Message
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" {
+		if pod.Status.Message == "" {
+			return pod.Status.Reason
+		}
+		return pod.Status.Message
+	}
+	return ""
 }
 
 // startFailure explains why a pod that is not running yet will not start by itself,

@@ -71,25 +71,29 @@ func TestPodRoundTrip(t *testing.T) {
 func TestInstanceStates(t *testing.T) {
 	now := metav1.Now()
 	running := corev1.ContainerStatus{Name: WorkloadContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	evictedByAPI := []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI", Message: "Eviction API: evicting"}}
 	for _, tt := range []struct {
 		name    string
 		pod     corev1.Pod
 		state   runtimes.State
 		message string
+		evicted bool
 	}{
-		{"pending", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, runtimes.StateCreated, ""},
-		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateRunning, ""},
-		{"running without an IP yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateCreated, ""},
-		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateExited, "being deleted"},
-		{"evicted", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}}, runtimes.StateExited, "failed: Evicted: The node was low"},
-		{"node lost", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "NodeLost"}}, runtimes.StateExited, "NodeLost"},
+		{"pending", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, runtimes.StateCreated, "", false},
+		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateRunning, "", false},
+		{"running without an IP yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateCreated, "", false},
+		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateExited, "being deleted", false},
+		{"evicted by the kubelet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}}, runtimes.StateExited, "evicted: The node was low", true},
+		{"evicted by the API, not yet deleted", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}, Conditions: evictedByAPI}}, runtimes.StateExited, "evicted: EvictionByEvictionAPI", true},
+		{"evicted by the API, being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}, Conditions: evictedByAPI}}, runtimes.StateExited, "evicted: EvictionByEvictionAPI", true},
+		{"node lost", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "NodeLost"}}, runtimes.StateExited, "NodeLost", false},
 		{"out of memory", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: WorkloadContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}}, runtimes.StateExited, "code 137 (killed: out of memory)"},
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}}, runtimes.StateExited, "code 137 (killed: out of memory)", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			inst := instanceOf(&tt.pod)
-			if inst.State != tt.state || !strings.Contains(inst.Message, tt.message) {
-				t.Fatalf("state %s message %q, want %s containing %q", inst.State, inst.Message, tt.state, tt.message)
+			if inst.State != tt.state || !strings.Contains(inst.Message, tt.message) || inst.Evicted != tt.evicted {
+				t.Fatalf("state %s message %q evicted %t, want %s containing %q, evicted %t", inst.State, inst.Message, inst.Evicted, tt.state, tt.message, tt.evicted)
 			}
 		})
 	}

@@ -393,6 +393,13 @@ func TestRealNodeKilledContainerFails(t *testing.T) {
 	if status["reason"] != "EXITED" {
 		t.Errorf("status %v, want reason EXITED", status)
 	}
+	expectUnavailable(t, g, id)
+}
+
+// expectUnavailable checks that a call to a Failed sandbox's agent answers
+// SANDBOX::UNAVAILABLE (or that its endpoint already does).
+func expectUnavailable(t *testing.T, g *gateway, id string) {
+	t.Helper()
 	base, headers, err := g.endpoint(id)
 	if err != nil {
 		// The endpoint itself may already answer that the sandbox is unavailable.
