@@ -4,7 +4,7 @@ VERSION := $(shell cat VERSION)
 GO ?= go
 LDFLAGS := -s -w -X github.com/sandgate/sandgate/gateway.Version=$(VERSION)
 
-.PHONY: gvisor all deps build agent envd-proto sandgate web images plugins k8s registry k8s-up k8s-down run test test-unit test-e2e bench bench-quick clean
+.PHONY: gvisor all deps build agent envd-proto sandgate web images gateway-image agent-image k8s-images plugins k8s registry helm k8s-up k8s-down run test test-unit test-e2e bench bench-quick clean
 
 all: build
 
@@ -16,7 +16,7 @@ deps:
 gvisor: deps
 	@scripts/gvisor.sh
 
-## build: bin/sandgate and bin/sandbox-agent (static)
+## build: bin/sandgate and bin/sandbox-agent, both static (the gateway image is FROM scratch)
 build: sandgate agent
 
 ## web: the console (npm ci when the lockfile changed, vite build into web/dist, embedded by sandgate)
@@ -24,7 +24,7 @@ web:
 	@scripts/timed.sh "console (web)" scripts/web.sh
 
 sandgate: web
-	@scripts/timed.sh "go build bin/sandgate" $(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
+	@CGO_ENABLED=0 scripts/timed.sh "go build bin/sandgate" $(GO) build -ldflags '$(LDFLAGS)' -o bin/sandgate ./caddy
 
 agent:
 	@CGO_ENABLED=0 scripts/timed.sh "go build bin/sandbox-agent" $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o bin/sandbox-agent ./sandbox-agent
@@ -36,6 +36,18 @@ envd-proto:
 ## images: sandbox base images built locally (debootstrap + docker import); skipped when present
 images: deps
 	@scripts/timed.sh "images" images/build.sh $(VERSION)
+
+## gateway-image: sandgate/gateway:<version> from images/gateway.Dockerfile (FROM scratch:
+## the static bin/sandgate, CA certificates, user 65532), by `docker build`
+gateway-image: sandgate
+	@images/gateway.sh $(VERSION) bin/sandgate
+
+## agent-image: sandgate/agent:<version> from images/agent.Dockerfile (FROM scratch: the static bin/sandbox-agent)
+agent-image: agent
+	@images/agent.sh $(VERSION) bin/sandbox-agent
+
+## k8s-images: the two images a Kubernetes deployment (deploy/, the Helm chart) runs
+k8s-images: gateway-image agent-image
 
 ## plugins: the example WASM plugins (GOOS=wasip1)
 plugins:
@@ -51,6 +63,11 @@ k8s: deps
 ## loopback, built from the Go module proxy and cached outside the repo
 registry: deps
 	@scripts/timed.sh "registry" scripts/registry.sh build >/dev/null
+
+## helm: the Helm command the chart's tests use (helm.sh/helm/v4 at test/helm/go.mod's pin),
+## built from the Go module proxy and cached outside the repo
+helm:
+	@scripts/timed.sh "helm" scripts/helm.sh build >/dev/null
 
 ## k8s-up: start that control plane on loopback (3 kwok nodes; `scripts/k8s.sh up --node` adds a real one); prints the kubeconfig path last
 k8s-up: deps
@@ -69,7 +86,7 @@ run: deps
 ## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis; what
 ## they need is built side by side (the Go builds beside the images' debootstrap)
 test: deps
-	@$(MAKE) --no-print-directory -j4 build images plugins k8s registry
+	@$(MAKE) --no-print-directory -j4 build images plugins k8s registry helm
 	@scripts/test.sh
 
 ## bench: hot-path figures, each beside its raw baseline; one table, and bench/results.json

@@ -1,8 +1,10 @@
-// Package deploy holds no code: only the Kubernetes manifests in base/ and overlays/, and
-// this test, which reads them the way the API server would (strict decoding into the
-// real API types) and checks the promises their comments make: the gateway's RBAC is
-// Pods only in the sandbox namespace, its probes hit a route the gateway serves, and the
-// NetworkPolicy admits only the gateway and never lets a sandbox reach private ranges.
+// Package deploy holds no code: only the Kubernetes manifests (the kustomize base in
+// base/ and overlays/, the Helm chart in helm/sandgate), and these tests, which read them
+// the way the API server would (strict decoding into the real API types) and check the
+// promises their comments make, for the base and for the chart rendered with default and
+// with other values alike: the gateway's RBAC is Pods (and little else) only in the
+// sandbox namespace, its probes hit a route the gateway serves, and the NetworkPolicy
+// admits only the gateway and never lets a sandbox reach private ranges.
 package deploy
 
 import (
@@ -51,33 +53,68 @@ func loadBase(t *testing.T) []runtime.Object {
 			t.Errorf("base/%s is not in base/kustomization.yaml's resources", name)
 		}
 	}
-	deserializer := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var objs []runtime.Object
 	for _, name := range kust.Resources {
 		data, err := os.ReadFile(filepath.Join("base", name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := reader.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("base/%s: %v", name, err)
-			}
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
-			}
-			obj, _, err := deserializer.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("base/%s: %v", name, err)
-			}
-			objs = append(objs, obj)
-		}
+		objs = append(objs, decodeStrictly(t, "base/"+name, data)...)
 	}
 	return objs
+}
+
+// decodeStrictly decodes every YAML document of data into its API type, refusing
+// unknown or duplicate fields.
+func decodeStrictly(t *testing.T, source string, data []byte) []runtime.Object {
+	t.Helper()
+	deserializer := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var objs []runtime.Object
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", source, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := deserializer.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", source, err, doc)
+		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// manifestSet is one way of deploying sandgate, as the objects it applies and what they
+// must hold.
+type manifestSet struct {
+	name             string
+	objs             []runtime.Object
+	gatewayNamespace string
+	sandboxNamespace string
+	gatewayName      string
+	replicas         int32
+	// redisSecret is the Secret the gateway's SANDGATE_REDIS_URL comes from; empty: a
+	// plain redis:// value (a bundled Redis, which has no password).
+	redisSecret string
+}
+
+// manifestSets are the kustomize base and the Helm chart rendered with its defaults and
+// with other values (helm_test.go).
+func manifestSets(t *testing.T) []manifestSet {
+	t.Helper()
+	base := manifestSet{
+		name: "kustomize base", objs: loadBase(t),
+		gatewayNamespace: gatewayNamespace, sandboxNamespace: sandboxNamespace,
+		gatewayName: "sandgate-gateway", replicas: 2,
+	}
+	return append([]manifestSet{base}, chartSets(t)...)
 }
 
 func TestManifestsDecodeStrictly(t *testing.T) {
@@ -95,7 +132,13 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 
 // The gateway may touch Pods (and their logs) in the sandbox namespace and nothing else.
 func TestGatewayRBACIsPodsOnlyInTheSandboxNamespace(t *testing.T) {
-	objs := loadBase(t)
+	for _, set := range manifestSets(t) {
+		t.Run(set.name, func(t *testing.T) { checkGatewayRBAC(t, set) })
+	}
+}
+
+func checkGatewayRBAC(t *testing.T, set manifestSet) {
+	objs := set.objs
 	var roles []*rbacv1.Role
 	var bindings []*rbacv1.RoleBinding
 	for _, o := range objs {
@@ -112,8 +155,8 @@ func TestGatewayRBACIsPodsOnlyInTheSandboxNamespace(t *testing.T) {
 		t.Fatalf("%d Roles and %d RoleBindings, want one of each", len(roles), len(bindings))
 	}
 	role, binding := roles[0], bindings[0]
-	if role.Namespace != sandboxNamespace {
-		t.Errorf("Role in namespace %q, want %q", role.Namespace, sandboxNamespace)
+	if role.Namespace != set.sandboxNamespace {
+		t.Errorf("Role in namespace %q, want %q", role.Namespace, set.sandboxNamespace)
 	}
 	allowed := map[string][]string{
 		"pods":     {"get", "list", "watch", "create", "delete"},
@@ -149,10 +192,10 @@ func TestGatewayRBACIsPodsOnlyInTheSandboxNamespace(t *testing.T) {
 			}
 		}
 	}
-	if binding.Namespace != sandboxNamespace || binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != role.Name {
-		t.Errorf("RoleBinding %s/%s refers to %s %q; want the Role %q in %s", binding.Namespace, binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name, sandboxNamespace)
+	if binding.Namespace != set.sandboxNamespace || binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != role.Name {
+		t.Errorf("RoleBinding %s/%s refers to %s %q; want the Role %q in %s", binding.Namespace, binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name, set.sandboxNamespace)
 	}
-	dep := gatewayDeployment(t, objs)
+	dep := gatewayDeployment(t, set)
 	want := rbacv1.Subject{Kind: "ServiceAccount", Name: dep.Spec.Template.Spec.ServiceAccountName, Namespace: dep.Namespace}
 	if !slices.Equal(binding.Subjects, []rbacv1.Subject{want}) {
 		t.Errorf("RoleBinding subjects %+v, want exactly the gateway's service account %+v", binding.Subjects, want)
@@ -160,20 +203,32 @@ func TestGatewayRBACIsPodsOnlyInTheSandboxNamespace(t *testing.T) {
 }
 
 func TestGatewayDeployment(t *testing.T) {
-	dep := gatewayDeployment(t, loadBase(t))
-	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
-		t.Errorf("replicas %v, want 2", dep.Spec.Replicas)
+	for _, set := range manifestSets(t) {
+		t.Run(set.name, func(t *testing.T) { checkGatewayDeployment(t, set) })
+	}
+}
+
+func checkGatewayDeployment(t *testing.T, set manifestSet) {
+	dep := gatewayDeployment(t, set)
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != set.replicas {
+		t.Errorf("replicas %v, want %d", dep.Spec.Replicas, set.replicas)
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
 	}
-	if env["SANDGATE_RUNTIME"] != "kubernetes" || env["SANDGATE_NAMESPACE"] != sandboxNamespace {
-		t.Errorf("SANDGATE_RUNTIME=%q SANDGATE_NAMESPACE=%q, want kubernetes and %s", env["SANDGATE_RUNTIME"], env["SANDGATE_NAMESPACE"], sandboxNamespace)
+	if env["SANDGATE_RUNTIME"] != "kubernetes" || env["SANDGATE_NAMESPACE"] != set.sandboxNamespace {
+		t.Errorf("SANDGATE_RUNTIME=%q SANDGATE_NAMESPACE=%q, want kubernetes and %s", env["SANDGATE_RUNTIME"], env["SANDGATE_NAMESPACE"], set.sandboxNamespace)
 	}
-	if !strings.HasPrefix(env["SANDGATE_REDIS_URL"], "redis://") {
-		t.Errorf("SANDGATE_REDIS_URL=%q", env["SANDGATE_REDIS_URL"])
+	redisURL := envVar(c, "SANDGATE_REDIS_URL")
+	switch {
+	case redisURL == nil:
+		t.Errorf("no SANDGATE_REDIS_URL")
+	case set.redisSecret == "" && !strings.HasPrefix(redisURL.Value, "redis://"):
+		t.Errorf("SANDGATE_REDIS_URL=%q, want the bundled Redis's redis:// URL", redisURL.Value)
+	case set.redisSecret != "" && (redisURL.Value != "" || redisURL.ValueFrom == nil || redisURL.ValueFrom.SecretKeyRef == nil || redisURL.ValueFrom.SecretKeyRef.Name != set.redisSecret):
+		t.Errorf("SANDGATE_REDIS_URL %+v, want it from the Secret %s and no plain value", redisURL, set.redisSecret)
 	}
 	// Both probes must hit a public GET route the gateway serves (its OpenAPI document
 	// lists every route, under the /v1 server and the root).
@@ -205,16 +260,21 @@ func TestGatewayDeployment(t *testing.T) {
 // Sandboxes accept traffic only from gateway pods and never send it to a private,
 // link-local or loopback address.
 func TestSandboxNetworkPolicy(t *testing.T) {
-	objs := loadBase(t)
-	dep := gatewayDeployment(t, objs)
+	for _, set := range manifestSets(t) {
+		t.Run(set.name, func(t *testing.T) { checkSandboxNetworkPolicy(t, set) })
+	}
+}
+
+func checkSandboxNetworkPolicy(t *testing.T, set manifestSet) {
+	dep := gatewayDeployment(t, set)
 	var np *networkingv1.NetworkPolicy
-	for _, o := range objs {
-		if v, ok := o.(*networkingv1.NetworkPolicy); ok && v.Namespace == sandboxNamespace {
+	for _, o := range set.objs {
+		if v, ok := o.(*networkingv1.NetworkPolicy); ok && v.Namespace == set.sandboxNamespace {
 			np = v
 		}
 	}
 	if np == nil {
-		t.Fatalf("no NetworkPolicy in %s", sandboxNamespace)
+		t.Fatalf("no NetworkPolicy in %s", set.sandboxNamespace)
 	}
 	if len(np.Spec.PodSelector.MatchLabels)+len(np.Spec.PodSelector.MatchExpressions) != 0 {
 		t.Errorf("podSelector %+v: want {} (every pod in the namespace)", np.Spec.PodSelector)
@@ -272,17 +332,26 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 	}
 }
 
-func gatewayDeployment(t *testing.T, objs []runtime.Object) *appsv1.Deployment {
+func gatewayDeployment(t *testing.T, set manifestSet) *appsv1.Deployment {
 	t.Helper()
-	for _, o := range objs {
-		if d, ok := o.(*appsv1.Deployment); ok && d.Name == "sandgate-gateway" {
-			if d.Namespace != gatewayNamespace {
-				t.Errorf("gateway Deployment in %q, want %q", d.Namespace, gatewayNamespace)
+	for _, o := range set.objs {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Name == set.gatewayName {
+			if d.Namespace != set.gatewayNamespace {
+				t.Errorf("gateway Deployment in %q, want %q", d.Namespace, set.gatewayNamespace)
 			}
 			return d
 		}
 	}
-	t.Fatal("no sandgate-gateway Deployment")
+	t.Fatalf("no %s Deployment", set.gatewayName)
+	return nil
+}
+
+func envVar(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
 	return nil
 }
 

@@ -43,7 +43,7 @@ func (h accessHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, dat
 	h.s.emit(ctx, sb, typ, data)
 }
 
-// QueueEvent hands an event to the batched event writer (events.go).
-func (h accessHost) QueueEvent(ev store.Event) { h.s.queueEvent(ev) }
+// QueueEvent hands an event to the batched event writer (package gateway/eventlog).
+func (h accessHost) QueueEvent(ev store.Event) { h.s.eventLog.Queue(ev) }
 
 var _ access.Host = accessHost{}

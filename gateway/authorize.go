@@ -63,5 +63,5 @@ func (s *Service) logDecision(tenant, action string, d policy.Decision) {
 		"action": action, "allow": d.Allow, "code": d.Code, "message": d.Message,
 		"decisionId": d.DecisionID, "inputHash": d.InputHash, "policyVersion": d.PolicyVersion,
 	}}
-	s.queueEvent(ev)
+	s.eventLog.Queue(ev)
 }

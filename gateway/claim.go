@@ -176,14 +176,14 @@ func (s *Service) claim(ctx context.Context, caller Caller, p *store.Pool, tmpl,
 	emit := func() {
 		if alike {
 			// Members of one pool: one event but for its sandbox, written in one script.
-			s.emitPerSandbox(ctx, created(got[0]), got)
+			s.eventLog.EmitPerSandbox(ctx, created(got[0]), got)
 			return
 		}
 		evs := make([]store.Event, 0, len(got))
 		for _, sb := range got {
 			evs = append(evs, created(sb))
 		}
-		s.emitAll(ctx, evs)
+		s.eventLog.EmitAll(ctx, evs)
 	}
 	if len(got) == 1 {
 		// Nothing to overlap with: a goroutine would only add its start.

@@ -4,8 +4,10 @@ import (
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/state"
+	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -166,9 +168,9 @@ const (
 // Codes of the policy and plugin administration.
 const (
 	// CodePolicyInvalid reports Rego that does not parse or compile.
-	CodePolicyInvalid = "POLICY_INVALID"
+	CodePolicyInvalid = policyadmin.CodePolicyInvalid
 	// CodePluginsDisabled answers plugin routes of a gateway built without a plugin host.
-	CodePluginsDisabled = "PLUGIN::DISABLED"
+	CodePluginsDisabled = tenantplugins.CodeDisabled
 )
 
 // The leaf packages declare the codes they produce, and the core passes them on as they
@@ -181,6 +183,6 @@ const (
 //     (EGRESS::INVALID_POLICY); a Rego policy may add codes of its own. The kind of each
 //     is policy.Decision.Outcome's (see decisionError).
 //   - policy/vault.go: VAULT::POLICY_DENIED.
-//   - plugins/errors.go: PLUGIN::* (see pluginError for their kinds).
+//   - plugins/errors.go: PLUGIN::* (see gateway/tenantplugins' pluginError for their kinds).
 //   - sandbox-agent/egress (EGRESS::*, VAULT::*) and sandbox-agent/agent: the codes of
 //     the enforcer's and the agent's own answers, which the gateway relays unchanged.

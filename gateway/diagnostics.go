@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/eventlog"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -107,7 +108,7 @@ func (s *Service) DiagnosticEvents(ctx context.Context, caller Caller, id, scope
 	if scope != "all" {
 		q.Types = []string{"sandbox."}
 	}
-	page, err := s.ReadEvents(ctx, q)
+	page, err := s.eventLog.Read(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +121,7 @@ func (s *Service) DiagnosticEvents(ctx context.Context, caller Caller, id, scope
 		if len(page.Items) == diagnosticEvents {
 			out.Truncated = true
 		} else {
-			out.Warnings = append(out.Warnings, fmt.Sprintf("only the tenant's %d most recent events were searched; older events of this sandbox are not shown", eventScanMax))
+			out.Warnings = append(out.Warnings, fmt.Sprintf("only the tenant's %d most recent events were searched; older events of this sandbox are not shown", eventlog.ScanMax))
 		}
 	}
 	if scope == "runtime" {

@@ -25,9 +25,9 @@ func (h egressHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, dat
 	h.s.emit(ctx, sb, typ, data)
 }
 
-// Audit queues a record into the tenant's audit stream (audit.go).
+// Audit queues a record into the tenant's audit stream (package gateway/eventlog).
 func (h egressHost) Audit(tenant, source string, at time.Time, record []byte) {
-	h.s.recordAuditFrom(tenant, source, at, record)
+	h.s.eventLog.RecordAuditFrom(tenant, source, at, record)
 }
 
 // Expiring reports whether rec is the reaper's to remove (reaper.go).

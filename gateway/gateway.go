@@ -38,11 +38,13 @@
 //	                 resource use, the fleet's history, the Prometheus series) sees it
 //	diagnostics.go   a sandbox's logs and events for OpenSandbox's Diagnostics API
 //	mcp.go           the audit record of each MCP tool call
-//	events.go        the event pipeline: emitted, queued, written in batches, handed to plugins,
-//	                 read, followed
-//	audit.go         the tenant audit stream (policy decisions, plugin records)
-//	plugins.go       tenants' WASM plugins: management and keeping replicas in line
-//	policyadmin.go   tenants' Rego policy management
+//	eventhost.go     the core as the event feature (package gateway/eventlog: tenants' event
+//	                 and audit streams, queued, written in batches, read, followed) sees it;
+//	                 emit, the event of a sandbox written before the caller goes on
+//	pluginhost.go    the core as the plugin feature (package gateway/tenantplugins: tenants'
+//	                 WASM plugins) sees it: the host attached, renew-on-access's decide_ttl
+//	policyhost.go    the core as the policy feature (package gateway/policyadmin: tenants'
+//	                 Rego policy management) sees it
 //	tenants.go       tenant and key CRUD
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
@@ -63,12 +65,15 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
+	"github.com/sandgate/sandgate/gateway/eventlog"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/gateway/usage"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -225,8 +230,9 @@ type Service struct {
 	routes  *routeCache
 	// access is the feature of previews and access (package gateway/access).
 	access *access.Manager
-	// events holds the events waiting for the batched writer (events.go).
-	events eventQueue
+	// eventLog is the feature of tenants' event and audit streams (package
+	// gateway/eventlog).
+	eventLog *eventlog.Manager
 	// expiries tracks removals for expiry under way (reaper.go).
 	expiries expirySet
 	// egress is the feature of egress policies and the credential vault (package
@@ -249,6 +255,12 @@ type Service struct {
 	metrics *metrics.Set
 	// resourceUse is the feature of resource use and metrics (package gateway/usage).
 	resourceUse *usage.Manager
+	// policyAdmin is the feature of tenants' Rego policy management (package
+	// gateway/policyadmin).
+	policyAdmin *policyadmin.Manager
+	// tenantPlugins is the feature of tenants' WASM plugins (package
+	// gateway/tenantplugins).
+	tenantPlugins *tenantplugins.Manager
 	// clock is the time renew-on-access and preview links decide on (clock.go).
 	clock clock
 
@@ -286,9 +298,9 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		routes:   newRouteCache(),
-		events:   eventQueue{wake: make(chan struct{}, 1)},
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
+	s.eventLog = eventlog.New(st, eventHost{s}, log)
 	s.pool = pool.New(pool.Config{
 		Owner: s.owner, Interval: cfg.PoolInterval, HealthInterval: cfg.SyncInterval,
 		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
@@ -300,6 +312,8 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	s.state = state.New(state.Config{MinTimeout: cfg.MinTimeout, MaxTimeout: cfg.MaxTimeout, MaxBatchSize: cfg.MaxBatchSize},
 		st, rt, stateHost{s}, log)
 	s.resourceUse = usage.New(usage.Config{Interval: cfg.UsageInterval}, st, rt, s.agents, s.metrics, usageHost{s})
+	s.policyAdmin = policyadmin.New(st, pol, policyHost{s}, log)
+	s.tenantPlugins = tenantplugins.New(st, log)
 	return s
 }
 
@@ -343,8 +357,8 @@ func (s *Service) Start(ctx context.Context) {
 	s.pool.Start()
 	s.watchChanges()
 	s.loop(routeConfirmEvery, s.confirmRoutes)
-	s.syncPolicy(ctx)
-	s.runEventWriter()
+	s.policyAdmin.Start(ctx)
+	s.eventLog.Start()
 	s.state.Start()
 	s.resourceUse.Start()
 }
@@ -371,7 +385,12 @@ func (s *Service) Stop() {
 	s.egress.Stop()
 	s.state.Stop()
 	s.resourceUse.Stop()
+	s.policyAdmin.Stop()
+	s.tenantPlugins.Stop()
 	s.wg.Wait()
+	// The event and audit writers stop last, after a final flush of what everything
+	// above queued while it stopped.
+	s.eventLog.Stop()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
 	// given back lapses on its own (heartbeatTTL), and peers then take over as they
 	// would from a gateway that died.

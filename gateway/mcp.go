@@ -22,5 +22,5 @@ func (s *Service) RecordToolCall(caller Caller, call ToolCall) {
 	if call.Code != "" {
 		data["code"] = call.Code
 	}
-	s.queueEvent(store.Event{Type: "mcp.tool.called", Tenant: caller.Tenant, SandboxID: call.SandboxID, Time: time.Now().UTC(), Data: data})
+	s.eventLog.Queue(store.Event{Type: "mcp.tool.called", Tenant: caller.Tenant, SandboxID: call.SandboxID, Time: time.Now().UTC(), Data: data})
 }

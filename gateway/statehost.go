@@ -147,9 +147,9 @@ func (h stateHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, data
 	h.s.emit(ctx, sb, typ, data)
 }
 
-// Audit queues a record into the tenant's audit stream (audit.go).
+// Audit queues a record into the tenant's audit stream (package gateway/eventlog).
 func (h stateHost) Audit(tenant, source string, at time.Time, record []byte) {
-	h.s.recordAuditFrom(tenant, source, at, record)
+	h.s.eventLog.RecordAuditFrom(tenant, source, at, record)
 }
 
 // DropRoute drops a sandbox from the route cache.

@@ -35,11 +35,7 @@ func (s *Service) checkStoreLoss(ctx context.Context) {
 		s.access.KeyBindingsStale()
 		// The policy overrides went with the store: every gateway falls back to the
 		// policy a restarted one would load, not only those whose subscription broke.
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.loadPolicyOverrides(s.stopCtx)
-		}()
+		s.policyAdmin.StoreLost()
 	} else if id == "" {
 		// Every gateway learns the id as soon as it can, not at its first create or
 		// reconcile pass: one that did not know it when the store lost it could not

@@ -43,30 +43,8 @@ func (h usageHost) Lookup(ctx context.Context, caller Caller, id string) (*store
 // EnforcesEgress says whether sandboxes run an egress enforcer (package gateway/egress).
 func (h usageHost) EnforcesEgress() bool { return h.s.egress.Enforces() }
 
-// PluginStats reads the call statistics of the plugins loaded on this replica
-// (plugins.go).
-func (h usageHost) PluginStats() []metrics.Plugin {
-	ps := h.s.pluginState()
-	if ps == nil || ps.host == nil {
-		return nil
-	}
-	ps.mu.Lock()
-	tenants := make([]string, 0, len(ps.tenants))
-	for t := range ps.tenants {
-		tenants = append(tenants, t)
-	}
-	ps.mu.Unlock()
-	var out []metrics.Plugin
-	for _, t := range tenants {
-		for _, info := range ps.host.List(t) {
-			st, err := ps.host.Stats(t, info.Name)
-			if err != nil {
-				continue
-			}
-			out = append(out, metrics.Plugin{Name: t + "/" + info.Name, Calls: st.Invocations, Errors: st.Errors, P50: st.P50, P99: st.P99})
-		}
-	}
-	return out
-}
+// PluginStats reads the call statistics of the plugins loaded on this replica (package
+// gateway/tenantplugins).
+func (h usageHost) PluginStats() []metrics.Plugin { return h.s.tenantPlugins.CallStats() }
 
 var _ usage.Host = usageHost{}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds sandgate/agent:<version>, the image the Kubernetes runtime's init container
 # copies the agent from and its egress sidecar runs: nothing but the static
-# bin/sandbox-agent at /sandbox-agent (the FROM-scratch equivalent: a one-file tarball
-# and `docker import`, no registry). Push or load it where the cluster's nodes pull from
+# bin/sandbox-agent at /sandbox-agent, from images/agent.Dockerfile (FROM scratch, so no
+# registry; the classic builder, so no BuildKit). Push or load it where the cluster's nodes pull from
 # (`docker save sandgate/agent:<version> | ctr -n k8s.io images import -`, `kind load`,
 # or a registry tag), and point SANDGATE_K8S_AGENT_IMAGE at it when it is not the default.
 #
@@ -25,11 +25,7 @@ if ! file "$AGENT" 2>/dev/null | grep -q 'statically linked'; then
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+# The build context holds the binary alone, so nothing else of the tree reaches the image.
 install -m 0755 "$AGENT" "$dir/sandbox-agent"
-tar --owner=0 --group=0 --numeric-owner -C "$dir" -cf "$dir/agent.tar" sandbox-agent
-docker import \
-	--change 'ENTRYPOINT ["/sandbox-agent"]' \
-	--change 'CMD ["version"]' \
-	--change "LABEL org.opencontainers.image.title=sandgate-agent org.opencontainers.image.version=$VERSION" \
-	"$dir/agent.tar" "$TAG" >/dev/null
-echo "images: imported $TAG"
+DOCKER_BUILDKIT=0 docker build -q --build-arg "VERSION=$VERSION" -f "$HERE/agent.Dockerfile" -t "$TAG" "$dir" >/dev/null
+echo "images: built $TAG"

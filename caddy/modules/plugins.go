@@ -23,7 +23,7 @@ func (a *App) startPlugins(ctx context.Context, svc *gateway.Service, log *slog.
 		// Give idle instances' memory back; restarting one costs milliseconds.
 		IdleTimeout: 10 * time.Minute,
 		Logger:      log.With("component", "plugins"),
-		Audit:       svc.RecordAudit,
+		Audit:       svc.Events().RecordAudit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start plugin host: %w", err)

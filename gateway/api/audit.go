@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,6 +19,12 @@ const (
 	auditKeepAlive = 15 * time.Second
 	auditPoll      = time.Second
 )
+
+// readAudit reaches the event feature (Service.Events) when a request comes, not when
+// the routes are built.
+func (h *Handler) readAudit(ctx context.Context, c gateway.Caller, q gateway.AuditQuery) (*gateway.AuditPage, error) {
+	return h.svc.Events().ReadAudit(ctx, c, q)
+}
 
 // auditQuery reads GET /v1/audit, a page of the tenant's audit stream: oldest first
 // (order=newest for the reverse), at most limit (1–1000, default 100) records after the
@@ -64,7 +71,7 @@ func (h *Handler) streamAudit(w http.ResponseWriter, r *http.Request, c gateway.
 		return
 	}
 	if cursor == "" {
-		tail, err := h.svc.AuditTail(ctx, c)
+		tail, err := h.svc.Events().AuditTail(ctx, c)
 		if err != nil {
 			h.writeError(w, r, err)
 			return
@@ -83,8 +90,8 @@ func (h *Handler) streamAudit(w http.ResponseWriter, r *http.Request, c gateway.
 	for {
 		// Take the wake-up channel before reading, so that a batch written in between
 		// still wakes us.
-		wake := h.svc.AuditUpdates()
-		page, err := h.svc.ReadAudit(ctx, c, gateway.AuditQuery{Cursor: cursor, Limit: 100})
+		wake := h.svc.Events().AuditUpdates()
+		page, err := h.svc.Events().ReadAudit(ctx, c, gateway.AuditQuery{Cursor: cursor, Limit: 100})
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -41,9 +41,9 @@ func (h *Handler) e2bNoteAgentCall(r *http.Request, sb *gateway.SandboxRecord, p
 		if len(text) > 1024 {
 			text = text[:1024] + "…"
 		}
-		h.svc.RecordAgentCall(sb, plugins.EventCommandStarted, map[string]any{"endpoint": path, "command": text})
+		h.svc.Events().RecordAgentCall(sb, plugins.EventCommandStarted, map[string]any{"endpoint": path, "command": text})
 	case e2bPathFiles:
-		h.svc.RecordAgentCall(sb, plugins.EventFileWritten, map[string]any{"endpoint": path, "path": r.URL.Query().Get("path"), "bytes": r.ContentLength})
+		h.svc.Events().RecordAgentCall(sb, plugins.EventFileWritten, map[string]any{"endpoint": path, "path": r.URL.Query().Get("path"), "bytes": r.ContentLength})
 	}
 }
 

@@ -40,7 +40,7 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request, c gateway.C
 		h.writeError(w, r, err)
 		return
 	}
-	page, err := h.svc.ReadEvents(r.Context(), q)
+	page, err := h.svc.Events().Read(r.Context(), q)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -67,7 +67,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c gateway
 	if _, err := fmt.Fprint(w, "retry: 2000\n: event stream\n\n"); err != nil || rc.Flush() != nil {
 		return
 	}
-	_ = h.svc.FollowEvents(r.Context(), q,
+	_ = h.svc.Events().Follow(r.Context(), q,
 		func() error {
 			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io"
 	"mime"
@@ -21,7 +22,22 @@ func (h *Handler) putPlugin(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		h.writeError(w, r, err)
 		return
 	}
-	h.answer(w, r, http.StatusOK)(h.svc.PutPlugin(r.Context(), c, r.PathValue("name"), module, config))
+	h.answer(w, r, http.StatusOK)(h.svc.Plugins().Put(r.Context(), c, r.PathValue("name"), module, config))
+}
+
+// The plugin routes below reach the plugin feature (Service.Plugins) when a request
+// comes, not when the routes are built.
+
+func (h *Handler) listPlugins(ctx context.Context, c gateway.Caller) ([]gateway.PluginStatus, error) {
+	return h.svc.Plugins().List(ctx, c)
+}
+
+func (h *Handler) getPlugin(ctx context.Context, c gateway.Caller, name string) (*gateway.PluginStatus, error) {
+	return h.svc.Plugins().Get(ctx, c, name)
+}
+
+func (h *Handler) deletePlugin(ctx context.Context, c gateway.Caller, name string) error {
+	return h.svc.Plugins().Delete(ctx, c, name)
 }
 
 func readPluginUpload(w http.ResponseWriter, r *http.Request) (module, config []byte, err error) {

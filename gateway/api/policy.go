@@ -7,7 +7,7 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 )
 
-// The policy API for policy authors (admins): see gateway/policyadmin.go.
+// The policy API for policy authors (admins): see gateway/policyadmin.
 
 // policyChanges is the body of validate, PUT, eval and test: module name → source.
 type policyChanges struct {
@@ -15,7 +15,7 @@ type policyChanges struct {
 }
 
 func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	st, err := h.svc.PolicyState(r.Context())
+	st, err := h.svc.PolicyAdmin().State(r.Context())
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -29,7 +29,7 @@ func (h *Handler) validatePolicy(w http.ResponseWriter, r *http.Request, c gatew
 		h.writeError(w, r, err)
 		return
 	}
-	errs, err := h.svc.ValidatePolicy(r.Context(), req.Modules)
+	errs, err := h.svc.PolicyAdmin().Validate(r.Context(), req.Modules)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -47,7 +47,7 @@ func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		h.writeError(w, r, err)
 		return
 	}
-	st, err := h.svc.PutPolicy(r.Context(), c, req.Modules)
+	st, err := h.svc.PolicyAdmin().Put(r.Context(), c, req.Modules)
 	if err != nil {
 		h.writePolicyError(w, r, err)
 		return
@@ -57,7 +57,7 @@ func (h *Handler) putPolicy(w http.ResponseWriter, r *http.Request, c gateway.Ca
 
 // resetPolicy is DELETE /v1/policy/overrides[?module=name].
 func (h *Handler) resetPolicy(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	st, err := h.svc.ResetPolicy(r.Context(), c, r.URL.Query().Get("module"))
+	st, err := h.svc.PolicyAdmin().Reset(r.Context(), c, r.URL.Query().Get("module"))
 	if err != nil {
 		h.writePolicyError(w, r, err)
 		return
@@ -79,7 +79,7 @@ func (h *Handler) evalPolicy(w http.ResponseWriter, r *http.Request, c gateway.C
 		h.writeError(w, r, gateway.Errorf(gateway.KindInvalid, gateway.CodeInvalidParameter, "decision is required: access, admission, egress or a query such as data.sandgate.admission.deny"))
 		return
 	}
-	res, err := h.svc.EvalPolicy(r.Context(), req.Decision, req.Input, req.Modules)
+	res, err := h.svc.PolicyAdmin().Eval(r.Context(), req.Decision, req.Input, req.Modules)
 	if err != nil {
 		h.writePolicyError(w, r, err)
 		return
@@ -95,7 +95,7 @@ func (h *Handler) testPolicy(w http.ResponseWriter, r *http.Request, c gateway.C
 			return
 		}
 	}
-	rep, err := h.svc.TestPolicy(r.Context(), req.Modules)
+	rep, err := h.svc.PolicyAdmin().Test(r.Context(), req.Modules)
 	if err != nil {
 		h.writePolicyError(w, r, err)
 		return

@@ -323,9 +323,9 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 		if len(text) > 1024 {
 			text = text[:1024] + "…"
 		}
-		h.svc.RecordAgentCall(sb, plugins.EventCommandStarted, map[string]any{"endpoint": p, "command": text, "background": body.Background})
+		h.svc.Events().RecordAgentCall(sb, plugins.EventCommandStarted, map[string]any{"endpoint": p, "command": text, "background": body.Background})
 	case p == "/files/upload":
-		h.svc.RecordAgentCall(sb, plugins.EventFileWritten, map[string]any{"endpoint": p, "bytes": r.ContentLength})
+		h.svc.Events().RecordAgentCall(sb, plugins.EventFileWritten, map[string]any{"endpoint": p, "bytes": r.ContentLength})
 	default:
 		h.e2bNoteAgentCall(r, sb, p) // the agent's envd and code-interpreter mounts
 	}

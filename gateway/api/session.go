@@ -192,7 +192,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, _ gateway.Calle
 	})
 	w.Header().Set("Cache-Control", "no-store")
 	ctx := principal.WithCredential(r.Context(), principal.CredSession)
-	writeJSON(w, http.StatusOK, sessionBody(sess, h.svc.Can(ctx, caller, gateway.ConsoleActions)))
+	writeJSON(w, http.StatusOK, sessionBody(sess, h.svc.PolicyAdmin().Can(ctx, caller, gateway.ConsoleActions)))
 }
 
 func sessionBody(sess *access.Session, can map[string]bool) map[string]any {
@@ -216,7 +216,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, _ gateway.C
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	ctx := principal.WithCredential(r.Context(), principal.CredSession)
-	writeJSON(w, http.StatusOK, sessionBody(sess, h.svc.Can(ctx, caller, gateway.ConsoleActions)))
+	writeJSON(w, http.StatusOK, sessionBody(sess, h.svc.PolicyAdmin().Can(ctx, caller, gateway.ConsoleActions)))
 }
 
 // signOut is DELETE /v1/session: the session ends on every gateway and the cookie is

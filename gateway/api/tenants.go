@@ -93,7 +93,7 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, c gateway.Ca
 func (h *Handler) whoami(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
 	// can: what the key may do, for a console that shows only that.
 	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.Tenant, "role": c.Role(), "keyId": c.KeyID, "admin": c.Admin,
-		"can": h.svc.Can(r.Context(), c, gateway.ConsoleActions)})
+		"can": h.svc.PolicyAdmin().Can(r.Context(), c, gateway.ConsoleActions)})
 }
 
 func (h *Handler) rotateLinkKeys(w http.ResponseWriter, r *http.Request, c gateway.Caller) {

@@ -84,7 +84,7 @@ var eventStreamMaxArg any = int64(eventStreamMax)
 
 // AppendEvents writes several events in one pipelined round trip. It sends what XAdd
 // with MaxLen eventStreamMax, Approx and the values type and json would, built for the
-// whole batch at once (the batched writer's, runEventWriter: an event per proxied
+// whole batch at once (gateway/eventlog's batched writer's: an event per proxied
 // request): the bodies encoded into one buffer, every command's arguments windows of
 // one slice, a tenant's stream name and an event type boxed once. A command then costs
 // its own command and its reply, not a dozen allocations.

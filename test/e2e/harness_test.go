@@ -61,7 +61,7 @@ func run(m *testing.M) int {
 			out, pkg string
 			static   bool
 		}{
-			{"sandgate", "./caddy", false}, {"sandbox-agent", "./sandbox-agent", true},
+			{"sandgate", "./caddy", true}, {"sandbox-agent", "./sandbox-agent", true},
 		} {
 			// The version make builds with: the gateway names images by it (the E2B
 			// door's default templates).

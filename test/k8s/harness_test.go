@@ -148,6 +148,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cleanup = append(cleanup, agents.Close)
+	cleanup = append(cleanup, removeGatewayImage)
 	return m.Run()
 }
 
@@ -195,7 +196,7 @@ func sandgateBinaries(cleanup *[]func()) (string, error) {
 		return "", err
 	}
 	*cleanup = append(*cleanup, func() { os.RemoveAll(dir) })
-	for _, b := range []struct{ out, pkg, cgo string }{{"sandgate", "./caddy", "1"}, {"sandbox-agent", "./sandbox-agent", "0"}} {
+	for _, b := range []struct{ out, pkg, cgo string }{{"sandgate", "./caddy", "0"}, {"sandbox-agent", "./sandbox-agent", "0"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Dir = repoRoot
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
