@@ -26,6 +26,8 @@ const (
 	ReasonOOMKilled = "OOM_KILLED"
 	// ReasonVanished: its container was removed behind the gateway's back.
 	ReasonVanished = "CONTAINER_VANISHED"
+	// ReasonEvicted: the platform stopped or removed it (a Kubernetes eviction).
+	ReasonEvicted = "EVICTED"
 )
 
 // deathOf says why a sandbox whose workload does not run ended, from what the runtime
@@ -34,6 +36,8 @@ func deathOf(inst runtimes.Instance, exists bool) (reason, message string) {
 	switch {
 	case !exists:
 		return ReasonVanished, "the sandbox's container no longer exists in the runtime"
+	case inst.Evicted:
+		return ReasonEvicted, inst.Message
 	case inst.OOMKilled:
 		return ReasonOOMKilled, inst.Message + "; the sandbox reached its memory limit"
 	default:

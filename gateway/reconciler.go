@@ -172,6 +172,13 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 			inst = full
 		}
 	}
+	if !exists {
+		// A list leaves out what is gone, but the runtime may still know why it went
+		// (a Kubernetes pod evicted and deleted).
+		if full, err := s.runtime.Inspect(ctx, rec.ID); err == nil && full.State == runtimes.StateExited {
+			inst, exists = full, true
+		}
+	}
 	if !exists || inst.State == runtimes.StateExited {
 		s.markDead(ctx, rec.ID, inst, exists)
 		return

@@ -207,6 +207,10 @@ type Instance struct {
 	// OOMKilled reports that a stopped sandbox was killed for want of memory (its
 	// memory limit reached), as the engine recorded it.
 	OOMKilled bool
+	// Evicted reports that the platform stopped or removed the sandbox rather than its
+	// workload ending (on Kubernetes: an eviction, by the API as a drain makes it or by
+	// the kubelet under node pressure, a preemption, a taint).
+	Evicted bool
 	// Address is the host (IP) at which the sandbox's ports are reachable from the gateway.
 	Address     string
 	AgentToken  string
@@ -236,7 +240,9 @@ type Runtime interface {
 	// Create starts a sandbox and returns once its process is started (not necessarily
 	// answering yet); a failure leaves nothing behind.
 	Create(ctx context.Context, spec Spec) (Instance, error)
-	// Inspect returns the current view of one sandbox, ErrNotFound when it is gone.
+	// Inspect returns the current view of one sandbox, ErrNotFound when it is gone. A
+	// runtime may answer for a sandbox the platform evicted and removed (State exited,
+	// Evicted) for a while after it is gone, so that its death is reported as what it was.
 	Inspect(ctx context.Context, id string) (Instance, error)
 	// List returns every sandbox this runtime holds with sandgate's labels.
 	List(ctx context.Context) ([]Instance, error)

@@ -52,6 +52,8 @@ else
 	e2e "gateway end to end: faults: a burst of 20 expiries, proxied calls through a 15s Redis outage, takeover of a killed gateway's work" 'ExpiryBurst20|RedisOutage15s|GatewayTakeover' 1x
 	echo "== Kubernetes runtime on the local control plane: batches of 100 and 1000, warm and cold (1x)"
 	go test -count=1 -run '^$' -bench 'K8sBatch' -benchtime 1x -timeout 45m ./test/k8s/ 2>&1 | filter
+	echo "== Kubernetes runtime on the real node: create and claim to the first command, a batch of 20 answered, beside plain pods to Ready (3x)"
+	go test -count=1 -run '^$' -bench 'RealNode' -benchtime 3x -timeout 30m ./test/k8s/ 2>&1 | filter
 fi
 echo
 echo "== figures (bench/results.json)"

@@ -9,8 +9,9 @@
 # Environment:
 #   SANDGATE_REGISTRY_CACHE  where it is cached (default /var/cache/sandgate/registry/<version>)
 #
-# The tests (test/e2e TestImagePull*) run it themselves on 127.0.0.1 with htpasswd auth and
-# a storage directory of their own, and stop it in t.Cleanup.
+# The tests (test/e2e TestImagePull*, test/k8s TestRealNodeImagePullSecret) run it
+# themselves on 127.0.0.1 with htpasswd auth and a storage directory of their own, and
+# stop it in t.Cleanup.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

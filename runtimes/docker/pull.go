@@ -167,7 +167,7 @@ func (r *Runtime) pull(ctx context.Context, image string, auth *runtimes.ImageAu
 			return pullError(image, err)
 		}
 		if msg.Error != nil {
-			reason, denied := pullReason(msg.Error.Code, msg.Error.Message)
+			reason, denied := runtimes.PullReason(msg.Error.Code, msg.Error.Message)
 			return &runtimes.PullError{Image: image, Reason: reason, Denied: denied}
 		}
 		if progress == nil || msg.ID == "" {
@@ -235,52 +235,6 @@ func pullError(image string, err error) error {
 	case cerrdefs.IsInvalidArgument(err):
 		code = 400
 	}
-	reason, denied := pullReason(code, err.Error())
+	reason, denied := runtimes.PullReason(code, err.Error())
 	return &runtimes.PullError{Image: image, Reason: reason, Denied: denied}
-}
-
-// The reasons a failed pull is answered with. The engine's own text is never passed on:
-// it quotes what the registry answered (a body's first bytes among it), and whatever
-// answered under the registry's name is not the caller's to read.
-const (
-	ReasonUnauthorized = "unauthorized: authentication required (the registry refused the credentials, or wants some)"
-	ReasonDenied       = "denied: the registry refused access to the repository"
-	ReasonNotFound     = "not found: manifest unknown (the registry has no such repository or tag)"
-	ReasonInvalidName  = "invalid reference format: the registry does not accept the image's name"
-	ReasonNoPlatform   = "no matching manifest: the image has no variant for this host's platform"
-	ReasonUnreachable  = "unreachable: the registry could not be reached"
-	ReasonBadAnswer    = "bad answer: the registry's answer is not a usable image"
-)
-
-// pullReason maps the engine's error (its HTTP-like code, 0 when none, and its message)
-// to one of the fixed reasons, and tells a refusal (the caller's to fix) from an outage
-// or an answer that is no image.
-func pullReason(code int, msg string) (reason string, denied bool) {
-	m := strings.ToLower(msg)
-	has := func(subs ...string) bool {
-		for _, s := range subs {
-			if strings.Contains(m, s) {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case code == 401 || has("unauthorized", "authentication required", "no basic auth credentials", "incorrect username or password"):
-		return ReasonUnauthorized, true
-	case code == 404 || has("manifest unknown", "not found", "name unknown", "repository does not exist"):
-		return ReasonNotFound, true
-	case code == 403 || has("denied", "forbidden"):
-		return ReasonDenied, true
-	case has("invalid reference format", "repository name must", "name invalid"):
-		return ReasonInvalidName, true
-	case has("no matching manifest"):
-		return ReasonNoPlatform, true
-	case code == 400:
-		return ReasonInvalidName, true
-	case has("connection refused", "no such host", "i/o timeout", "timeout", "network is unreachable",
-		"no route to host", "connection reset", "tls:", "x509:", "server gave http response to https client"):
-		return ReasonUnreachable, false
-	}
-	return ReasonBadAnswer, false
 }

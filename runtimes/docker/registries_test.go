@@ -38,7 +38,7 @@ func TestPlatformAddr(t *testing.T) {
 }
 
 // fixedReasons are every reason a failed pull may answer.
-var fixedReasons = []string{ReasonUnauthorized, ReasonDenied, ReasonNotFound, ReasonInvalidName, ReasonNoPlatform, ReasonUnreachable, ReasonBadAnswer}
+var fixedReasons = []string{runtimes.PullReasonUnauthorized, runtimes.PullReasonDenied, runtimes.PullReasonNotFound, runtimes.PullReasonInvalidName, runtimes.PullReasonNoPlatform, runtimes.PullReasonUnreachable, runtimes.PullReasonBadAnswer}
 
 func isFixedReason(s string) bool {
 	for _, r := range fixedReasons {
@@ -47,35 +47,6 @@ func isFixedReason(s string) bool {
 		}
 	}
 	return false
-}
-
-func TestPullReason(t *testing.T) {
-	tests := []struct {
-		name   string
-		code   int
-		msg    string
-		want   string
-		denied bool
-	}{
-		{"unauthorized", 0, `Head "http://127.0.0.1:5000/v2/x/manifests/y": no basic auth credentials`, ReasonUnauthorized, true},
-		{"401", 401, "anything", ReasonUnauthorized, true},
-		{"unknown tag", 0, "manifest for 127.0.0.1:5000/x:y not found: manifest unknown: manifest unknown", ReasonNotFound, true},
-		{"pull access denied", 404, "pull access denied for nope, repository does not exist or may require 'docker login'", ReasonNotFound, true},
-		{"denied", 403, "denied: requested access to the resource is denied", ReasonDenied, true},
-		{"invalid name", 0, "invalid reference format", ReasonInvalidName, true},
-		{"platform", 0, "no matching manifest for linux/amd64 in the manifest list entries", ReasonNoPlatform, true},
-		{"refused", 0, `Get "http://127.0.0.1:1/v2/": dial tcp 127.0.0.1:1: connect: connection refused`, ReasonUnreachable, false},
-		{"garbage body", 0, `error parsing HTTP 200 response body: invalid character '#' looking for beginning of value: "# HELP go_gc_duration_seconds"`, ReasonBadAnswer, false},
-		{"other", 0, "something else entirely: \x00secret", ReasonBadAnswer, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, denied := pullReason(tt.code, tt.msg)
-			if got != tt.want || denied != tt.denied {
-				t.Fatalf("pullReason(%d, %q) = %q, %t; want %q, %t", tt.code, tt.msg, got, denied, tt.want, tt.denied)
-			}
-		})
-	}
 }
 
 // countingListener accepts on loopback and counts the connections it is offered,

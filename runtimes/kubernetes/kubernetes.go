@@ -412,10 +412,17 @@ func (r *Runtime) pendingReason(id string) string {
 	return ""
 }
 
-// Inspect implements runtimes.Runtime from the informer's cache.
+// Inspect implements runtimes.Runtime from the informer's cache; a pod the cluster
+// evicted and removed is answered from its last view for evictionMemory.
 func (r *Runtime) Inspect(ctx context.Context, id string) (runtimes.Instance, error) {
 	pod, err := r.pods.Get(PodName(id))
 	if apierrors.IsNotFound(err) {
+		r.mu.Lock()
+		inst, evicted := r.deaths.evictedView(id, time.Now())
+		r.mu.Unlock()
+		if evicted {
+			return inst, nil
+		}
 		return runtimes.Instance{}, fmt.Errorf("sandbox %s: %w", id, runtimes.ErrNotFound)
 	}
 	if err != nil {
@@ -461,6 +468,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("delete pod %s: %w", PodName(id), err)
 	}
 	r.deleteClaims(ctx, claims)
+	r.mu.Lock()
+	delete(r.deaths.evicted, id)
+	r.mu.Unlock()
 	// The garbage collector would remove it with the pod; removing it now does not leave
 	// credentials behind for the grace period (or on a cluster without a collector).
 	if withSecret {

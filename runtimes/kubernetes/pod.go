@@ -431,6 +431,13 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 		}
 	}
 	switch {
+	case evictionOf(pod) != "":
+		// Before the deletion case: an eviction by the API deletes the pod, and its
+		// being deleted is then the cluster's doing, not the gateway's.
+		inst.State = runtimes.StateExited
+		inst.ExitCode = -1
+		inst.Evicted = true
+		inst.Message = "the pod was evicted: " + evictionOf(pod)
 	case pod.DeletionTimestamp != nil:
 		inst.State = runtimes.StateExited
 		inst.Message = "the pod is being deleted"
@@ -464,9 +471,41 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 	return inst
 }
 
+// evictionOf says how the cluster evicted pod, or "" when it did not: the kubelet under
+// node pressure fails it with reason Evicted; the Eviction API (a drain), the
+// scheduler's preemption, the taint manager and the kubelet mark it with a
+// DisruptionTarget condition before they delete or stop it. The gateway's own deletes
+// carry no such condition.
+func evictionOf(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			if c.Message == "" {
+				return c.Reason
+			}
+			return c.Reason + ": " + c.Message
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" {
+		if pod.Status.Message == "" {
+			return pod.Status.Reason
+		}
+		return pod.Status.Message
+	}
+	return ""
+}
+
 // startFailure explains why a pod that is not running yet will not start by itself,
-// or returns nil while it still may.
+// or returns nil while it still may. A pull of the sandbox's image that failed is a
+// runtimes.PullError with one of the fixed reasons (the kubelet's message quotes the
+// registry, so it stays in the error's text for the log only); a failed pull of another
+// image (the agent's) is the platform's fault and no PullError.
 func startFailure(pod *corev1.Pod) error {
+	var sandboxImage string
+	for _, c := range pod.Spec.Containers {
+		if c.Name == WorkloadContainer {
+			sandboxImage = c.Image
+		}
+	}
 	statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	for _, cs := range statuses {
 		w := cs.State.Waiting
@@ -474,7 +513,17 @@ func startFailure(pod *corev1.Pod) error {
 			continue
 		}
 		switch w.Reason {
-		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
+			if cs.Image != sandboxImage {
+				return fmt.Errorf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+			}
+			reason, denied := runtimes.PullReason(0, w.Message)
+			if w.Reason == "InvalidImageName" {
+				reason, denied = runtimes.PullReasonInvalidName, true
+			}
+			return fmt.Errorf("container %s: %s: %s: %w", cs.Name, w.Reason, w.Message,
+				&runtimes.PullError{Image: sandboxImage, Reason: reason, Denied: denied})
+		case "ErrImageNeverPull":
 			return fmt.Errorf("container %s: %s: %s: %w", cs.Name, w.Reason, w.Message, runtimes.ErrImageNotFound)
 		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
 			return fmt.Errorf("container %s: %s: %s", cs.Name, w.Reason, w.Message)

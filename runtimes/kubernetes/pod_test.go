@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -70,25 +71,29 @@ func TestPodRoundTrip(t *testing.T) {
 func TestInstanceStates(t *testing.T) {
 	now := metav1.Now()
 	running := corev1.ContainerStatus{Name: WorkloadContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	evictedByAPI := []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI", Message: "Eviction API: evicting"}}
 	for _, tt := range []struct {
 		name    string
 		pod     corev1.Pod
 		state   runtimes.State
 		message string
+		evicted bool
 	}{
-		{"pending", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, runtimes.StateCreated, ""},
-		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateRunning, ""},
-		{"running without an IP yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateCreated, ""},
-		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateExited, "being deleted"},
-		{"evicted", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}}, runtimes.StateExited, "failed: Evicted: The node was low"},
-		{"node lost", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "NodeLost"}}, runtimes.StateExited, "NodeLost"},
+		{"pending", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, runtimes.StateCreated, "", false},
+		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateRunning, "", false},
+		{"running without an IP yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateCreated, "", false},
+		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateExited, "being deleted", false},
+		{"evicted by the kubelet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}}, runtimes.StateExited, "evicted: The node was low", true},
+		{"evicted by the API, not yet deleted", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}, Conditions: evictedByAPI}}, runtimes.StateExited, "evicted: EvictionByEvictionAPI", true},
+		{"evicted by the API, being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}, Conditions: evictedByAPI}}, runtimes.StateExited, "evicted: EvictionByEvictionAPI", true},
+		{"node lost", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "NodeLost"}}, runtimes.StateExited, "NodeLost", false},
 		{"out of memory", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: WorkloadContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}}, runtimes.StateExited, "code 137 (killed: out of memory)"},
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}}, runtimes.StateExited, "code 137 (killed: out of memory)", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			inst := instanceOf(&tt.pod)
-			if inst.State != tt.state || !strings.Contains(inst.Message, tt.message) {
-				t.Fatalf("state %s message %q, want %s containing %q", inst.State, inst.Message, tt.state, tt.message)
+			if inst.State != tt.state || !strings.Contains(inst.Message, tt.message) || inst.Evicted != tt.evicted {
+				t.Fatalf("state %s message %q evicted %t, want %s containing %q, evicted %t", inst.State, inst.Message, inst.Evicted, tt.state, tt.message, tt.evicted)
 			}
 		})
 	}
@@ -245,5 +250,58 @@ func TestTooManySandboxDNS(t *testing.T) {
 	_, err := newWithClient(t.Context(), nil, Options{SandboxDNS: servers})
 	if err == nil || !strings.Contains(err.Error(), "at most 3") {
 		t.Fatalf("runtime with four sandbox DNS servers: %v, want refused", err)
+	}
+}
+
+// TestStartFailurePull: a failed pull of the sandbox's image is a PullError with one of
+// the fixed reasons, not the kubelet's text; a failed pull of the agent image is not the
+// caller's and is no PullError.
+func TestStartFailurePull(t *testing.T) {
+	const sandboxImage, agentImage = "127.0.0.1:5000/team/app:1", "sandgate/agent:test"
+	pod := func(name, image, reason, message string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: WorkloadContainer, Image: sandboxImage}}}}
+		st := corev1.ContainerStatus{Name: name, Image: image, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}
+		if name == InstallContainer {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{st}
+		} else {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{st}
+		}
+		return p
+	}
+	tests := []struct {
+		name       string
+		pod        *corev1.Pod
+		wantReason string // empty: no PullError
+		denied     bool
+	}{
+		{"wrong credentials", pod(WorkloadContainer, sandboxImage, "ErrImagePull",
+			`failed to pull and unpack image "127.0.0.1:5000/team/app:1": failed to resolve reference: unexpected status from HEAD request to http://127.0.0.1:5000/v2/team/app/manifests/1: 401 Unauthorized`),
+			runtimes.PullReasonUnauthorized, true},
+		{"back-off after a missing tag", pod(WorkloadContainer, sandboxImage, "ImagePullBackOff",
+			`Back-off pulling image "127.0.0.1:5000/team/app:1": ErrImagePull: 127.0.0.1:5000/team/app:1: not found`),
+			runtimes.PullReasonNotFound, true},
+		{"unreachable", pod(WorkloadContainer, sandboxImage, "ErrImagePull", `dial tcp 127.0.0.1:5000: connect: connection refused`),
+			runtimes.PullReasonUnreachable, false},
+		{"invalid name", pod(WorkloadContainer, sandboxImage, "InvalidImageName", `Failed to apply default image tag "x": couldn't parse`),
+			runtimes.PullReasonInvalidName, true},
+		{"the agent image", pod(InstallContainer, agentImage, "ErrImagePull", "401 Unauthorized"), "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := startFailure(tt.pod)
+			if err == nil {
+				t.Fatal("startFailure = nil, want an error")
+			}
+			var pe *runtimes.PullError
+			if !errors.As(err, &pe) {
+				if tt.wantReason != "" {
+					t.Fatalf("startFailure = %v, want a PullError", err)
+				}
+				return
+			}
+			if tt.wantReason == "" || pe.Reason != tt.wantReason || pe.Denied != tt.denied || pe.Image != sandboxImage {
+				t.Fatalf("PullError %+v, want reason %q denied %t for %s", pe, tt.wantReason, tt.denied, sandboxImage)
+			}
+		})
 	}
 }

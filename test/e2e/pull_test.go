@@ -2,117 +2,29 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
-	"github.com/sandgate/sandgate/runtimes/docker"
+	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/test/testenv"
 )
 
-// testRegistry is a real container registry (distribution/v3, built by
-// scripts/registry.sh) on loopback, started by the test that uses it.
-type testRegistry struct {
-	Addr string // 127.0.0.1:port
-	logs *testenv.SyncBuffer
-}
-
-// Logs is what the registry has logged so far.
-func (r *testRegistry) Logs() string {
-	return r.logs.String()
-}
-
-// ManifestRequests counts the registry's answered requests for repo's manifest tag (the
-// push's included).
-func (r *testRegistry) ManifestRequests(repo, tag string) int {
-	n := 0
-	for _, line := range strings.Split(r.Logs(), "\n") {
-		if strings.Contains(line, "/v2/"+repo+"/manifests/"+tag) && strings.Contains(line, "response completed") {
-			n++
-		}
-	}
-	return n
-}
+// testRegistry is the loopback registry of testenv.StartRegistry, with the pushes the
+// tests here make to it.
+type testRegistry struct{ *testenv.Registry }
 
 // startRegistry runs the registry on a free loopback port; with a user it demands
 // htpasswd basic auth. It is stopped, and its storage removed, in t.Cleanup.
 func startRegistry(t *testing.T, user, password string) *testRegistry {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(repoRoot, "scripts", "registry.sh"), "build").Output()
-	if err != nil {
-		t.Fatalf("scripts/registry.sh build (make registry): %v", err)
-	}
-	bin := strings.TrimSpace(string(out))
-	dir := t.TempDir()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	auth := ""
-	if user != "" {
-		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: sandgate-test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
-	}
-	config := fmt.Sprintf(`version: 0.1
-log:
-  level: info
-  formatter: text
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: %s
-%s`, filepath.Join(dir, "storage"), addr, auth)
-	cfg := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := &testRegistry{Addr: addr, logs: &testenv.SyncBuffer{}}
-	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Stdout, cmd.Stderr = r.logs, r.logs
-	// The registry reports no telemetry and reaches nothing but its own directory.
-	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("registry %s logs:\n%s", addr, testenv.Tail(r.Logs(), 6000))
-		}
-	})
-	testenv.WaitFor(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/v2/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200 || resp.StatusCode == 401
-	}, "the registry to answer on "+addr)
-	return r
+	return &testRegistry{testenv.StartRegistry(t, repoRoot, user, password)}
 }
 
 // push tags sandgate/base as addr/sandgate/base:tag and pushes it with the docker CLI,
@@ -447,8 +359,8 @@ func TestPullRefusesPlatformHosts(t *testing.T) {
 	}
 	msg, _ := r.JSON(t)["message"].(string)
 	fixed := false
-	for _, reason := range []string{docker.ReasonUnauthorized, docker.ReasonDenied, docker.ReasonNotFound, docker.ReasonInvalidName,
-		docker.ReasonNoPlatform, docker.ReasonUnreachable, docker.ReasonBadAnswer} {
+	for _, reason := range []string{runtimes.PullReasonUnauthorized, runtimes.PullReasonDenied, runtimes.PullReasonNotFound, runtimes.PullReasonInvalidName,
+		runtimes.PullReasonNoPlatform, runtimes.PullReasonUnreachable, runtimes.PullReasonBadAnswer} {
 		fixed = fixed || strings.HasSuffix(msg, ": "+reason)
 	}
 	if !fixed || strings.Contains(msg, marker) || strings.Contains(msg, "#") || strings.Contains(msg, auth["password"]) {

@@ -92,7 +92,7 @@ func removeRealNodeImages() {
 // requireRealNode skips a test on a machine without a real node, saying why, and loads
 // the images sandbox pods name into the node once per run: the base image and an agent
 // image made from the sandbox-agent under test. It returns the agent image.
-func requireRealNode(t *testing.T) string {
+func requireRealNode(t testing.TB) string {
 	t.Helper()
 	if realNode.skip != "" {
 		t.Skipf("no real node on this machine: %s", realNode.skip)
@@ -122,7 +122,7 @@ func requireRealNode(t *testing.T) string {
 // apiserver's PodNodeSelector and PodTolerationRestriction plugins give every pod of
 // the namespace the node's selector and toleration, as a cluster admin would for a
 // dedicated node pool, so the runtime's pods need nothing of their own.
-func realNodeNamespace(t *testing.T) string {
+func realNodeNamespace(t testing.TB) string {
 	t.Helper()
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -145,7 +145,7 @@ func realNodeNamespace(t *testing.T) string {
 }
 
 // waitRealPodsGone waits until no pod of namespace is left on the real node.
-func waitRealPodsGone(t *testing.T, ns string) {
+func waitRealPodsGone(t testing.TB, ns string) {
 	zero := int64(0)
 	ctx := context.Background()
 	_ = kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
@@ -161,7 +161,7 @@ func waitRealPodsGone(t *testing.T, ns string) {
 }
 
 // startRealNodeGateway starts a gateway whose sandboxes copy the agent under test.
-func startRealNodeGateway(t *testing.T, ns, agentImage string) *gateway {
+func startRealNodeGateway(t testing.TB, ns, agentImage string) *gateway {
 	t.Helper()
 	return startGateway(t, ns, "SANDGATE_K8S_AGENT_IMAGE="+agentImage)
 }
@@ -393,6 +393,13 @@ func TestRealNodeKilledContainerFails(t *testing.T) {
 	if status["reason"] != "EXITED" {
 		t.Errorf("status %v, want reason EXITED", status)
 	}
+	expectUnavailable(t, g, id)
+}
+
+// expectUnavailable checks that a call to a Failed sandbox's agent answers
+// SANDBOX::UNAVAILABLE (or that its endpoint already does).
+func expectUnavailable(t *testing.T, g *gateway, id string) {
+	t.Helper()
 	base, headers, err := g.endpoint(id)
 	if err != nil {
 		// The endpoint itself may already answer that the sandbox is unavailable.
