@@ -288,7 +288,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if id := r.Header.Get(headerE2BSandboxID); id != "" && h.e2b != nil {
-		h.serveE2BSandboxCall(w, r, id)
+		h.serveE2BSandboxCall(w, r, id, r.Header.Get(headerE2BSandboxPort))
+		return
+	}
+	if id, port, ok := h.e2bHost(r.Host); ok {
+		h.serveE2BSandboxCall(w, r, id, port)
 		return
 	}
 	if id, port, ok := h.previewHost(r.Host); ok {

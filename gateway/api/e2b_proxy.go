@@ -1,8 +1,10 @@
 package api
 
 import (
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,16 +49,19 @@ var e2bAgentPaths = map[int]string{
 	e2bCodeInterpreterPort: "/e2b-code",
 }
 
-// serveE2BSandboxCall serves a request that names a sandbox in E2b-Sandbox-Id: the
-// token the port needs is checked, the door's headers are removed, and the request
-// goes the proxy's way (proxyAs) with a credential bound to that sandbox.
-func (h *Handler) serveE2BSandboxCall(w http.ResponseWriter, r *http.Request, id string) {
+// serveE2BSandboxCall serves a request that names a sandbox, in E2b-Sandbox-Id and
+// E2b-Sandbox-Port or in its host (e2bHost), by id and port: the token the port needs
+// (or a signed file URL's signature) is checked, the door's headers and signature
+// parameters are removed, and the request goes the proxy's way (proxyAs) with a
+// credential bound to that sandbox.
+func (h *Handler) serveE2BSandboxCall(w http.ResponseWriter, r *http.Request, id, port string) {
 	r.Pattern = e2bSandboxCallPattern
 	r = withE2BMark(r, e2bMark{shape: e2bSandboxCall, sandbox: id})
-	sb, grant, portStr, rest, err := h.e2bAuthorize(r, id)
+	sb, grant, portStr, rest, err := h.e2bAuthorize(r, id, port)
 	for _, hdr := range []string{headerE2BSandboxID, headerE2BSandboxPort, headerE2BAccessToken, headerE2BTrafficToken} {
 		delete(r.Header, hdr)
 	}
+	stripE2BFileSignature(r)
 	if err == nil && sb.State == gateway.StatePaused && sb.Extensions[e2bExtAutoResume] == "true" {
 		err = h.e2bAutoResume(r, sb)
 	}
@@ -100,8 +105,9 @@ func (h *Handler) e2bAutoResume(r *http.Request, sb *gateway.SandboxRecord) erro
 // e2bAutoResumeKeyID names, in the sandbox's events, the resume a call made.
 const e2bAutoResumeKeyID = "e2b-auto-resume"
 
-// e2bAuthorize checks a header-routed request's token against the sandbox it names:
-// envd wants X-Access-Token, the envd token; the sandbox's other ports want
+// e2bAuthorize checks a request's token against the sandbox it names, on port:
+// envd wants X-Access-Token, the envd token, or for /files without it a signed file
+// URL made with that token (e2b_signature.go); the sandbox's other ports want
 // E2B-Traffic-Access-Token, the traffic token, or the envd token (E2B's code
 // interpreter SDK sends whichever it has), and the sandbox's own ports nothing when
 // they are public. The code interpreter is served by the agent but, as in E2B, is
@@ -109,9 +115,9 @@ const e2bAutoResumeKeyID = "e2b-auto-resume"
 // by being public. It answers the credential the access policy then judges, the
 // upstream port and the escaped path to send there, with the sandbox's record. The agent's and the enforcer's
 // own ports are never reached this way.
-func (h *Handler) e2bAuthorize(r *http.Request, id string) (*gateway.SandboxRecord, access.ProxyAccess, string, string, error) {
+func (h *Handler) e2bAuthorize(r *http.Request, id, portStr string) (*gateway.SandboxRecord, access.ProxyAccess, string, string, error) {
 	var none access.ProxyAccess
-	port, err := gateway.ParsePort(r.Header.Get(headerE2BSandboxPort))
+	port, err := gateway.ParsePort(portStr)
 	if err != nil {
 		return nil, none, "", "", err
 	}
@@ -134,6 +140,11 @@ func (h *Handler) e2bAuthorize(r *http.Request, id string) (*gateway.SandboxReco
 		upstreamPort, rest = strconv.Itoa(agentproto.AgentPort), prefix+rest
 	}
 	switch {
+	case port == e2bEnvdPort && envdToken == "" && r.URL.Query().Has(e2bSignatureParam):
+		if err := e2bCheckFileSignature(r, sb, time.Now()); err != nil {
+			return nil, none, "", "", err
+		}
+		r.Header.Del("Authorization") // the signature names the user (?username=)
 	case port == e2bEnvdPort:
 		if !envdOK {
 			return nil, none, "", "", e2bTokenRefused(sb.ID, envdToken)
@@ -154,4 +165,32 @@ func e2bTokenRefused(id, got string) error {
 		return gateway.Errorf(gateway.KindUnauthenticated, gateway.CodeMissingAPIKey, "sandbox %s needs the token its create answered (X-Access-Token, or E2B-Traffic-Access-Token for its ports)", id)
 	}
 	return gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "the token is not valid for this port of sandbox %s", id)
+}
+
+// e2bHost parses E2B's host form, {port}-{id}.<preview domain>[:port], the host its
+// SDKs' get_host() and file URLs name once the create answers the preview domain as
+// the sandbox's domain. The port is one to five digits and the id a canonical UUID, so
+// a host-mode preview's {id}-{port} label never parses as this form (its first dash
+// follows the id's eight hex digits, this form's the port's five digits at most), and the two
+// forms share one wildcard name and certificate.
+func (h *Handler) e2bHost(host string) (id, port string, ok bool) {
+	domain := h.svc.Config().PreviewDomain
+	if h.e2b == nil || domain == "" {
+		return "", "", false
+	}
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		host = hh
+	}
+	label, rest, found := strings.Cut(strings.ToLower(host), ".")
+	if !found || rest != strings.ToLower(strings.TrimSuffix(domain, ".")) {
+		return "", "", false
+	}
+	port, id, found = strings.Cut(label, "-")
+	if !found || len(port) == 0 || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+		return "", "", false
+	}
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return "", "", false
+	}
+	return id, port, true
 }

@@ -94,6 +94,9 @@ type e2bSandbox struct {
 	EnvdVersion        string  `json:"envdVersion"`
 	EnvdAccessToken    string  `json:"envdAccessToken"`
 	TrafficAccessToken *string `json:"trafficAccessToken"`
+	// Domain is the preview domain, under which {port}-{sandboxID}.<domain> reaches the
+	// sandbox (e2bHost); null without one, as E2B answers for its own domain.
+	Domain *string `json:"domain"`
 }
 
 // e2bListedSandbox is E2B's ListedSandbox, an item of the list.
@@ -116,6 +119,7 @@ type e2bListedSandbox struct {
 type e2bSandboxDetail struct {
 	e2bListedSandbox
 	EnvdAccessToken     string        `json:"envdAccessToken,omitempty"`
+	Domain              *string       `json:"domain"`
 	AllowInternetAccess *bool         `json:"allowInternetAccess,omitempty"`
 	Lifecycle           *e2bLifecycle `json:"lifecycle,omitempty"`
 }
@@ -430,12 +434,21 @@ func (h *Handler) e2bTemplateOf(src e2bSource) string {
 func (h *Handler) e2bSandboxOf(sb *gateway.SandboxRecord) e2bSandbox {
 	tmpl := h.e2bTemplateOf(e2bSourceOfRecord(sb, ""))
 	out := e2bSandbox{TemplateID: tmpl, SandboxID: sb.ID, Alias: tmpl, ClientID: e2bClientID,
-		EnvdVersion: e2bEnvdVersion, EnvdAccessToken: e2bToken(sb, e2bPurposeEnvd)}
+		EnvdVersion: e2bEnvdVersion, EnvdAccessToken: e2bToken(sb, e2bPurposeEnvd), Domain: h.e2bDomain()}
 	if sb.Extensions[access.ExtensionPublic] != "true" {
 		t := e2bToken(sb, e2bPurposeTraffic)
 		out.TrafficAccessToken = &t
 	}
 	return out
+}
+
+// e2bDomain is the domain the door answers with a sandbox: the preview domain, nil
+// without one.
+func (h *Handler) e2bDomain() *string {
+	if d := strings.TrimSuffix(h.svc.Config().PreviewDomain, "."); d != "" {
+		return &d
+	}
+	return nil
 }
 
 // e2bListedOf is the list item of a sandbox.
@@ -493,6 +506,7 @@ func (h *Handler) e2bGet(w http.ResponseWriter, r *http.Request, c gateway.Calle
 	d := e2bSandboxDetail{
 		e2bListedSandbox: h.e2bListedOf(e2bSourceOfRecord(sb, state)),
 		EnvdAccessToken:  e2bToken(sb, e2bPurposeEnvd),
+		Domain:           h.e2bDomain(),
 	}
 	internet := e2bInternetAllowed(sb)
 	d.AllowInternetAccess = &internet

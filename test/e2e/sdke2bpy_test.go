@@ -36,7 +36,10 @@ func TestSDKE2BPy(t *testing.T) {
 			t.Fatalf("image %s is missing (run `make images`)", img)
 		}
 	}
-	g := e.startGateway()
+	// The preview domain is a .test name nothing resolves: the suite sends requests for
+	// its hosts to the gateway's listener with the name in the Host header.
+	const previewDomain = "sandgate-e2b.test"
+	g := e.startGateway("SANDGATE_PREVIEW_DOMAIN=" + previewDomain)
 	removeSDKPySnapshots(t, e, g) // what the suite's forks and snapshots leave
 	run := randomHex(4)
 	removeSDKE2BPyVolumes(t, e, run)
@@ -56,6 +59,7 @@ func TestSDKE2BPy(t *testing.T) {
 		"E2B_API_KEY="+own.APIKey,
 		"SANDGATE_SDK_OTHER_KEY="+other.APIKey,
 		"SANDGATE_SDK_RUN="+run,
+		"SANDGATE_SDK_E2B_DOMAIN="+previewDomain,
 		"PYTHONDONTWRITEBYTECODE=1",
 		"NO_COLOR=1",
 	)

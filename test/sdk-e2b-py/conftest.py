@@ -9,6 +9,7 @@ Run by test/e2e TestSDKE2BPy, which starts the gateway and passes, in the enviro
   E2B_API_KEY                  a tenant's API key
   SANDGATE_SDK_OTHER_KEY       the API key of another tenant
   SANDGATE_SDK_RUN             a random token of this run (metadata)
+  SANDGATE_SDK_E2B_DOMAIN      the gateway's preview domain (test_signed_urls.py)
 
 Every sandbox a test creates is killed when its fixture ends.
 """
