@@ -7,6 +7,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/state"
+	"github.com/sandgate/sandgate/gateway/tenancy"
 	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -117,9 +118,9 @@ const (
 
 // Codes of tenants, keys and their quotas.
 const (
-	CodeTenantNotFound = "TENANT::NOT_FOUND"
-	CodeTenantInvalid  = "TENANT::INVALID_PARAMETER"
-	CodeKeyNotFound    = "KEY::NOT_FOUND"
+	CodeTenantNotFound = tenancy.CodeTenantNotFound
+	CodeTenantInvalid  = tenancy.CodeTenantInvalid
+	CodeKeyNotFound    = tenancy.CodeKeyNotFound
 	// CodeQuotaRate: the tenant's token bucket of creates is empty.
 	CodeQuotaRate = "QUOTA::CREATE_RATE"
 	// CodeQuotaConcur: the tenant holds its limit of live sandboxes (the code the

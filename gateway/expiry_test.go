@@ -51,11 +51,11 @@ func TestNoTimeoutBounds(t *testing.T) {
 	ctx := context.Background()
 	tenantCaller := func(t *testing.T, c *testCore, name string, q store.Quotas) Caller {
 		t.Helper()
-		tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: name, Quotas: &q})
+		tenant, err := c.svc.Tenancy().CreateTenant(ctx, TenantRequest{Name: name, Quotas: &q})
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+		key, err := c.svc.Tenancy().CreateKey(ctx, tenant.ID, "member")
 		if err != nil {
 			t.Fatal(err)
 		}

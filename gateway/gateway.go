@@ -45,7 +45,8 @@
 //	                 WASM plugins) sees it: the host attached, renew-on-access's decide_ttl
 //	policyhost.go    the core as the policy feature (package gateway/policyadmin: tenants'
 //	                 Rego policy management) sees it
-//	tenants.go       tenant and key CRUD
+//	tenancyhost.go   the core as the tenancy feature (package gateway/tenancy: tenant and
+//	                 key CRUD) sees it
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
 //	agentclient.go   the core's calls to agents and enforcers (sandbox-agent/agentclient)
@@ -73,6 +74,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/tenancy"
 	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/gateway/usage"
 	"github.com/sandgate/sandgate/policy"
@@ -258,6 +260,8 @@ type Service struct {
 	// policyAdmin is the feature of tenants' Rego policy management (package
 	// gateway/policyadmin).
 	policyAdmin *policyadmin.Manager
+	// tenancy is the feature of tenants and their API keys (package gateway/tenancy).
+	tenancy *tenancy.Manager
 	// tenantPlugins is the feature of tenants' WASM plugins (package
 	// gateway/tenantplugins).
 	tenantPlugins *tenantplugins.Manager
@@ -313,6 +317,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		st, rt, stateHost{s}, log)
 	s.resourceUse = usage.New(usage.Config{Interval: cfg.UsageInterval}, st, rt, s.agents, s.metrics, usageHost{s})
 	s.policyAdmin = policyadmin.New(st, pol, policyHost{s}, log)
+	s.tenancy = tenancy.New(st, tenancyHost{s}, log)
 	s.tenantPlugins = tenantplugins.New(st, log)
 	return s
 }
