@@ -80,7 +80,7 @@ func benchBatchClaim(b *testing.B, size int, endpoints bool) {
 		if endpoints {
 			at = &EndpointQuery{RequestHost: "gateway.example:8080", Scheme: "http"}
 		}
-		v, err := s.CreateBatchWithEndpoints(ctx, caller, BatchRequest{Count: size, PoolRef: "bench"}, at)
+		v, err := s.Batches().Create(ctx, caller, BatchRequest{Count: size, PoolRef: "bench"}, at)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/batch"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/gateway/policyadmin"
@@ -26,9 +27,9 @@ const (
 	// CodeMethodNotAllowed: the route exists, not with this method.
 	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	// CodeInternal: an unexpected failure; the message names the request id to look up.
-	CodeInternal = "INTERNAL_ERROR"
+	CodeInternal = fault.CodeInternal
 	// CodeStoreUnavailable: Redis did not answer.
-	CodeStoreUnavailable = "STORE::UNAVAILABLE"
+	CodeStoreUnavailable = fault.CodeStoreUnavailable
 )
 
 // Codes of sandboxes: their create, lifecycle and proxy.
@@ -52,7 +53,7 @@ const (
 	CodeImageRegistryRefused = "SANDBOX::IMAGE_REGISTRY_REFUSED"
 	// CodeStartFailed: the sandbox's process exited, or did not become ready, at start.
 	CodeStartFailed  = "SANDBOX::START_FAILED"
-	CodeRuntimeError = "SANDBOX::RUNTIME_ERROR"
+	CodeRuntimeError = fault.CodeRuntimeError
 	// CodeUnsupported: the runtime cannot do what the request asks (pause on a runtime
 	// without it, a create option it does not implement).
 	CodeUnsupported = "SANDBOX::UNSUPPORTED"
@@ -137,7 +138,7 @@ const (
 	CodePoolInvalid  = "POOL::INVALID_PARAMETER"
 	// CodePoolEmpty: no warm sandbox was free, and none came within the pool wait.
 	CodePoolEmpty     = "POOL::EMPTY"
-	CodeBatchNotFound = "BATCH::NOT_FOUND"
+	CodeBatchNotFound = batch.CodeNotFound
 )
 
 // Codes of snapshots.

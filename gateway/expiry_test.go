@@ -150,15 +150,15 @@ func TestClaimTimeout(t *testing.T) {
 		})
 	}
 	t.Run("batch of an untimed template", func(t *testing.T) {
-		b, err := c.svc.CreateBatch(ctx, admin, BatchRequest{Count: 1, Template: &untimed})
+		b, err := c.svc.Batches().Create(ctx, admin, BatchRequest{Count: 1, Template: &untimed}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "the batch member running", func() bool {
-			v, err := c.svc.GetBatch(ctx, admin, b.ID)
+			v, err := c.svc.Batches().Get(ctx, admin, b.ID, nil)
 			return err == nil && len(v.Members) == 1 && v.Members[0].ID != "" && v.Members[0].Status.State == StateRunning
 		})
-		v, _ := c.svc.GetBatch(ctx, admin, b.ID)
+		v, _ := c.svc.Batches().Get(ctx, admin, b.ID, nil)
 		sb, err := c.svc.Get(ctx, admin, v.Members[0].ID)
 		if err != nil {
 			t.Fatal(err)
