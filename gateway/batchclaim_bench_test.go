@@ -18,7 +18,7 @@ import (
 // BenchmarkBatchClaim1000: POST /v1/batches of 1000 from a warm pool, in process, against
 // a real redis-server and no runtime (a claim makes no runtime call): the core of
 // test/k8s's k8s_batch1000_bound without HTTP and the control plane, for profiles and
-// comparisons of builds. Reported per batch: bound-ms (CreateBatch and the encoding of
+// comparisons of builds. Reported per batch: bound-ms (Batches().Create and the encoding of
 // its answer), gw-cpu-µs (this process's CPU meanwhile), redis-cpu-µs (the server's,
 // INFO cpu), redis-script-µs (the scripts' time as Redis counts it, waits for a core
 // included). How the claim is shaped, where its time goes and the figures are in
@@ -80,7 +80,7 @@ func benchBatchClaim(b *testing.B, size int, endpoints bool) {
 		if endpoints {
 			at = &EndpointQuery{RequestHost: "gateway.example:8080", Scheme: "http"}
 		}
-		v, err := s.CreateBatchWithEndpoints(ctx, caller, BatchRequest{Count: size, PoolRef: "bench"}, at)
+		v, err := s.Batches().Create(ctx, caller, BatchRequest{Count: size, PoolRef: "bench"}, at)
 		if err != nil {
 			b.Fatal(err)
 		}

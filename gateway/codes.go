@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/batch"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/state"
+	"github.com/sandgate/sandgate/gateway/tenancy"
 	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -25,9 +27,9 @@ const (
 	// CodeMethodNotAllowed: the route exists, not with this method.
 	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	// CodeInternal: an unexpected failure; the message names the request id to look up.
-	CodeInternal = "INTERNAL_ERROR"
+	CodeInternal = fault.CodeInternal
 	// CodeStoreUnavailable: Redis did not answer.
-	CodeStoreUnavailable = "STORE::UNAVAILABLE"
+	CodeStoreUnavailable = fault.CodeStoreUnavailable
 )
 
 // Codes of sandboxes: their create, lifecycle and proxy.
@@ -51,7 +53,7 @@ const (
 	CodeImageRegistryRefused = "SANDBOX::IMAGE_REGISTRY_REFUSED"
 	// CodeStartFailed: the sandbox's process exited, or did not become ready, at start.
 	CodeStartFailed  = "SANDBOX::START_FAILED"
-	CodeRuntimeError = "SANDBOX::RUNTIME_ERROR"
+	CodeRuntimeError = fault.CodeRuntimeError
 	// CodeUnsupported: the runtime cannot do what the request asks (pause on a runtime
 	// without it, a create option it does not implement).
 	CodeUnsupported = "SANDBOX::UNSUPPORTED"
@@ -117,9 +119,9 @@ const (
 
 // Codes of tenants, keys and their quotas.
 const (
-	CodeTenantNotFound = "TENANT::NOT_FOUND"
-	CodeTenantInvalid  = "TENANT::INVALID_PARAMETER"
-	CodeKeyNotFound    = "KEY::NOT_FOUND"
+	CodeTenantNotFound = tenancy.CodeTenantNotFound
+	CodeTenantInvalid  = tenancy.CodeTenantInvalid
+	CodeKeyNotFound    = tenancy.CodeKeyNotFound
 	// CodeQuotaRate: the tenant's token bucket of creates is empty.
 	CodeQuotaRate = "QUOTA::CREATE_RATE"
 	// CodeQuotaConcur: the tenant holds its limit of live sandboxes (the code the
@@ -136,7 +138,7 @@ const (
 	CodePoolInvalid  = "POOL::INVALID_PARAMETER"
 	// CodePoolEmpty: no warm sandbox was free, and none came within the pool wait.
 	CodePoolEmpty     = "POOL::EMPTY"
-	CodeBatchNotFound = "BATCH::NOT_FOUND"
+	CodeBatchNotFound = batch.CodeNotFound
 )
 
 // Codes of snapshots.

@@ -51,11 +51,11 @@ func TestNoTimeoutBounds(t *testing.T) {
 	ctx := context.Background()
 	tenantCaller := func(t *testing.T, c *testCore, name string, q store.Quotas) Caller {
 		t.Helper()
-		tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: name, Quotas: &q})
+		tenant, err := c.svc.Tenancy().CreateTenant(ctx, TenantRequest{Name: name, Quotas: &q})
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+		key, err := c.svc.Tenancy().CreateKey(ctx, tenant.ID, "member")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,15 +150,15 @@ func TestClaimTimeout(t *testing.T) {
 		})
 	}
 	t.Run("batch of an untimed template", func(t *testing.T) {
-		b, err := c.svc.CreateBatch(ctx, admin, BatchRequest{Count: 1, Template: &untimed})
+		b, err := c.svc.Batches().Create(ctx, admin, BatchRequest{Count: 1, Template: &untimed}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "the batch member running", func() bool {
-			v, err := c.svc.GetBatch(ctx, admin, b.ID)
+			v, err := c.svc.Batches().Get(ctx, admin, b.ID, nil)
 			return err == nil && len(v.Members) == 1 && v.Members[0].ID != "" && v.Members[0].Status.State == StateRunning
 		})
-		v, _ := c.svc.GetBatch(ctx, admin, b.ID)
+		v, _ := c.svc.Batches().Get(ctx, admin, b.ID, nil)
 		sb, err := c.svc.Get(ctx, admin, v.Members[0].ID)
 		if err != nil {
 			t.Fatal(err)

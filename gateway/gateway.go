@@ -12,7 +12,8 @@
 //	latebind.go      a claimed member's first call and its death, as the API sees them
 //	pools.go         pool create and update: the request and its template's checks
 //	poolhost.go      the core as the pool feature (package gateway/pool) sees it
-//	batches.go       batches of N sandboxes (claimed or cold), their durable member work
+//	batchhost.go     the core as the batch feature (package gateway/batch: batches of N
+//	                 sandboxes, claimed or cold, their durable member work) sees it
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
 //	deleting.go      the delete's Stopping mark, so that a sandbox being deleted is not reported failed
 //	deaths.go        sandbox deaths: a workload that stops by itself is marked Failed, learnt
@@ -45,7 +46,8 @@
 //	                 WASM plugins) sees it: the host attached, renew-on-access's decide_ttl
 //	policyhost.go    the core as the policy feature (package gateway/policyadmin: tenants'
 //	                 Rego policy management) sees it
-//	tenants.go       tenant and key CRUD
+//	tenancyhost.go   the core as the tenancy feature (package gateway/tenancy: tenant and
+//	                 key CRUD) sees it
 //	recordcache.go   the record (route) cache that serves the data plane through outages
 //	watch.go         live watches of sandbox changes
 //	agentclient.go   the core's calls to agents and enforcers (sandbox-agent/agentclient)
@@ -64,6 +66,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/batch"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/eventlog"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
@@ -73,6 +76,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/gateway/tenancy"
 	"github.com/sandgate/sandgate/gateway/tenantplugins"
 	"github.com/sandgate/sandgate/gateway/usage"
 	"github.com/sandgate/sandgate/policy"
@@ -258,6 +262,10 @@ type Service struct {
 	// policyAdmin is the feature of tenants' Rego policy management (package
 	// gateway/policyadmin).
 	policyAdmin *policyadmin.Manager
+	// tenancy is the feature of tenants and their API keys (package gateway/tenancy).
+	tenancy *tenancy.Manager
+	// batches is the feature of batches of N sandboxes (package gateway/batch).
+	batches *Batches
 	// tenantPlugins is the feature of tenants' WASM plugins (package
 	// gateway/tenantplugins).
 	tenantPlugins *tenantplugins.Manager
@@ -313,6 +321,9 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		st, rt, stateHost{s}, log)
 	s.resourceUse = usage.New(usage.Config{Interval: cfg.UsageInterval}, st, rt, s.agents, s.metrics, usageHost{s})
 	s.policyAdmin = policyadmin.New(st, pol, policyHost{s}, log)
+	s.tenancy = tenancy.New(st, tenancyHost{s}, log)
+	s.batches = batch.New(batch.Config{MaxSize: cfg.MaxBatchSize, ColdConcurrency: cfg.BatchConcurrency,
+		ColdTimeout: cfg.ReadyTimeout + 2*time.Minute, Owner: s.owner}, st, s.metrics, batchHost{s}, log)
 	s.tenantPlugins = tenantplugins.New(st, log)
 	return s
 }
@@ -380,6 +391,7 @@ func (s *Service) Stop() {
 		s.cancelStop()
 	})
 	s.spawnMu.Unlock()
+	s.batches.Stop()
 	s.pool.Stop()
 	s.access.Stop()
 	s.egress.Stop()

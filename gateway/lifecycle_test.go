@@ -183,11 +183,11 @@ func TestBadCreateChangesNothing(t *testing.T) {
 func TestAdmissionQuota(t *testing.T) {
 	c := newTestCore(t, Config{})
 	ctx := context.Background()
-	tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: "acme", Quotas: &store.Quotas{MaxConcurrent: 1}})
+	tenant, err := c.svc.Tenancy().CreateTenant(ctx, TenantRequest{Name: "acme", Quotas: &store.Quotas{MaxConcurrent: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+	key, err := c.svc.Tenancy().CreateKey(ctx, tenant.ID, "member")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,11 +323,11 @@ func TestBackgroundErrorsAreCounted(t *testing.T) {
 func TestAdmissionCreateRate(t *testing.T) {
 	c := newTestCore(t, Config{})
 	ctx := context.Background()
-	tenant, err := c.svc.CreateTenant(ctx, TenantRequest{Name: "slow", Quotas: &store.Quotas{CreateRate: 0.001, CreateBurst: 1}})
+	tenant, err := c.svc.Tenancy().CreateTenant(ctx, TenantRequest{Name: "slow", Quotas: &store.Quotas{CreateRate: 0.001, CreateBurst: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := c.svc.CreateKey(ctx, tenant.ID, "member")
+	key, err := c.svc.Tenancy().CreateKey(ctx, tenant.ID, "member")
 	if err != nil {
 		t.Fatal(err)
 	}

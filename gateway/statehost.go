@@ -136,10 +136,10 @@ func (h stateHost) CheckClaimInput(timeout *int64, metadata map[string]string) e
 	return h.s.validateClaimInput(CreateRequest{Timeout: timeout, Metadata: metadata})
 }
 
-// StartBatch starts a fork's batch from its snapshot (batches.go).
+// StartBatch starts a fork's batch from its snapshot (package gateway/batch).
 func (h stateHost) StartBatch(ctx context.Context, owner Caller, snap *store.Snapshot, req ForkRequest) (*BatchView, error) {
 	tmpl := fromSnapshot(CreateRequest{}, snap)
-	return h.s.CreateBatch(ctx, owner, BatchRequest{Count: req.Count, Template: &tmpl, Timeout: req.Timeout, Metadata: req.Metadata})
+	return h.s.batches.Create(ctx, owner, BatchRequest{Count: req.Count, Template: &tmpl, Timeout: req.Timeout, Metadata: req.Metadata}, nil)
 }
 
 // Emit writes an event to the sandbox's tenant's stream and hands it to plugins.

@@ -14,7 +14,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -161,14 +160,6 @@ func (s *Service) takeOverPending(ctx context.Context, rec *store.Sandbox, alive
 	return true
 }
 
-// batchWork is what a gateway needs to make a batch's queued members: stored with the
-// batch, so that any gateway can.
-type batchWork struct {
-	Caller   Caller        `json:"caller"`
-	Template CreateRequest `json:"template"`
-	Request  CreateRequest `json:"request"`
-}
-
 // takeOverBatches makes again the queued members of open batches whose gateway is gone;
 // a member taken over too often ends Failed with the cause.
 func (s *Service) takeOverBatches(ctx context.Context) {
@@ -235,12 +226,7 @@ func (s *Service) takeOverBatches(ctx context.Context) {
 		if len(take) == 0 {
 			continue
 		}
-		var w batchWork
-		raw, err := s.store.BatchWork(ctx, b.ID)
-		if err == nil {
-			err = json.Unmarshal(raw, &w)
-		}
-		if err != nil {
+		if err := s.batches.Resume(ctx, b, take); err != nil {
 			for _, member := range take {
 				e := store.MemberError{Code: CodeGatewayLost, Message: "its gateway died and the batch's template could not be read back"}
 				if _, err := s.store.FailMember(ctx, b.ID, member, s.owner, e); err != nil {
@@ -250,6 +236,5 @@ func (s *Service) takeOverBatches(ctx context.Context) {
 			continue
 		}
 		s.log.Info("taking over batch members of a gateway that is gone", "batch", b.ID, "count", len(take))
-		s.startColdMembers(w.Caller, b, w.Template, w.Request, take)
 	}
 }

@@ -144,7 +144,7 @@ func (h *Handler) routes() []route {
 		{method: "DELETE", path: "/pools/{name}", endpoint: doOn("name", http.StatusNoContent, h.deletePool)},
 		{method: "POST", path: "/batches", endpoint: h.createBatch},
 		{method: "GET", path: "/batches/{id}", endpoint: h.getBatch},
-		{method: "DELETE", path: "/batches/{id}", endpoint: doOn("id", http.StatusNoContent, h.svc.DeleteBatch)},
+		{method: "DELETE", path: "/batches/{id}", endpoint: doOn("id", http.StatusNoContent, h.deleteBatch)},
 		{method: "GET", path: "/plugins", endpoint: listAll(h.listPlugins)},
 		{method: "GET", path: "/plugins/{name}", endpoint: getOn("name", h.getPlugin)},
 		{method: "PUT", path: "/plugins/{name}", handler: h.putPlugin},

@@ -166,7 +166,7 @@ func (h *Handler) e2bFork(w http.ResponseWriter, r *http.Request, c gateway.Call
 	b, err := h.svc.State().Fork(r.Context(), c, sb.ID, gateway.ForkRequest{Count: count, Timeout: &timeout, Metadata: sb.Metadata})
 	for err == nil && !b.Done() {
 		if err = e2bSleep(r.Context()); err == nil {
-			b, err = h.svc.GetBatch(r.Context(), c, b.ID)
+			b, err = h.svc.Batches().Get(r.Context(), c, b.ID, nil)
 		}
 	}
 	if err != nil {

@@ -188,3 +188,7 @@ func (h *Handler) getPool(ctx context.Context, c gateway.Caller, name string) (*
 func (h *Handler) deletePool(ctx context.Context, c gateway.Caller, name string) error {
 	return h.svc.Pools().Delete(ctx, c, name)
 }
+
+func (h *Handler) deleteBatch(ctx context.Context, c gateway.Caller, id string) error {
+	return h.svc.Batches().Delete(ctx, c, id)
+}

@@ -103,7 +103,7 @@ func endpointQuery(r *http.Request) gateway.EndpointQuery {
 func (h *Handler) createBatch(w http.ResponseWriter, r *http.Request, c gateway.Caller) (int, any, error) {
 	q := endpointQuery(r)
 	return decodeAndCall(http.StatusAccepted, func(ctx context.Context, c gateway.Caller, req gateway.BatchRequest) (*gateway.BatchView, error) {
-		return h.svc.CreateBatchWithEndpoints(ctx, c, req, &q)
+		return h.svc.Batches().Create(ctx, c, req, &q)
 	})(w, r, c)
 }
 
@@ -121,7 +121,7 @@ func (h *Handler) getBatch(_ http.ResponseWriter, r *http.Request, c gateway.Cal
 			at = &q
 		}
 	}
-	b, err := h.svc.GetBatchWithEndpoints(r.Context(), c, r.PathValue("id"), at)
+	b, err := h.svc.Batches().Get(r.Context(), c, r.PathValue("id"), at)
 	return http.StatusOK, b, err
 }
 

@@ -12,7 +12,7 @@ func (h *Handler) createTenant(w http.ResponseWriter, r *http.Request, c gateway
 		h.writeError(w, r, err)
 		return
 	}
-	t, err := h.svc.CreateTenant(r.Context(), req)
+	t, err := h.svc.Tenancy().CreateTenant(r.Context(), req)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -21,7 +21,7 @@ func (h *Handler) createTenant(w http.ResponseWriter, r *http.Request, c gateway
 }
 
 func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	items, err := h.svc.ListTenants(r.Context())
+	items, err := h.svc.Tenancy().ListTenants(r.Context())
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -30,7 +30,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request, c gateway.
 }
 
 func (h *Handler) getTenant(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	t, err := h.svc.GetTenant(r.Context(), r.PathValue("id"))
+	t, err := h.svc.Tenancy().GetTenant(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -44,7 +44,7 @@ func (h *Handler) updateTenant(w http.ResponseWriter, r *http.Request, c gateway
 		h.writeError(w, r, err)
 		return
 	}
-	t, err := h.svc.UpdateTenant(r.Context(), r.PathValue("id"), req)
+	t, err := h.svc.Tenancy().UpdateTenant(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -65,7 +65,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		h.writeError(w, r, err)
 		return
 	}
-	k, err := h.svc.CreateKey(r.Context(), r.PathValue("id"), req.Role)
+	k, err := h.svc.Tenancy().CreateKey(r.Context(), r.PathValue("id"), req.Role)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -74,7 +74,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, c gateway.Ca
 }
 
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	items, err := h.svc.ListKeys(r.Context(), r.PathValue("id"))
+	items, err := h.svc.Tenancy().ListKeys(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -83,7 +83,7 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, c gateway.Cal
 }
 
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, c gateway.Caller) {
-	if err := h.svc.RevokeKey(r.Context(), r.PathValue("id"), r.PathValue("keyId")); err != nil {
+	if err := h.svc.Tenancy().RevokeKey(r.Context(), r.PathValue("id"), r.PathValue("keyId")); err != nil {
 		h.writeError(w, r, err)
 		return
 	}

@@ -90,6 +90,12 @@ const (
 	CodeForbidden        = "FORBIDDEN"
 	CodeNotFound         = "SANDBOX::NOT_FOUND"
 	CodeInvalidParameter = "SANDBOX::INVALID_PARAMETER"
+	// CodeInternal: an unexpected failure; the message names the request id to look up.
+	CodeInternal = "INTERNAL_ERROR"
+	// CodeStoreUnavailable: Redis did not answer.
+	CodeStoreUnavailable = "STORE::UNAVAILABLE"
+	// CodeRuntimeError: the runtime failed to do what was asked of it.
+	CodeRuntimeError = "SANDBOX::RUNTIME_ERROR"
 )
 
 // Errorf builds an *Error.
