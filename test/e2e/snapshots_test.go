@@ -266,20 +266,32 @@ func TestFork(t *testing.T) {
 // TestSnapshotFailed: a snapshot whose commit fails ends Failed with a message, and a
 // create from it (not Ready) is refused with SNAPSHOT::NOT_READY, creating nothing. The
 // container is removed behind the gateway's back (reconciliation slowed down so that the
-// record still says Running): the one way to make a commit fail on demand.
+// record still says Running), then the snapshot asked for at once: the one way to make a
+// commit fail on demand. The engine's report of the removal may reach the gateway first
+// (the sandbox is then Failed and the snapshot refused, as it should be); the test then
+// tries again with another sandbox, a few times.
 func TestSnapshotFailed(t *testing.T) {
 	e := newEnv(t, nil)
 	g := e.startGateway("SANDGATE_SYNC_INTERVAL=10m")
 	c := sdkClient(t, g, g.APIKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	id := sdkCreate(t, ctx, c, sandgate.CreateRequest{}).ID
-	if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id).CombinedOutput(); err != nil {
-		t.Fatalf("docker rm: %v %s", err, out)
-	}
-	s, err := c.CreateSnapshot(ctx, id, "")
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
+	var id string
+	var s *sandgate.Snapshot
+	for attempt := 1; s == nil; attempt++ {
+		id = sdkCreate(t, ctx, c, sandgate.CreateRequest{}).ID
+		if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id).CombinedOutput(); err != nil {
+			t.Fatalf("docker rm: %v %s", err, out)
+		}
+		got, err := c.CreateSnapshot(ctx, id, "")
+		if err == nil {
+			s = got
+			break
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "SANDBOX::NOT_RUNNING") {
+			t.Fatalf("snapshot (attempt %d): %v", attempt, err)
+		}
+		t.Logf("attempt %d: the gateway learnt of the removal first: %v", attempt, err)
 	}
 	waitFor(t, time.Minute, func() bool {
 		if got, err := c.GetSnapshot(ctx, s.ID); err == nil {
