@@ -201,7 +201,13 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesF
 registerWithTaints:
 - {key: $NODE_LABEL, value: real, effect: NoSchedule}
 serializeImagePulls: false
+resolvConf: $NODE/resolv.conf
 EOF
+	# A pod without DNS of its own (no cluster DNS here, no SANDGATE_SANDBOX_DNS) gets
+	# this file, never the host's: it names the host's address on the node's bridge,
+	# where nothing answers unless a test serves DNS there, so no lookup leaves the
+	# machine.
+	printf 'nameserver %s\noptions timeout:1 attempts:1\n' "$gateway" >"$NODE/resolv.conf"
 	# The cgroup root exists in every hierarchy before the kubelet starts; cpuset needs
 	# its CPUs and memory nodes spelt out.
 	local h

@@ -214,6 +214,18 @@ func TestRealNodeLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("the node's resolver is its own", func(t *testing.T) {
+		// Without cluster DNS the kubelet hands a pod its resolvConf: the node's file,
+		// naming the host's bridge address, never the host's own resolver.
+		out, code, err := g.command(id, `grep '^nameserver' /etc/resolv.conf`)
+		if err != nil || code != 0 {
+			t.Fatalf("resolv.conf: exit %d, %v", code, err)
+		}
+		if got := strings.Fields(strings.TrimSpace(out)); len(got) != 2 || got[1] != realNode.hostIP {
+			t.Fatalf("the pod's nameservers: %q, want only %s", out, realNode.hostIP)
+		}
+	})
+
 	t.Run("files", func(t *testing.T) {
 		base, headers, err := g.endpoint(id)
 		if err != nil {
