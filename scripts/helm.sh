@@ -15,34 +15,11 @@ MODDIR="$ROOT/test/helm"
 VERSION=$(awk '$1 == "require" && $2 == "helm.sh/helm/v4" {print $3}' "$MODDIR/go.mod")
 CACHE=${SANDGATE_HELM_CACHE:-/var/cache/sandgate/helm/$VERSION}
 
-log() { echo "helm: $*" >&2; }
+# shellcheck source=lib/cached-go-tool.sh
+. "$ROOT/scripts/lib/cached-go-tool.sh"
 
-build() {
-	mkdir -p "$CACHE"
-	exec 9>"$CACHE/.lock"
-	flock 9
-	if [ -x "$CACHE/helm" ] && [ "$(cat "$CACHE/helm.version" 2>/dev/null)" = "$VERSION" ]; then
-		echo "$CACHE/helm"
-		return
-	fi
-	log "building helm.sh/helm/v4 cmd/helm $VERSION (a few minutes the first time)"
-	local start tmp
-	start=$(date +%s)
-	tmp=$(mktemp -d "$CACHE/.build.XXXXXX")
-	# The version helm prints (and checks a chart's kubeVersion against) comes from ldflags.
-	if ! (cd "$MODDIR" && GOWORK=off CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false -mod=mod" \
-		go build -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$VERSION" \
-		-o "$tmp/helm" helm.sh/helm/v4/cmd/helm) >&2; then
-		rm -rf "$tmp"
-		log "building helm failed"
-		exit 1
-	fi
-	mv "$tmp/helm" "$CACHE/helm"
-	echo "$VERSION" >"$CACHE/helm.version"
-	rm -rf "$tmp"
-	log "built $CACHE/helm in $(($(date +%s) - start))s"
-	echo "$CACHE/helm"
-}
+# The version helm prints (and checks a chart's kubeVersion against) comes from ldflags.
+build() { build_cached_go_tool "helm" "$MODDIR" helm.sh/helm/v4/cmd/helm "$CACHE" "$VERSION" "-X helm.sh/helm/v4/internal/version.version=$VERSION"; }
 
 case "${1:-}" in
 build) build ;;

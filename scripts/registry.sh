@@ -19,32 +19,10 @@ MODDIR="$ROOT/test/registry"
 VERSION=$(awk '$1 == "require" && $2 == "github.com/distribution/distribution/v3" {print $3}' "$MODDIR/go.mod")
 CACHE=${SANDGATE_REGISTRY_CACHE:-/var/cache/sandgate/registry/$VERSION}
 
-log() { echo "registry: $*" >&2; }
+# shellcheck source=lib/cached-go-tool.sh
+. "$ROOT/scripts/lib/cached-go-tool.sh"
 
-build() {
-	mkdir -p "$CACHE"
-	exec 9>"$CACHE/.lock"
-	flock 9
-	if [ -x "$CACHE/registry" ] && [ "$(cat "$CACHE/registry.version" 2>/dev/null)" = "$VERSION" ]; then
-		echo "$CACHE/registry"
-		return
-	fi
-	log "building distribution/v3 cmd/registry $VERSION (a few minutes the first time)"
-	local start tmp
-	start=$(date +%s)
-	tmp=$(mktemp -d "$CACHE/.build.XXXXXX")
-	if ! (cd "$MODDIR" && GOWORK=off CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false -mod=mod" \
-		go build -o "$tmp/registry" github.com/distribution/distribution/v3/cmd/registry) >&2; then
-		rm -rf "$tmp"
-		log "building the registry failed"
-		exit 1
-	fi
-	mv "$tmp/registry" "$CACHE/registry"
-	echo "$VERSION" >"$CACHE/registry.version"
-	rm -rf "$tmp"
-	log "built $CACHE/registry in $(($(date +%s) - start))s"
-	echo "$CACHE/registry"
-}
+build() { build_cached_go_tool "registry" "$MODDIR" github.com/distribution/distribution/v3/cmd/registry "$CACHE" "$VERSION"; }
 
 case "${1:-}" in
 build) build ;;
