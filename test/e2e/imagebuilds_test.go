@@ -54,6 +54,14 @@ func TestImageBuildsInTheBackground(t *testing.T) {
 		return b["state"] == "Building" && b["step"] == "step 2/2: waiting for the test"
 	}, "the build to report its step")
 
+	// A tenant's key reads which images are coming, not the build's output (it may name
+	// the host's paths and mirrors).
+	_, viewerKey := g.issueKey(g.createTenant("image-readers", nil), "viewer")
+	if r := g.asKey(viewerKey).do("GET", "/v1/images", nil); r.Status != 200 || !strings.Contains(string(r.Body), `"Building"`) ||
+		strings.Contains(string(r.Body), "step") || strings.Contains(string(r.Body), "no such recipe") {
+		t.Fatalf("GET /v1/images as a tenant's viewer: %d %s, want the states without the builds' output", r.Status, r.Body)
+	}
+
 	r := g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": built}, "timeout": 300,
 		"resourceLimits": map[string]string{"cpu": "250m", "memory": "256Mi"}, "entrypoint": []string{"sleep", "infinity"}})
 	if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "SANDBOX::IMAGE_BUILDING") || !strings.Contains(string(r.Body), "step 2/2") {
