@@ -159,7 +159,7 @@ func checkGatewayRBAC(t *testing.T, set manifestSet) {
 		t.Errorf("Role in namespace %q, want %q", role.Namespace, set.sandboxNamespace)
 	}
 	allowed := map[string][]string{
-		"pods":     {"get", "list", "watch", "create", "delete"},
+		"pods":     {"get", "list", "watch", "create", "delete", "patch"},
 		"pods/log": {"get"},
 		"secrets":  {"create", "delete"},
 		// pvc volumes: looked up by name, made, removed; never listed or watched.

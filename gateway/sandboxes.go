@@ -301,7 +301,7 @@ func (s *Service) transition(ctx context.Context, caller Caller, id, from, code,
 	}
 	if err := act(ctx, id); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
-			// Not every engine can freeze a sandbox (Kubernetes cannot): the caller's to know.
+			// Not every sandbox can be frozen (on Kubernetes, one whose agent cannot): the caller's to know.
 			return &Error{Kind: KindUnsupported, Code: CodeUnsupported, Message: err.Error(), Cause: err}
 		}
 		if errors.Is(err, runtimes.ErrWrongState) {

@@ -248,7 +248,8 @@ type Runtime interface {
 	List(ctx context.Context) ([]Instance, error)
 	// Delete stops and removes a sandbox; deleting a missing one is not an error.
 	Delete(ctx context.Context, id string) error
-	// Pause freezes every process of the sandbox; Resume thaws them.
+	// Pause freezes every process of the sandbox (on Kubernetes every one but its agent,
+	// which the gateway keeps from answering a paused sandbox's callers); Resume thaws them.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	// Logs returns the tail of the sandbox's main process output, for failure messages.

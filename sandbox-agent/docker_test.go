@@ -495,6 +495,48 @@ func TestDockerInit(t *testing.T) {
 			t.Fatalf("exit code %d, want the new entrypoint's 5", code)
 		}
 	})
+	t.Run("freeze stops the workload and the agent still answers", func(t *testing.T) {
+		c := startContainer(t, bin, "sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.01; done")
+		c.waitReady(t)
+		count := func() string {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := docker(ctx, "exec", c.id, "cat", "/tmp/count")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		post := func(path string) {
+			resp := c.request(t, http.MethodPost, path, nil)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+			}
+		}
+		post("/sandgate/freeze")
+		before := count()
+		time.Sleep(300 * time.Millisecond)
+		if after := count(); after != before {
+			t.Fatalf("the entrypoint counted from %s to %s while frozen", before, after)
+		}
+		// The agent answers; a command started now runs (the gateway refuses a paused
+		// sandbox's commands: this is the agent alone).
+		resp := c.request(t, http.MethodGet, "/ping", nil)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("ping while frozen: %d", resp.StatusCode)
+		}
+		post("/sandgate/thaw")
+		deadline := time.Now().Add(10 * time.Second)
+		for count() == before {
+			if time.Now().After(deadline) {
+				t.Fatal("the entrypoint did not count again after the thaw")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 	t.Run("metrics come from the container's cgroup", func(t *testing.T) {
 		c := startContainerWith(t, bin, []string{"--memory", "256m", "--cpus", "0.5"}, "sleep", "infinity")
 		c.waitReady(t)

@@ -164,6 +164,11 @@ func startAPI(env *procs.Environment, sup *initproc.Supervisor, ownSandbox bool)
 		cfg.StartEntrypoint = sup.Start
 		cfg.SettleEntrypoint = sup.Settle
 	}
+	// Only PID 1 of the sandbox's PID namespace freezes: every other process there is
+	// the sandbox's.
+	if ownSandbox && os.Getpid() == 1 {
+		cfg.Freezer = &initproc.Freezer{}
+	}
 	api, err := agent.New(cfg)
 	if err != nil {
 		return nil, nil, err

@@ -479,16 +479,6 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Pause implements runtimes.Runtime. Kubernetes cannot freeze a pod.
-func (r *Runtime) Pause(ctx context.Context, id string) error {
-	return fmt.Errorf("pausing a sandbox is not available on Kubernetes: %w", errors.ErrUnsupported)
-}
-
-// Resume implements runtimes.Runtime.
-func (r *Runtime) Resume(ctx context.Context, id string) error {
-	return fmt.Errorf("resuming a sandbox is not available on Kubernetes: %w", errors.ErrUnsupported)
-}
-
 // Logs implements runtimes.Runtime: the tail of the workload container's log.
 func (r *Runtime) Logs(ctx context.Context, id string, lines int) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -464,6 +464,9 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 		}
 	case pod.Status.Phase == corev1.PodRunning && workload != nil && workload.State.Running != nil && pod.Status.PodIP != "":
 		inst.State = runtimes.StateRunning
+		if pod.Annotations[annotationPaused] == "true" {
+			inst.State = runtimes.StatePaused
+		}
 		// The kubelet starts the workload (with its entrypoint) only after the enforcer,
 		// a native sidecar, passed its startup probe: a running workload is complete.
 		inst.Complete = true

@@ -81,6 +81,8 @@ func TestInstanceStates(t *testing.T) {
 	}{
 		{"pending", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, runtimes.StateCreated, "", false},
 		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateRunning, "", false},
+		{"running, marked paused", corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotationPaused: "true"}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StatePaused, "", false},
+		{"marked paused, exited", corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotationPaused: "true"}}, Status: corev1.PodStatus{Phase: corev1.PodFailed}}, runtimes.StateExited, "failed", false},
 		{"running without an IP yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateCreated, "", false},
 		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "1.2.3.4", ContainerStatuses: []corev1.ContainerStatus{running}}}, runtimes.StateExited, "being deleted", false},
 		{"evicted by the kubelet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}}, runtimes.StateExited, "evicted: The node was low", true},

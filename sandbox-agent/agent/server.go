@@ -1,7 +1,9 @@
 // Package agent is the HTTP API of the in-sandbox daemon (port 44772): commands,
 // sessions, files, directories, metrics, PTYs, the port proxy and the code interpreter,
 // wire-compatible with OpenSandbox's execd, plus sandgate's two warm-pool extensions
-// (/sandgate/env and /sandgate/entrypoint), and mounts E2B's envd protocol under /envd
+// (/sandgate/env and /sandgate/entrypoint) and the freeze of a sandbox whose runtime
+// cannot pause it (/sandgate/freeze and /sandgate/thaw, freeze.go), and mounts E2B's
+// envd protocol under /envd
 // (package envd). It is plain net/http and owns every process it starts; the PID-1
 // duties live in package initproc.
 package agent
@@ -60,6 +62,10 @@ type Config struct {
 	// Envd configures the E2B envd API served under /envd (package envd); its Env is
 	// the agent's.
 	Envd envd.Config
+	// Freezer stops and continues the sandbox's processes for POST /sandgate/freeze and
+	// /sandgate/thaw (initproc.Freezer); nil answers NOT_SUPPORTED. Only an agent that is
+	// PID 1 of its sandbox sets it.
+	Freezer Freezer
 	// JupyterProbe makes the agent answer the code-interpreter SDKs' readiness probe in
 	// a sandbox with Jupyter (jupyterprobe.go). Only an agent that is its sandbox's own
 	// sets it: the port is the sandbox's loopback one.
@@ -226,6 +232,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET "+agentproto.PathEnv, s.handleGetEnv)
 	m.HandleFunc("PUT "+agentproto.PathEnv, s.handlePutEnv)
 	m.HandleFunc("POST "+agentproto.PathEntrypoint, s.handleEntrypoint)
+	m.HandleFunc("POST "+agentproto.PathFreeze, s.handleFreeze)
+	m.HandleFunc("POST "+agentproto.PathThaw, s.handleThaw)
 
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)

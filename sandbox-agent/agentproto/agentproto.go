@@ -63,6 +63,10 @@ const (
 	PathPing       = "/ping"
 	PathEnv        = "/sandgate/env"
 	PathEntrypoint = "/sandgate/entrypoint"
+	// PathFreeze and PathThaw stop and continue the sandbox's processes (all but the
+	// agent): the pause of a runtime that cannot freeze a sandbox itself (Kubernetes).
+	PathFreeze = "/sandgate/freeze"
+	PathThaw   = "/sandgate/thaw"
 	// PathMetrics is the agent's own resource reading, which the gateway samples.
 	PathMetrics = "/metrics"
 	// PathEnvdPrefix is where the agent serves E2B's envd API: the gateway sends the

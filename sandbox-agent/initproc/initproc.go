@@ -1,8 +1,9 @@
 // Package initproc holds the duties of the sandbox agent when it is PID 1 of a
 // container: running the sandbox's main process (the entrypoint) in its own process
 // group, forwarding signals to it, reaping orphaned zombies without stealing the exit
-// status of the agent's own children, and reporting the entrypoint's exit so that the
-// container ends with its exit code.
+// status of the agent's own children, reporting the entrypoint's exit so that the
+// container ends with its exit code, and freezing the sandbox's other processes for a
+// runtime that cannot pause it (freeze.go).
 package initproc
 
 import (

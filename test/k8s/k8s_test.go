@@ -85,14 +85,8 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("pause is refused with a reason", func(t *testing.T) {
-		r := g.do("POST", "/v1/sandboxes/"+id+"/pause", nil)
-		if r.Status != 501 || !strings.Contains(string(r.Body), "SANDBOX::UNSUPPORTED") {
-			t.Fatalf("pause: %d %s", r.Status, r.Body)
-		}
-		if st := g.state(id); st != "Running" {
-			t.Fatalf("state after a refused pause = %s", st)
-		}
+	t.Run("pause freezes the workload and resume thaws it", func(t *testing.T) {
+		checkPauseFreezes(t, g, ns, id)
 	})
 
 	t.Run("delete removes the pod and its agent", func(t *testing.T) {

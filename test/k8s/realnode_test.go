@@ -304,6 +304,10 @@ func TestRealNodeLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("pause freezes the workload and resume thaws it", func(t *testing.T) {
+		checkPauseFreezes(t, g, ns, id)
+	})
+
 	t.Run("delete", func(t *testing.T) {
 		if r := g.do("DELETE", "/v1/sandboxes/"+id, nil); r.Status != 204 && r.Status != 200 {
 			t.Fatalf("delete: %d %s", r.Status, r.Body)
