@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,4 +124,45 @@ func TestIdlePause(t *testing.T) {
 	if st := g.state(id); st != "Running" {
 		t.Fatalf("state after the waking command = %s", st)
 	}
+}
+
+// checkUsageFromCgroup reads a smallSandbox's resource use through the gateway (GET
+// /v1/sandboxes/{id}/metrics): the Kubernetes runtime has no engine reading, so the
+// agent reads its container's cgroup, and the limits are the pod's (250m, 256Mi); a
+// busy loop in the sandbox shows as CPU time.
+func checkUsageFromCgroup(t *testing.T, g *gateway, id string) {
+	t.Helper()
+	type point struct {
+		CPUCores         float64  `json:"cpuCores"`
+		CPULimitCores    *float64 `json:"cpuLimitCores"`
+		MemoryBytes      uint64   `json:"memoryBytes"`
+		MemoryLimitBytes uint64   `json:"memoryLimitBytes"`
+	}
+	var usage struct {
+		Source  string  `json:"source"`
+		Current *point  `json:"current"`
+		History []point `json:"history"`
+	}
+	read := func() bool {
+		r := g.do("GET", "/v1/sandboxes/"+id+"/metrics", nil)
+		if r.Status != 200 {
+			t.Fatalf("usage: %d %s", r.Status, r.Body)
+		}
+		if err := json.Unmarshal(r.Body, &usage); err != nil {
+			t.Fatal(err)
+		}
+		return usage.Current != nil
+	}
+	waitFor(t, 30*time.Second, read, "a first usage reading")
+	cur := usage.Current
+	if usage.Source != "agent" || cur.MemoryLimitBytes != 256<<20 || cur.CPULimitCores == nil || *cur.CPULimitCores != 0.25 {
+		t.Fatalf("usage source %q, memory limit %d, CPU limit %v: want the agent's reading of the pod's 256Mi and 250m", usage.Source, cur.MemoryLimitBytes, cur.CPULimitCores)
+	}
+	if cur.MemoryBytes == 0 || cur.MemoryBytes >= cur.MemoryLimitBytes {
+		t.Fatalf("memory in use %d, want above 0 and under the limit", cur.MemoryBytes)
+	}
+	if _, code, err := g.command(id, `nohup timeout 12 sh -c 'while :; do :; done' >/dev/null 2>&1 &`); err != nil || code != 0 {
+		t.Fatalf("start a busy loop: exit %d, %v", code, err)
+	}
+	waitFor(t, 40*time.Second, func() bool { return read() && usage.Current.CPUCores > 0.1 }, "the busy loop's CPU time in a reading")
 }

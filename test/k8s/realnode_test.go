@@ -304,6 +304,10 @@ func TestRealNodeLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("usage comes from the pod's cgroup", func(t *testing.T) {
+		checkUsageFromCgroup(t, g, id)
+	})
+
 	t.Run("pause freezes the workload and resume thaws it", func(t *testing.T) {
 		checkPauseFreezes(t, g, ns, id)
 	})
