@@ -95,6 +95,9 @@ type App struct {
 	K8sAgentImage string `json:"k8s_agent_image,omitempty"`
 	// K8sGVisorRuntimeClass is the RuntimeClass of gVisor sandboxes (default "gvisor").
 	K8sGVisorRuntimeClass string `json:"k8s_gvisor_runtime_class,omitempty"`
+	// K8sEphemeralStorage bounds each sandbox pod's writable layer and logs (default
+	// 10Gi; "0": no bound).
+	K8sEphemeralStorage string `json:"k8s_ephemeral_storage,omitempty"`
 	// K8sQPS and K8sBurst bound the Kubernetes runtime's API requests (default 50, 100).
 	K8sQPS   int `json:"k8s_qps,omitempty"`
 	K8sBurst int `json:"k8s_burst,omitempty"`
@@ -302,7 +305,8 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		}
 		return kubernetes.New(ctx, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
 			GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
-			NoEgress: a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, SandboxDNS: sandboxDNS,
+			EphemeralStorage: a.K8sEphemeralStorage,
+			NoEgress:         a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, SandboxDNS: sandboxDNS,
 			UserAgent: "sandgate/" + gateway.Version, Logger: log})
 	},
 }

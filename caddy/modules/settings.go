@@ -70,6 +70,7 @@ var settings = []setting{
 	{name: "namespace", env: "SANDGATE_NAMESPACE", def: "sandgate-sandboxes", doc: "the Kubernetes runtime's sandbox namespace", field: func(a *App) any { return &a.Namespace }},
 	{name: "k8s_agent_image", env: "SANDGATE_K8S_AGENT_IMAGE", doc: "image the agent is copied from", field: func(a *App) any { return &a.K8sAgentImage }},
 	{name: "k8s_gvisor_runtime_class", env: "SANDGATE_K8S_GVISOR_RUNTIME_CLASS", def: "gvisor", doc: "RuntimeClass of gVisor sandboxes", field: func(a *App) any { return &a.K8sGVisorRuntimeClass }},
+	{name: "k8s_ephemeral_storage", env: "SANDGATE_K8S_EPHEMERAL_STORAGE", def: "10Gi", doc: "each sandbox's bound on its writable layer and logs (a Kubernetes quantity; 0: none): the kubelet evicts a pod past it", field: func(a *App) any { return &a.K8sEphemeralStorage }},
 	{name: "k8s_qps", env: "SANDGATE_K8S_QPS", def: "50", kind: kindInt, doc: "bound on the runtime's API requests", field: func(a *App) any { return &a.K8sQPS }},
 	{name: "k8s_burst", env: "SANDGATE_K8S_BURST", def: "100", kind: kindInt, doc: "burst of the runtime's API requests", field: func(a *App) any { return &a.K8sBurst }},
 	{name: "agent_binary", env: "SANDGATE_AGENT_BINARY", doc: "default: sandbox-agent beside sandgate", field: func(a *App) any { return &a.AgentBinary }},

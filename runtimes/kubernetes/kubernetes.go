@@ -28,6 +28,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -76,6 +77,11 @@ type Options struct {
 	ReadOnlyRootfs bool
 	WritablePaths  []string
 	WritableBytes  int64
+	// EphemeralStorage bounds each workload's writable layer and logs (a Kubernetes
+	// quantity, e.g. "10Gi"; empty or "0": no bound). The kubelet evicts a pod past it,
+	// so one sandbox cannot fill its node's disk. It is a limit only: the pod requests
+	// no ephemeral storage of the scheduler.
+	EphemeralStorage string
 	// NoEgress turns egress enforcement off: no sandbox gets an enforcer sidecar.
 	NoEgress bool
 	// SandboxDNS are the DNS servers of every sandbox pod (SANDGATE_SANDBOX_DNS: IPv4,
@@ -153,10 +159,12 @@ type Runtime struct {
 	opts   Options
 	log    *slog.Logger
 	agents *agentclient.Client
-	client kubernetes.Interface
-	pods   listerscorev1.PodNamespaceLister
-	synced cache.InformerSynced
-	stop   chan struct{}
+	// ephemeralStorage is Options.EphemeralStorage parsed (nil: no bound).
+	ephemeralStorage *resource.Quantity
+	client           kubernetes.Interface
+	pods             listerscorev1.PodNamespaceLister
+	synced           cache.InformerSynced
+	stop             chan struct{}
 	// factory owns the informer; Close shuts it down.
 	factory informers.SharedInformerFactory
 
@@ -206,6 +214,15 @@ func newWithClient(ctx context.Context, client kubernetes.Interface, opts Option
 		return nil, fmt.Errorf("sandbox DNS servers: %d given, a pod takes at most %d", len(opts.SandboxDNS), MaxSandboxDNS)
 	}
 	r := &Runtime{opts: opts, log: opts.Logger, agents: opts.Agents, client: client, stop: make(chan struct{}), waiters: map[string][]chan struct{}{}}
+	if opts.EphemeralStorage != "" {
+		q, err := resource.ParseQuantity(opts.EphemeralStorage)
+		if err != nil || q.Sign() < 0 {
+			return nil, fmt.Errorf("ephemeral storage %q: want a Kubernetes quantity such as 10Gi, or 0 for no bound", opts.EphemeralStorage)
+		}
+		if !q.IsZero() {
+			r.ephemeralStorage = &q
+		}
+	}
 	r.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(opts.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = runtimes.LabelID }))

@@ -142,8 +142,6 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 	if mem == 0 {
 		mem = r.opts.DefaultMemoryBytes
 	}
-	// The workload requests its limits: the sandbox is scheduled with room for what it
-	// was admitted for.
 	limits := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(cpu, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
@@ -151,15 +149,12 @@ func (r *Runtime) podFor(spec runtimes.Spec, withEgress bool, runtimeClass strin
 
 	no, yes := false, true
 	workload := corev1.Container{
-		Name:    WorkloadContainer,
-		Image:   spec.Image,
-		Command: append([]string{agentPath, "init", "--"}, escapeAll(spec.Entrypoint)...),
-		Env:     env,
-		Ports:   []corev1.ContainerPort{{Name: "agent", ContainerPort: runtimes.AgentPort, Protocol: corev1.ProtocolTCP}},
-		Resources: corev1.ResourceRequirements{
-			Limits:   limits,
-			Requests: limits.DeepCopy(),
-		},
+		Name:         WorkloadContainer,
+		Image:        spec.Image,
+		Command:      append([]string{agentPath, "init", "--"}, escapeAll(spec.Entrypoint)...),
+		Env:          env,
+		Ports:        []corev1.ContainerPort{{Name: "agent", ContainerPort: runtimes.AgentPort, Protocol: corev1.ProtocolTCP}},
+		Resources:    r.workloadResources(limits),
 		VolumeMounts: []corev1.VolumeMount{{Name: AgentVolume, MountPath: agentDir, ReadOnly: true}},
 		SecurityContext: &corev1.SecurityContext{
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: keptCapabilities},
@@ -345,6 +340,19 @@ func oneShotHelperSecurity() *corev1.SecurityContext {
 	}
 }
 
+// workloadResources is the workload's limits, requested as they are (the sandbox is
+// scheduled with room for what it was admitted for), and the operator's bound on its
+// ephemeral storage, which it does not request: the scheduler reserves no disk, the
+// kubelet evicts the pod past the bound.
+func (r *Runtime) workloadResources(limits corev1.ResourceList) corev1.ResourceRequirements {
+	requests := limits.DeepCopy()
+	if r.ephemeralStorage != nil {
+		limits[corev1.ResourceEphemeralStorage] = r.ephemeralStorage.DeepCopy()
+		requests[corev1.ResourceEphemeralStorage] = resource.MustParse("0")
+	}
+	return corev1.ResourceRequirements{Limits: limits, Requests: requests}
+}
+
 // helperResources bounds a helper container (installer, enforcer). They idle nearly
 // always, so they request a tenth of their limit: a node's capacity goes to workloads.
 func helperResources(cpu, memory string) corev1.ResourceRequirements {
@@ -482,17 +490,17 @@ func instanceOf(pod *corev1.Pod) runtimes.Instance {
 func evictionOf(pod *corev1.Pod) string {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-			if c.Message == "" {
-				return c.Reason
+			if msg := strings.TrimSpace(c.Message); msg != "" {
+				return c.Reason + ": " + msg
 			}
-			return c.Reason + ": " + c.Message
+			return c.Reason
 		}
 	}
 	if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" {
-		if pod.Status.Message == "" {
-			return pod.Status.Reason
+		if msg := strings.TrimSpace(pod.Status.Message); msg != "" {
+			return msg
 		}
-		return pod.Status.Message
+		return pod.Status.Reason
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandgate/sandgate/runtimes"
@@ -305,5 +306,44 @@ func TestStartFailurePull(t *testing.T) {
 				t.Fatalf("PullError %+v, want reason %q denied %t for %s", pe, tt.wantReason, tt.denied, sandboxImage)
 			}
 		})
+	}
+}
+
+// TestEphemeralStorageBound: the operator's bound on ephemeral storage is the
+// workload's limit and no request (the scheduler reserves no disk; the kubelet evicts
+// a pod past the bound); without one the workload has neither; a bound that is no
+// quantity stops the runtime from starting.
+func TestEphemeralStorageBound(t *testing.T) {
+	spec := runtimes.Spec{ID: "0f8e2b9c-1111-4222-8333-444455556666", Tenant: "t", Image: "python:3.12"}
+	workloadOf := func(r *Runtime) corev1.Container {
+		for _, c := range r.podFor(spec, false, "").Spec.Containers {
+			if c.Name == WorkloadContainer {
+				return c
+			}
+		}
+		t.Fatal("no workload container")
+		return corev1.Container{}
+	}
+	r := testRuntime()
+	q := resource.MustParse("2Gi")
+	r.ephemeralStorage = &q
+	res := workloadOf(r).Resources
+	if got := res.Limits[corev1.ResourceEphemeralStorage]; got.Cmp(q) != 0 {
+		t.Errorf("ephemeral-storage limit %v, want 2Gi", got.String())
+	}
+	if got, ok := res.Requests[corev1.ResourceEphemeralStorage]; !ok || !got.IsZero() {
+		t.Errorf("ephemeral-storage request %v (set %v), want an explicit 0 (unset would default to the limit)", got.String(), ok)
+	}
+	if got := res.Requests[corev1.ResourceMemory]; got.Cmp(res.Limits[corev1.ResourceMemory]) != 0 {
+		t.Errorf("memory request %v, want the limit %v", got.String(), res.Limits.Memory().String())
+	}
+	res = workloadOf(testRuntime()).Resources
+	if _, ok := res.Limits[corev1.ResourceEphemeralStorage]; ok {
+		t.Errorf("ephemeral-storage limit without a bound: %v", res.Limits)
+	}
+	for _, bad := range []string{"ten gigs", "-1Gi"} {
+		if _, err := newWithClient(t.Context(), nil, Options{EphemeralStorage: bad}); err == nil || !strings.Contains(err.Error(), "ephemeral storage") {
+			t.Errorf("ephemeral storage %q: %v, want refused", bad, err)
+		}
 	}
 }
