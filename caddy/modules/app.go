@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/sandgate/sandgate/gateway/imagebuild"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,7 +30,6 @@ import (
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/docker"
-	"github.com/sandgate/sandgate/runtimes/kubernetes"
 )
 
 func init() {
@@ -273,8 +273,13 @@ func (a *App) storeKey() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// runtimeBuilders build the runtime a config names, by its runtime setting. A test
-// registers more (an in-process runtime) in its own file.
+// runtimeBuilders build the runtime a config names, by its runtime setting. The
+// Kubernetes runtime registers itself (runtime_kubernetes.go) unless the build leaves it
+// out with the tag withoutKubernetesTag; a test registers more (an in-process runtime)
+// in its own file.
+// withoutKubernetesTag is the build tag that leaves the Kubernetes runtime out.
+const withoutKubernetesTag = "sandgate_nokubernetes"
+
 var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error){
 	"docker": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
 		upstreamCA, err := a.vaultUpstreamCA()
@@ -289,25 +294,6 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
 			NoAntiSpoof: a.AntiSpoof == "off", Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA,
 			SandboxDNS: sandboxDNS, Logger: log})
-	},
-	"kubernetes": func(ctx context.Context, a *App, log *slog.Logger) (runtimes.Runtime, error) {
-		upstreamCA, err := a.vaultUpstreamCA()
-		if err != nil {
-			return nil, err
-		}
-		sandboxDNS, err := docker.ParseSandboxDNS(a.SandboxDNS)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox_dns: %w", err)
-		}
-		agentImage := a.K8sAgentImage
-		if agentImage == "" {
-			agentImage = "sandgate/agent:" + gateway.Version
-		}
-		return kubernetes.New(ctx, kubernetes.Options{Kubeconfig: a.Kubeconfig, Namespace: a.Namespace, AgentImage: agentImage,
-			GVisorRuntimeClass: a.K8sGVisorRuntimeClass, OCIRuntime: a.OCIRuntime, QPS: float32(a.K8sQPS), Burst: a.K8sBurst,
-			EphemeralStorage: a.K8sEphemeralStorage,
-			NoEgress:         a.Egress == "off", ReadOnlyRootfs: a.ReadOnlyRootfs == "on", VaultUpstreamCA: upstreamCA, SandboxDNS: sandboxDNS,
-			UserAgent: "sandgate/" + gateway.Version, Logger: log})
 	},
 }
 
@@ -374,7 +360,10 @@ func (a *App) Validate() error {
 		return fmt.Errorf("default_timeout %s: a sandbox created without timeout never expires, as OpenSandbox specifies; remove default_timeout (SANDGATE_DEFAULT_TIMEOUT) and bound such creates with require_timeout on (SANDGATE_REQUIRE_TIMEOUT, answered 400) or a tenant's maxTimeoutSeconds", time.Duration(a.DefaultTimeout))
 	}
 	if _, ok := runtimeBuilders[a.Runtime]; !ok && a.Runtime != "" {
-		return fmt.Errorf("unknown runtime %q (known: docker, kubernetes)", a.Runtime)
+		if a.Runtime == "kubernetes" {
+			return fmt.Errorf("runtime kubernetes: this sandgate was built without it (tag %s, as `make run` builds for local Docker); `make build` builds it in", withoutKubernetesTag)
+		}
+		return fmt.Errorf("unknown runtime %q (known: %s)", a.Runtime, strings.Join(slices.Sorted(maps.Keys(runtimeBuilders)), ", "))
 	}
 	if _, err := state.ResolveHostPrefixes(a.VolumeHostPrefixes); err != nil {
 		return fmt.Errorf("volume_host_prefixes: %w", err)
