@@ -8,6 +8,7 @@ import (
 	"github.com/sandgate/sandgate/apiproto"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // The state feature's vocabulary, named here for the core and its callers (package
@@ -30,6 +31,8 @@ type (
 	PVCVolume     = state.PVCVolume
 	// NamedVolume is one of a tenant's named volumes, as the API of volumes shows it.
 	NamedVolume = state.NamedVolume
+	// VolumeOwner is who a new named volume's root directory belongs to.
+	VolumeOwner = runtimes.VolumeOwner
 )
 
 // Snapshot states.

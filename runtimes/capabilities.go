@@ -98,9 +98,10 @@ type VolumeDiscarder interface {
 // the core). Without it that API answers VOLUME::UNSUPPORTED; sandboxes still mount
 // named volumes their create makes.
 type VolumeKeeper interface {
-	// CreateVolume makes named volume claim with labels; ErrVolumeExists when one of
+	// CreateVolume makes named volume claim with labels, its root directory owned by
+	// root, or by root's uid and gid when root is not nil; ErrVolumeExists when one of
 	// that name exists already.
-	CreateVolume(ctx context.Context, claim string, labels map[string]string) error
+	CreateVolume(ctx context.Context, claim string, labels map[string]string, root *VolumeOwner) error
 	// VolumeLabels are the labels of named volume claim; ErrVolumeNotFound when there is
 	// none of that name.
 	VolumeLabels(ctx context.Context, claim string) (map[string]string, error)
@@ -109,6 +110,12 @@ type VolumeKeeper interface {
 	// RemoveVolume removes named volume claim; ErrInUse while a sandbox mounts it,
 	// ErrVolumeNotFound when there is none of that name.
 	RemoveVolume(ctx context.Context, claim string) error
+}
+
+// VolumeOwner is the owner a new named volume's root directory gets: the uid and gid of
+// the user the sandboxes that mount it run as, so that user writes there without root.
+type VolumeOwner struct {
+	UID, GID int
 }
 
 // AgentClientProvider shares the runtime's client of sandbox agents and enforcers (its

@@ -17,6 +17,11 @@ import (
 // answer must carry one; this one opens nothing, here or anywhere.
 const e2bVolumeTokenUnserved = "volume-content-api-not-served"
 
+// e2bVolumeOwner owns the root directory of a volume the door makes: E2B's user `user`
+// (uid and gid 1000 in E2B's templates and the door's), which E2B's SDKs run commands
+// and file calls as, writes to a mounted volume without sudo, as on E2B.
+var e2bVolumeOwner = gateway.VolumeOwner{UID: 1000, GID: 1000}
+
 // e2bNewVolume is the body of POST /volumes.
 type e2bNewVolume struct {
 	Name string `json:"name"`
@@ -45,7 +50,7 @@ func (h *Handler) e2bCreateVolume(w http.ResponseWriter, r *http.Request, c gate
 		h.writeError(w, r, err)
 		return
 	}
-	v, err := h.svc.State().CreateNamedVolume(r.Context(), c, body.Name)
+	v, err := h.svc.State().CreateNamedVolume(r.Context(), c, body.Name, &e2bVolumeOwner)
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -69,10 +69,10 @@ func volumeNotFound(name string, cause error) error {
 	return &fault.Error{Kind: fault.KindNotFound, Code: CodeVolumeNotFound, Message: "volume " + name + " not found", Cause: cause}
 }
 
-// CreateNamedVolume makes caller's named volume name, empty and apart from any sandbox;
-// sandboxes then mount it by name. A name the caller has a volume of already is
-// refused (VOLUME::ALREADY_EXISTS).
-func (m *Manager) CreateNamedVolume(ctx context.Context, caller principal.Caller, name string) (NamedVolume, error) {
+// CreateNamedVolume makes caller's named volume name, empty and apart from any sandbox,
+// its root directory owned by root (root's owner when not nil); sandboxes then mount it
+// by name. A name the caller has a volume of already is refused (VOLUME::ALREADY_EXISTS).
+func (m *Manager) CreateNamedVolume(ctx context.Context, caller principal.Caller, name string, root *runtimes.VolumeOwner) (NamedVolume, error) {
 	if err := validVolumeName(name); err != nil {
 		return NamedVolume{}, err
 	}
@@ -84,7 +84,7 @@ func (m *Manager) CreateNamedVolume(ctx context.Context, caller principal.Caller
 	if err != nil {
 		return NamedVolume{}, err
 	}
-	if err := k.CreateVolume(ctx, claim, labels); err != nil {
+	if err := k.CreateVolume(ctx, claim, labels, root); err != nil {
 		if errors.Is(err, runtimes.ErrVolumeExists) {
 			return NamedVolume{}, &fault.Error{Kind: fault.KindConflict, Code: CodeVolumeExists, Message: "volume " + name + " exists already", Cause: err}
 		}

@@ -429,6 +429,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	r.sweepHostStaging(ctx)
+	r.sweepVolumeRoots(ctx)
 	if len(sidecars.Items) == 0 && len(holders.Items) == 0 {
 		return 0, nil
 	}

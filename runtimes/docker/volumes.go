@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
@@ -137,6 +140,23 @@ func (r *Runtime) ensureVolume(ctx context.Context, spec runtimes.Spec, v runtim
 	return true, nil
 }
 
+// sweepVolumeRoots removes the containers of ownVolumeRoot that a gateway process killed
+// in the middle left (each would keep its volume from being removed): those of a process
+// of this host that is gone, and any other once stale.
+func (r *Runtime) sweepVolumeRoots(ctx context.Context) {
+	left, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All: true, Filters: make(client.Filters).Add("label", labelRole+"="+roleVolumeRoot),
+	})
+	if err != nil {
+		return
+	}
+	for _, c := range left.Items {
+		if ownerGone(c.Labels[labelSpareOwner]) || time.Since(time.Unix(c.Created, 0)) > fillerStale {
+			_, _ = r.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		}
+	}
+}
+
 // stagedVolumes names the volumes of spec whose sub-path the runtime stages itself.
 func (r *Runtime) stagedVolumes(spec runtimes.Spec) []string {
 	var claims []string
@@ -200,8 +220,10 @@ func (r *Runtime) DiscardVolumes(ctx context.Context, id string) {
 
 // CreateVolume makes named volume claim with labels, for the API of a tenant's volumes.
 // The engine's create of an existing name succeeds and changes nothing, so the name is
-// looked up first: an existing one is refused, never relabelled.
-func (r *Runtime) CreateVolume(ctx context.Context, claim string, labels map[string]string) error {
+// looked up first: an existing one is refused, never relabelled. With root, the new
+// volume's root directory is given to root's uid and gid before anything can mount it;
+// a volume whose root cannot be given is removed again.
+func (r *Runtime) CreateVolume(ctx context.Context, claim string, labels map[string]string, root *runtimes.VolumeOwner) error {
 	if _, err := r.cli.VolumeInspect(ctx, claim, client.VolumeInspectOptions{}); err == nil {
 		return fmt.Errorf("volume %q: %w", claim, runtimes.ErrVolumeExists)
 	} else if !cerrdefs.IsNotFound(err) {
@@ -209,6 +231,62 @@ func (r *Runtime) CreateVolume(ctx context.Context, claim string, labels map[str
 	}
 	if _, err := r.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: claim, Labels: labels}); err != nil {
 		return fmt.Errorf("create volume %q: %w", claim, err)
+	}
+	if root != nil {
+		if err := r.ownVolumeRoot(ctx, claim, *root); err != nil {
+			_, _ = r.cli.VolumeRemove(context.WithoutCancel(ctx), claim, client.VolumeRemoveOptions{})
+			return fmt.Errorf("volume %q: %w", claim, err)
+		}
+	}
+	return nil
+}
+
+// roleVolumeRoot marks the container ownVolumeRoot makes (never started, removed at once;
+// one a killed gateway left is removed by sweepVolumeRoots).
+const roleVolumeRoot = "volume-root"
+
+// volumeRootTarget is where ownVolumeRoot's container mounts the volume.
+const volumeRootTarget = "volume"
+
+// ownVolumeRoot gives the root directory of the new, empty named volume claim to owner.
+// The engine extracts an archive into a container that mounts the volume and is never
+// started (made from the helpers' empty image, helperimage.go, without network): the
+// archive's one entry is the mount point's directory, whose owner and mode the engine
+// sets with the archive's ids (mapped like the container's under user namespaces). No
+// process runs and nothing of the volume's content is read or changed.
+func (r *Runtime) ownVolumeRoot(ctx context.Context, claim string, owner runtimes.VolumeOwner) error {
+	image, err := r.helperImage(ctx)
+	if err != nil {
+		return err
+	}
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: image, Entrypoint: []string{"/nonexistent"},
+			Labels: map[string]string{labelRole: roleVolumeRoot, labelSpareOwner: r.owner},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none",
+			Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: claim, Target: "/" + volumeRootTarget,
+				VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("create the container that owns its root: %w", err)
+	}
+	defer func() {
+		_, _ = r.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
+	}()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: volumeRootTarget + "/", Typeflag: tar.TypeDir, Mode: 0o755,
+		Uid: owner.UID, Gid: owner.GID, ModTime: time.Now()})
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("pack its root: %w", err)
+	}
+	if _, err := r.cli.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{
+		DestinationPath: "/", Content: &buf, CopyUIDGID: true,
+	}); err != nil {
+		return fmt.Errorf("give its root to %d:%d: %w", owner.UID, owner.GID, err)
 	}
 	return nil
 }

@@ -69,10 +69,12 @@ def audited(key: str, volume: str, wait: float = 10) -> list[str]:
 def test_volume_shared_by_two_sandboxes(sandboxes, volume_name):
     vol = Volume.create(volume_name)
     writer = sandboxes.create(metadata={"run": RUN, "case": "volume-writer"}, volume_mounts={"/mnt/data": vol})
-    # A new volume's root belongs to root (the engine makes it); the sandbox's user
-    # writes there with sudo, or as root.
-    done = writer.commands.run("echo written-by-the-first > /mnt/data/note.txt", user="root")
+    # A new volume's root is the sandbox's user's, as on E2B: `user` (the SDK's default)
+    # writes there without sudo, by a command and by the files API.
+    assert writer.commands.run("stat -c %U:%G /mnt/data").stdout.strip() == "user:user"
+    done = writer.commands.run("echo written-by-the-first > /mnt/data/note.txt && mkdir /mnt/data/dir")
     assert done.exit_code == 0
+    writer.files.write("/mnt/data/dir/by-files.txt", "written-by-files")
     # A volume a sandbox mounts is not removed from under it.
     with pytest.raises(VolumeException):
         Volume.destroy(vol.volume_id)
@@ -80,6 +82,10 @@ def test_volume_shared_by_two_sandboxes(sandboxes, volume_name):
 
     reader = sandboxes.create(metadata={"run": RUN, "case": "volume-reader"}, volume_mounts={"/mnt/shared": volume_name})
     assert reader.files.read("/mnt/shared/note.txt").strip() == "written-by-the-first"
+    assert reader.files.read("/mnt/shared/dir/by-files.txt") == "written-by-files"
+    assert reader.commands.run("stat -c %U /mnt/shared/note.txt").stdout.strip() == "user"
+    # What the first one's user wrote, the next one's user changes.
+    assert reader.commands.run("echo appended >> /mnt/shared/note.txt").exit_code == 0
     reader.kill()
 
     assert Volume.destroy(vol.volume_id) is True
