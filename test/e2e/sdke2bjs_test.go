@@ -11,7 +11,8 @@ import (
 )
 
 // TestSDKE2BJS runs the client suites in test/sdk-e2b-js (sdk.test.mjs: the control
-// API; envd.test.mjs: inside the sandbox): the published E2B JavaScript
+// API; envd.test.mjs: inside the sandbox; volumes.test.mjs: named volumes;
+// signed-urls.test.mjs: the host form and signed file URLs): the published E2B JavaScript
 // SDKs (e2b and @e2b/code-interpreter, the versions its package-lock.json pins)
 // against the E2B door of a gateway started here, with Node's own test runner,
 // configured only by E2B's own variables and with the door's default templates. Two
@@ -41,20 +42,26 @@ func TestSDKE2BJS(t *testing.T) {
 	if out, err := exec.Command("docker", "network", "create", "--label", "sandgate.io/network=sandboxes", e.Network).CombinedOutput(); err != nil {
 		t.Fatalf("create network: %v: %s", err, out)
 	}
-	g := e.startGateway()
+	// The preview domain is a .test name nothing resolves: the suite sends requests for
+	// its hosts to the gateway's listener with the name in the Host header.
+	const previewDomain = "sandgate-e2b-js.test"
+	g := e.startGateway("SANDGATE_PREVIEW_DOMAIN=" + previewDomain)
+	run := randomHex(4)
+	removeSDKE2BVolumes(t, e, run)
 	own := g.withTenantKey(g.newPluginTenant("e2b-js-"+randomHex(3)), "tenant-admin")
 	other := g.withTenantKey(g.newPluginTenant("e2b-js-other-"+randomHex(3)), "tenant-admin")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=tap", "sdk.test.mjs", "envd.test.mjs")
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=tap", "sdk.test.mjs", "envd.test.mjs", "volumes.test.mjs", "signed-urls.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL=http://"+g.Addr+"/e2b",
 		"E2B_SANDBOX_URL=http://"+g.Addr,
 		"E2B_API_KEY="+own.APIKey,
 		"SANDGATE_SDK_OTHER_KEY="+other.APIKey,
-		"SANDGATE_SDK_RUN="+randomHex(4),
+		"SANDGATE_SDK_RUN="+run,
+		"SANDGATE_SDK_E2B_DOMAIN="+previewDomain,
 		"NO_COLOR=1",
 	)
 	out, err := cmd.CombinedOutput()

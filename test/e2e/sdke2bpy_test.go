@@ -42,7 +42,7 @@ func TestSDKE2BPy(t *testing.T) {
 	g := e.startGateway("SANDGATE_PREVIEW_DOMAIN=" + previewDomain)
 	removeSDKPySnapshots(t, e, g) // what the suite's forks and snapshots leave
 	run := randomHex(4)
-	removeSDKE2BPyVolumes(t, e, run)
+	removeSDKE2BVolumes(t, e, run)
 	own := g.withTenantKey(g.newPluginTenant("e2b-sdk-"+randomHex(3)), "tenant-admin")
 	other := g.withTenantKey(g.newPluginTenant("e2b-sdk-other-"+randomHex(3)), "tenant-admin")
 
@@ -75,9 +75,9 @@ func TestSDKE2BPy(t *testing.T) {
 	t.Logf("%s", out)
 }
 
-// removeSDKE2BPyVolumes removes, at the end of the test, the named volumes the suite
+// removeSDKE2BVolumes removes, at the end of the test, the named volumes an E2B SDK suite
 // made (named vol-<run> by both tenants), after the env's containers.
-func removeSDKE2BPyVolumes(t *testing.T, e *env, run string) {
+func removeSDKE2BVolumes(t *testing.T, e *env, run string) {
 	t.Cleanup(func() {
 		e.removeDockerObjects()
 		out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "name=-vol-"+run).Output()
