@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/access"
@@ -156,7 +155,7 @@ func (h *Handler) e2bCreate(w http.ResponseWriter, r *http.Request, c gateway.Ca
 		h.writeError(w, r, err)
 		return
 	}
-	req, err := h.e2bCreateRequest(body)
+	req, err := h.e2bCreateRequest(r.Context(), c, body)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -181,9 +180,10 @@ func (h *Handler) e2bCreate(w http.ResponseWriter, r *http.Request, c gateway.Ca
 	writeJSON(w, http.StatusCreated, h.e2bSandboxOf(sb))
 }
 
-// e2bCreateRequest turns an E2B create into the core's: the template's image or pool,
-// E2B's default timeout, metadata, env and the egress rules of its network settings.
-func (h *Handler) e2bCreateRequest(body e2bNewSandbox) (gateway.CreateRequest, error) {
+// e2bCreateRequest turns an E2B create into the core's: the template's image or pool
+// (or caller's snapshot: by id, or by name, e2bSnapshotsNamed), E2B's default timeout,
+// metadata, env and the egress rules of its network settings.
+func (h *Handler) e2bCreateRequest(ctx context.Context, c gateway.Caller, body e2bNewSandbox) (gateway.CreateRequest, error) {
 	var req gateway.CreateRequest
 	alias := strings.TrimSpace(body.TemplateID)
 	if alias == "" {
@@ -200,7 +200,7 @@ func (h *Handler) e2bCreateRequest(body e2bNewSandbox) (gateway.CreateRequest, e
 		req.Extensions[e2bExtAutoResume] = "true"
 	}
 	target, ok := h.e2b.templates[alias]
-	_, notID := uuid.Parse(alias)
+	snapshotID, isID := e2bSnapshotIDOf(alias)
 	switch {
 	case ok:
 		if pool, isPool := strings.CutPrefix(target, e2bPoolPrefix); isPool {
@@ -212,11 +212,18 @@ func (h *Handler) e2bCreateRequest(body e2bNewSandbox) (gateway.CreateRequest, e
 			req.Image = &gateway.ImageSpec{URI: target}
 			req.Entrypoint = e2bDefaultEntrypoint
 		}
-	case notID == nil:
+	case isID:
 		// A snapshot of the caller's is a template too; the core checks it is theirs.
-		req.SnapshotID = alias
+		req.SnapshotID = snapshotID
 	default:
-		return req, gateway.Errorf(gateway.KindNotFound, gateway.CodeImageNotFound, "template %q is not known to this gateway (known: %s, or the id of one of your snapshots)", alias, strings.Join(h.e2bTemplateNames(), ", "))
+		named, err := h.e2bSnapshotsNamed(ctx, c, alias, false)
+		if err != nil {
+			return req, err
+		}
+		if len(named) == 0 {
+			return req, gateway.Errorf(gateway.KindNotFound, gateway.CodeImageNotFound, "template %q is not known to this gateway (known: %s, or the id or name of one of your snapshots)", alias, strings.Join(h.e2bTemplateNames(), ", "))
+		}
+		req.SnapshotID = named[0].ID
 	}
 	timeout, err := h.e2bTimeout(body.Timeout)
 	if err != nil {
@@ -565,8 +572,21 @@ func (h *Handler) e2bList(w http.ResponseWriter, r *http.Request, c gateway.Call
 	}
 	items := h.e2bListed(all)
 	tmpl := q.Get("template")
+	// A template that names snapshots (by id or name) admits the sandboxes made from
+	// them, which a list names by the snapshot's id.
+	fromSnapshot := map[string]bool{}
+	if _, door := h.e2b.templates[tmpl]; tmpl != "" && !door {
+		named, err := h.e2bSnapshotsNamed(r.Context(), c, tmpl, false)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		for _, v := range named {
+			fromSnapshot[v.ID] = true
+		}
+	}
 	items = slices.DeleteFunc(items, func(it e2bListedSandbox) bool {
-		return (tmpl != "" && it.TemplateID != tmpl) || it.StartedAt.Before(after)
+		return (tmpl != "" && it.TemplateID != tmpl && !fromSnapshot[it.TemplateID]) || it.StartedAt.Before(after)
 	})
 	if order == "asc" {
 		slices.Reverse(items)

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/test/coredeps"
 )
 
@@ -29,6 +30,9 @@ type e2bFixture struct {
 	TenantA map[string]string
 	TenantB map[string]string
 	inspect func(id string) string // a sandbox's address
+	// tenantA and tenantB are the two tenants' ids; store is the core's store.
+	tenantA, tenantB string
+	store            *store.Store
 }
 
 func startE2BFixture(t *testing.T) *e2bFixture {
@@ -50,9 +54,12 @@ func startE2BFixtureWith(t *testing.T, cfg gateway.Config) *e2bFixture {
 		DefaultTemplates: map[string]string{"base": "sandgate/base:test", "other": "sandgate/replaced:test"},
 	}}))
 	t.Cleanup(srv.Close)
-	f := &e2bFixture{URL: srv.URL, Admin: map[string]string{"X-API-Key": "admin-key"}}
-	f.TenantA = map[string]string{"X-API-Key": newTenantKey(t, srv.URL, "e2b-a")}
-	f.TenantB = map[string]string{"X-API-Key": newTenantKey(t, srv.URL, "e2b-b")}
+	f := &e2bFixture{URL: srv.URL, Admin: map[string]string{"X-API-Key": "admin-key"}, store: d.Store}
+	var keyA, keyB string
+	f.tenantA, keyA = newTenantAndKey(t, srv.URL, "e2b-a")
+	f.tenantB, keyB = newTenantAndKey(t, srv.URL, "e2b-b")
+	f.TenantA = map[string]string{"X-API-Key": keyA}
+	f.TenantB = map[string]string{"X-API-Key": keyB}
 	f.inspect = func(id string) string {
 		inst, err := d.Runtime.Inspect(context.Background(), id)
 		if err != nil {
@@ -66,13 +73,20 @@ func startE2BFixtureWith(t *testing.T, cfg gateway.Config) *e2bFixture {
 // newTenantKey makes a tenant and a tenant-admin key of it, through the OpenSandbox door.
 func newTenantKey(t *testing.T, base, name string) string {
 	t.Helper()
+	_, key := newTenantAndKey(t, base, name)
+	return key
+}
+
+// newTenantAndKey is newTenantKey that also answers the tenant's id.
+func newTenantAndKey(t *testing.T, base, name string) (id, key string) {
+	t.Helper()
 	admin := map[string]string{"OPEN-SANDBOX-API-KEY": "admin-key"}
 	status, body := call(t, "POST", base+"/v1/tenants", map[string]any{"name": name}, admin)
 	var tenant struct{ ID string }
 	if json.Unmarshal(body, &tenant); status != http.StatusCreated || tenant.ID == "" {
 		t.Fatalf("tenant: %d %s", status, body)
 	}
-	return newKey(t, base, tenant.ID, "tenant-admin")
+	return tenant.ID, newKey(t, base, tenant.ID, "tenant-admin")
 }
 
 // newKey issues a key of role in tenant, through the OpenSandbox door.
@@ -888,5 +902,84 @@ func TestE2BVolumeRoutes(t *testing.T) {
 			status, body := call(t, tt.method, f.URL+tt.url, tt.body, tt.key)
 			wantE2BError(t, tt.name, status, body, tt.want)
 		})
+	}
+}
+
+// TestE2BSnapshotNamesPerTenant: E2B's namespaced names (namespace/alias:tag) resolve
+// only among the caller's tenant's snapshots. Two tenants' Ready snapshots of one name
+// are written to the store as the snapshot feature writes them (the in-process runtime
+// makes no images); each tenant lists, and is refused, only by its own names: another
+// tenant's namespace, its full snapshot id and a name only it has are nobody's to list,
+// create from or delete, and a snapshot may not be named into another namespace.
+func TestE2BSnapshotNamesPerTenant(t *testing.T) {
+	f := startE2BFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	put := func(id, tenant, name string) {
+		snap := &store.Snapshot{ID: id, Tenant: tenant, SandboxID: "00000000-0000-4000-8000-000000000000", Name: name,
+			State: gateway.SnapshotReady, CreatedAt: now, LastTransitionAt: now, Image: "sandgate-snapshot/test:" + id}
+		if err := f.store.PutSnapshot(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const snapA, snapB, onlyA = "0a000000-0000-4000-8000-000000000001", "0b000000-0000-4000-8000-000000000002", "0a000000-0000-4000-8000-000000000003"
+	put(snapA, f.tenantA, "shared:default")
+	put(snapB, f.tenantB, "shared:default")
+	put(onlyA, f.tenantA, "only-a:v1")
+	nsA, nsB := f.tenantA, f.tenantB
+
+	listed := func(key map[string]string, name string) []string {
+		t.Helper()
+		status, body := call(t, "GET", f.URL+"/e2b/snapshots?name="+url.QueryEscape(name), nil, key)
+		var items []struct {
+			SnapshotID string   `json:"snapshotID"`
+			Names      []string `json:"names"`
+		}
+		if status != http.StatusOK || json.Unmarshal(body, &items) != nil {
+			t.Fatalf("list %q: %d %s", name, status, body)
+		}
+		var ids []string
+		for _, it := range items {
+			ids = append(ids, it.SnapshotID+" "+strings.Join(it.Names, ","))
+		}
+		return ids
+	}
+	for _, tt := range []struct {
+		name  string
+		key   map[string]string
+		query string
+		want  []string
+	}{
+		{"A's name", f.TenantA, "shared", []string{nsA + "/shared:default " + nsA + "/shared"}},
+		{"B's name", f.TenantB, "shared", []string{nsB + "/shared:default " + nsB + "/shared"}},
+		{"A's full id, by A", f.TenantA, nsA + "/shared:default", []string{nsA + "/shared:default " + nsA + "/shared"}},
+		{"A's full id, by B", f.TenantB, nsA + "/shared:default", nil},
+		{"A's namespace, by B", f.TenantB, nsA + "/shared", nil},
+		{"A's core id, by B", f.TenantB, snapA, nil},
+		{"a name only A has, by B", f.TenantB, "only-a", nil},
+		{"a name only A has, by A", f.TenantA, "only-a", []string{nsA + "/only-a:v1 " + nsA + "/only-a"}},
+	} {
+		if got := listed(tt.key, tt.query); !cmp.Equal(got, tt.want) {
+			t.Errorf("%s: listed %q, want %q", tt.name, got, tt.want)
+		}
+	}
+
+	status, body := call(t, "DELETE", f.URL+"/e2b/templates/"+url.PathEscape(snapA+":default"), nil, f.TenantB)
+	wantE2BError(t, "B's delete of A's core id", status, body, http.StatusNotFound)
+	for _, template := range []string{nsA + "/shared:default", nsA + "/shared", "only-a:v1", nsA + "/only-a:v1"} {
+		status, body := call(t, "POST", f.URL+"/e2b/v2/sandboxes", map[string]any{"templateID": template}, f.TenantB)
+		wantE2BError(t, "B's create from "+template, status, body, http.StatusNotFound)
+		status, body = call(t, "DELETE", f.URL+"/e2b/templates/"+url.PathEscape(template), nil, f.TenantB)
+		wantE2BError(t, "B's delete of "+template, status, body, http.StatusNotFound)
+	}
+	if got := listed(f.TenantA, "shared"); len(got) != 1 {
+		t.Errorf("A's snapshot after B's deletes: %q", got)
+	}
+
+	sb := f.create(t, f.TenantB, nil)
+	status, body = call(t, "POST", f.URL+"/e2b/sandboxes/"+sb.SandboxID+"/snapshots", map[string]any{"name": nsA + "/mine"}, f.TenantB)
+	wantE2BError(t, "a snapshot named into A's namespace", status, body, http.StatusBadRequest)
+	if !strings.Contains(string(body), "namespace") {
+		t.Errorf("a snapshot named into A's namespace: %s, want the namespace named as the reason", body)
 	}
 }

@@ -62,8 +62,12 @@ type SnapshotRequest struct {
 type SnapshotQuery struct {
 	SandboxID string
 	States    []string
-	Page      int
-	PageSize  int
+	// Tenant, when set, admits only that tenant's snapshots (a platform admin's list is
+	// every tenant's otherwise); Admits, when set, only the snapshots it accepts.
+	Tenant   string
+	Admits   func(apiproto.Snapshot) bool
+	Page     int
+	PageSize int
 }
 
 func snapshotView(snap *store.Snapshot) apiproto.Snapshot {
@@ -272,10 +276,15 @@ func (m *Manager) ListSnapshots(ctx context.Context, caller principal.Caller, q 
 		if q.SandboxID != "" && snap.SandboxID != q.SandboxID {
 			continue
 		}
+		if q.Tenant != "" && snap.Tenant != q.Tenant {
+			continue
+		}
 		if !states.Admits(snap.State) {
 			continue
 		}
-		items = append(items, snapshotView(snap))
+		if v := snapshotView(snap); q.Admits == nil || q.Admits(v) {
+			items = append(items, v)
+		}
 	}
 	page, pagination := listing.Page(items, func(v apiproto.Snapshot) time.Time { return v.CreatedAt }, q.Page, q.PageSize)
 	return &apiproto.SnapshotPage{Items: page, Pagination: pagination}, nil
