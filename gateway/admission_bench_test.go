@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/test/coredeps"
@@ -24,7 +25,7 @@ func BenchmarkAdmission(b *testing.B) {
 	st := d.Store
 	s := New(Config{}, st, nil, d.Policy, d.Log)
 	sizes := []int{0, 10000}
-	req := admissionRequest{Image: "sandgate/base:bench", CPUMillis: 500, MemoryBytes: 512 << 20, Count: 1}
+	req := admission.Request{Image: "sandgate/base:bench", CPUMillis: 500, MemoryBytes: 512 << 20, Count: 1}
 	callers := map[int]Caller{}
 	listing := map[int]float64{}
 	for _, n := range sizes {
@@ -53,7 +54,7 @@ func BenchmarkAdmission(b *testing.B) {
 					c, m := measureRecord(rec)
 					u.Sandboxes, u.CPUMillis, u.MemoryBytes = u.Sandboxes+1, u.CPUMillis+c, u.MemoryBytes+m
 				}
-				if _, err := s.admit(ctx, caller, req); err != nil {
+				if _, err := s.admission.Admit(ctx, caller, req); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(t0))
@@ -70,7 +71,7 @@ func BenchmarkAdmission(b *testing.B) {
 		lat = map[int][]time.Duration{}
 		for i := 0; i < 10; i++ {
 			for _, n := range sizes {
-				if _, err := s.admit(ctx, callers[n], req); err != nil {
+				if _, err := s.admission.Admit(ctx, callers[n], req); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -78,7 +79,7 @@ func BenchmarkAdmission(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			for _, n := range sizes {
 				t0 := time.Now()
-				if _, err := s.admit(ctx, callers[n], req); err != nil {
+				if _, err := s.admission.Admit(ctx, callers[n], req); err != nil {
 					b.Fatal(err)
 				}
 				lat[n] = append(lat[n], time.Since(t0))

@@ -85,7 +85,7 @@ func (s *Service) admitClaim(ctx context.Context, caller Caller, tmpl, req Creat
 	if err != nil {
 		return err
 	}
-	_, err = s.admit(ctx, caller, admissionFor(spec, merged, count))
+	_, err = s.admission.Admit(ctx, caller, admissionFor(spec, merged, count))
 	return err
 }
 

@@ -1,50 +1,16 @@
 // The cluster id: the configured one or else the identity of the store this gateway
-// runs on, carried by every sandbox it starts (runtimes.LabelCluster), so that gateways
-// adopt and remove only their own store's sandboxes.
+// runs on (recovery.Manager.ClusterID), carried by every sandbox it starts
+// (runtimes.LabelCluster), so that gateways adopt and remove only their own store's
+// sandboxes. Here: which sandboxes are this store's, and the configured id's check.
 
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 
 	"github.com/sandgate/sandgate/runtimes"
 )
-
-// clusterID returns this gateway's store identity, fetched once.
-func (s *Service) clusterID(ctx context.Context) (string, error) {
-	s.crash.mu.Lock()
-	defer s.crash.mu.Unlock()
-	if s.crash.cluster != "" {
-		return s.crash.cluster, nil
-	}
-	if s.cfg.ClusterID != "" {
-		s.crash.cluster = s.cfg.ClusterID
-		return s.cfg.ClusterID, nil
-	}
-	id, err := s.store.ClusterID(ctx)
-	if err != nil {
-		return "", fmt.Errorf("read the store's cluster id: %w", err)
-	}
-	s.crash.cluster = id
-	return id, nil
-}
-
-// labelCluster adds this gateway's cluster label to a spec.
-func (s *Service) labelCluster(ctx context.Context, spec *runtimes.Spec) error {
-	id, err := s.clusterID(ctx)
-	if err != nil {
-		return err
-	}
-	labels := make(map[string]string, len(spec.Labels)+1)
-	for k, v := range spec.Labels {
-		labels[k] = v
-	}
-	labels[runtimes.LabelCluster] = id
-	spec.Labels = labels
-	return nil
-}
 
 // ownInstance says whether a sandbox without a record belongs to this gateway's store:
 // another store's sandboxes on the same engine are neither adopted nor removed, and

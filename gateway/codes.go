@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/batch"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
+	"github.com/sandgate/sandgate/gateway/recovery"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/tenancy"
 	"github.com/sandgate/sandgate/gateway/tenantplugins"
@@ -36,7 +38,7 @@ const (
 const (
 	CodeInvalidParameter  = fault.CodeInvalidParameter
 	CodeInvalidMetadata   = "SANDBOX::INVALID_METADATA_LABEL"
-	CodeInvalidExpiration = "SANDBOX::INVALID_EXPIRATION"
+	CodeInvalidExpiration = fault.CodeInvalidExpiration
 	CodeNotFound          = fault.CodeNotFound
 	CodeNotRunning        = "SANDBOX::NOT_RUNNING"
 	CodeNotPaused         = "SANDBOX::NOT_PAUSED"
@@ -63,7 +65,7 @@ const (
 	// the reason in the message (a claimed pool member's caller claims another).
 	CodeUnavailable = "SANDBOX::UNAVAILABLE"
 	// CodeGatewayLost is the cause of a batch member given up because its gateways died.
-	CodeGatewayLost = "SANDBOX::GATEWAY_LOST"
+	CodeGatewayLost = recovery.CodeGatewayLost
 )
 
 // Codes of a create's credentialProxy that cannot be honoured: silently ignoring it
@@ -123,7 +125,7 @@ const (
 	CodeTenantInvalid  = tenancy.CodeTenantInvalid
 	CodeKeyNotFound    = tenancy.CodeKeyNotFound
 	// CodeQuotaRate: the tenant's token bucket of creates is empty.
-	CodeQuotaRate = "QUOTA::CREATE_RATE"
+	CodeQuotaRate = admission.CodeQuotaRate
 	// CodeQuotaConcur: the tenant holds its limit of live sandboxes (the code the
 	// admission policy uses for it too).
 	CodeQuotaConcur = policy.CodeQuotaConcurrent

@@ -83,7 +83,7 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		}
 		var spec runtimes.Spec
 		if spec, err = s.validateCreate(req); err == nil {
-			if _, err = s.admit(ctx, caller, admissionFor(spec, req, 1)); err == nil {
+			if _, err = s.admission.Admit(ctx, caller, admissionFor(spec, req, 1)); err == nil {
 				rec, err = s.createCold(ctx, caller, req, spec, uuid.NewString(), "")
 			}
 		}
@@ -115,7 +115,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	q, err := s.tenantQuotas(ctx, caller.Tenant)
+	q, err := s.admission.TenantQuotas(ctx, caller.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 		return nil, err
 	}
 	spec.Egress = egressSpec
-	if err := s.labelCluster(ctx, &spec); err != nil {
+	if err := s.recovery.LabelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
 	cluster := spec.Labels[runtimes.LabelCluster]
@@ -190,7 +190,7 @@ func (s *Service) createCold(ctx context.Context, caller Caller, req CreateReque
 	inst, err := s.runtime.Create(ctx, spec)
 	if err != nil {
 		if derr := s.store.DeleteSandbox(context.WithoutCancel(ctx), spec.ID); derr != nil {
-			s.rememberGhost(spec.ID)
+			s.recovery.RememberGhost(spec.ID)
 		}
 		return nil, runtimeCreateError(spec.Image, err)
 	}
@@ -294,7 +294,7 @@ func (s *Service) discard(ctx context.Context, id string) {
 	}
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
 		// The store is unreachable: delete the record once it answers again.
-		s.rememberGhost(id)
+		s.recovery.RememberGhost(id)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // deleted emits sandbox.deleted only, once, from whichever removal took its record.
 //
 // A record the store would not remove (an outage that began during the delete) is
-// queued and removed once the store answers again (takeover.go, ghosts), and its
+// queued and removed once the store answers again (recovery.Manager.RememberDeleted), and its
 // sandbox.deleted emitted then. A Stopping record whose delete no gateway finishes (its
 // gateway died, or the runtime refused the removal) is finished by the reconciler after
 // stoppingTakeover.
@@ -56,7 +56,7 @@ func (s *Service) removeStopping(ctx context.Context, sb *store.Sandbox, data ma
 	}
 	removed, err := s.store.RemoveSandbox(context.WithoutCancel(ctx), sb.ID)
 	if err != nil && !removed {
-		s.rememberDeleted(sb, data)
+		s.recovery.RememberDeleted(sb, data)
 		if errors.Is(err, store.ErrUnavailable) {
 			return &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable, Cause: err,
 				Message: "the sandbox is removed; the state store (Redis) is unreachable, and its record is removed as soon as it answers again"}

@@ -84,13 +84,13 @@ func TestEmbeddedGatewaysOfOneUser(t *testing.T) {
 		}
 	}
 
-	clusterA, err := a.clusterID(ctx)
+	clusterA, err := a.recovery.ClusterID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopA()
 	again, _ := embeddedGateway(t, rt, pol)
-	if id, err := again.clusterID(ctx); err != nil || id != clusterA {
+	if id, err := again.recovery.ClusterID(ctx); err != nil || id != clusterA {
 		t.Fatalf("restarted gateway has cluster id %q (%v), want its store's %q", id, err, clusterA)
 	}
 	if l := listed(again); l[x.ID] != StateRunning || len(l) != 1 {

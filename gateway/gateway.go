@@ -6,7 +6,9 @@
 //	create.go        the cold create: validation into a runtimes.Spec, start, wait for the agent
 //	input.go         bad-input checks shared by create, claim and batch (4xx codes)
 //	validate.go      metadata, CPU and memory parsing
-//	admission.go     admission: quotas, usage, the create-rate bucket, image pull rules
+//	admission.go     what a record counts for in its tenant's usage; a create described for admission
+//	admissionhost.go the core as the admission feature (package gateway/admission: quotas,
+//	                 usage, the create-rate bucket, image pull rules) sees it
 //	imagebuilds.go   a create naming an image still built in the background (gateway/imagebuild)
 //	claim.go         the claim of warm pool members: checks, admission, the claim's patch
 //	latebind.go      a claimed member's first call and its death, as the API sees them
@@ -23,9 +25,9 @@
 //	reconciler.go    making Redis and the runtime agree (adopt, remove, mark Failed)
 //	failures.go      counting and logging the errors of background work
 //	lease.go         the lease that lets one gateway of several reap and reconcile
-//	takeover.go      crash-only recovery of a dead gateway's half-done work; heartbeats
-//	clusterid.go     the cluster id every sandbox carries, and which sandboxes are this store's
-//	storeloss.go     a store that comes back empty: its memos dropped, the cluster id written back
+//	recoveryhost.go  the core as the recovery feature (package gateway/recovery: heartbeats,
+//	                 the cluster id, ghosts, takeovers, store loss) sees it
+//	clusterid.go     which sandboxes are this store's, by the cluster id every sandbox carries
 //	egresshost.go    the core as the egress and vault feature (package gateway/egress) sees it
 //	authenticate.go  API keys to callers
 //	authorize.go     the Rego access decision for API actions
@@ -66,6 +68,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/batch"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/eventlog"
@@ -74,6 +77,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/policyadmin"
 	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/principal"
+	"github.com/sandgate/sandgate/gateway/recovery"
 	"github.com/sandgate/sandgate/gateway/state"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/gateway/tenancy"
@@ -227,6 +231,9 @@ type Service struct {
 	// the signed policy API): agentclient.go.
 	agents *agentclient.Client
 	owner  string
+	// admission is the feature that admits creates: quotas, the create-rate bucket
+	// (package gateway/admission).
+	admission *admission.Manager
 	// pool is the warm pool feature (package gateway/pool).
 	pool *pool.Manager
 	// creates bounds concurrent cold creates (CreateConcurrency).
@@ -248,8 +255,9 @@ type Service struct {
 	adminKey atomic.Value
 	// watch fans sandbox changes out to live lists (watch.go).
 	watch watchHub
-	// crash is the state of crash-only recovery (takeover.go).
-	crash crashState
+	// recovery is crash-only recovery: heartbeats, ghosts, takeovers, the cluster id
+	// (package gateway/recovery).
+	recovery *recovery.Manager
 	// failures counts the errors of background work (failures.go).
 	failures failureCounts
 	// state is the feature of snapshots, forks, volumes and idle pause (package
@@ -309,6 +317,9 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
 	s.eventLog = eventlog.New(st, eventHost{s}, log)
+	s.admission = admission.New(admission.Config{MinTimeout: cfg.MinTimeout, MaxTimeout: cfg.MaxTimeout, RequireTimeout: cfg.RequireTimeout,
+		PullImages: cfg.PullImages, PullAlways: cfg.PullAlways, CheckRegistries: cfg.CheckRegistries}, st, rt, pol, s.metrics, admissionHost{s})
+	s.recovery = recovery.New(recovery.Config{Owner: s.owner, ClusterID: cfg.ClusterID}, st, rt, recoveryHost{s}, log)
 	s.pool = pool.New(pool.Config{
 		Owner: s.owner, Interval: cfg.PoolInterval, HealthInterval: cfg.SyncInterval,
 		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
@@ -355,7 +366,7 @@ func (s *Service) Start(ctx context.Context) {
 	if s.cfg.TestClock {
 		s.log.Warn("test_clock is on: the platform admin can move this gateway's clock (POST /admin/test-clock); never in production")
 	}
-	s.runHeartbeat()
+	s.recovery.Start()
 	if err := s.Reconcile(ctx, true); err != nil {
 		s.backgroundError("reconciler", "startup reconciliation failed; the sync loop retries", err)
 	}
@@ -399,16 +410,17 @@ func (s *Service) Stop() {
 	s.resourceUse.Stop()
 	s.policyAdmin.Stop()
 	s.tenantPlugins.Stop()
+	s.recovery.Stop()
 	s.wg.Wait()
 	// The event and audit writers stop last, after a final flush of what everything
 	// above queued while it stopped.
 	s.eventLog.Stop()
 	// Best effort, and nothing is left to act on a failure: a lease or a heartbeat not
-	// given back lapses on its own (heartbeatTTL), and peers then take over as they
+	// given back lapses on its own (recovery.HeartbeatTTL), and peers then take over as they
 	// would from a gateway that died.
 	_ = s.store.ReleaseLease(context.Background(), leaseName, s.owner)
 	_ = s.store.ReleaseLease(context.Background(), "pools", s.owner)
-	// What this gateway leaves queued is taken over at once, not after heartbeatTTL.
+	// What this gateway leaves queued is taken over at once, not after recovery.HeartbeatTTL.
 	_ = s.store.EndHeartbeat(context.Background(), s.owner)
 }
 

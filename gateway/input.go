@@ -11,7 +11,6 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 
-	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // Bounds of a sandbox's metadata: it travels on every list answer, in a runtime label
@@ -205,7 +204,7 @@ func (s *Service) validateClaimInput(req CreateRequest) error {
 
 // expiryFor is when a sandbox created at now with timeout (seconds, validated) expires:
 // never (nil) for a timeout of null, as OpenSandbox specifies. Admission has already
-// refused a null the operator does not allow (checkNoExpiry, the tenant's
+// refused a null the operator does not allow (admission.Manager.CheckNoExpiry, the tenant's
 // maxTimeoutSeconds).
 func expiryFor(now time.Time, timeout *int64) *time.Time {
 	if timeout == nil {
@@ -213,19 +212,6 @@ func expiryFor(now time.Time, timeout *int64) *time.Time {
 	}
 	exp := now.Add(time.Duration(*timeout) * time.Second)
 	return &exp
-}
-
-// checkNoExpiry refuses a create without timeout on a gateway that requires one
-// (Config.RequireTimeout), unless the tenant's quota allows manual cleanup: the caller
-// learns the rule and the timeouts it may ask for instead of getting a lifetime it did
-// not ask for.
-func (s *Service) checkNoExpiry(timeout *int64, q store.Quotas) error {
-	if timeout != nil || !s.cfg.RequireTimeout || q.AllowManualCleanup {
-		return nil
-	}
-	lo, hi := int64(s.cfg.MinTimeout/time.Second), int64(s.cfg.MaxTimeout/time.Second)
-	return Errorf(KindInvalid, CodeInvalidExpiration,
-		"timeout is required: this gateway keeps no sandbox without expiry; set timeout to %d to %d seconds", lo, hi)
 }
 
 // claimTimeout is the timeout of a sandbox a claim (or a batch) hands out: the claim's,

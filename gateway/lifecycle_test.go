@@ -283,7 +283,7 @@ func TestReconcilerFollowsTheRuntime(t *testing.T) {
 	eventually(t, "the vanished sandbox Failed", func() bool { return reason(gone.ID) == "CONTAINER_VANISHED" })
 	eventually(t, "the exited sandbox Failed", func() bool { return reason(exited.ID) == "EXITED" })
 
-	cluster, err := c.svc.clusterID(ctx)
+	cluster, err := c.svc.recovery.ClusterID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

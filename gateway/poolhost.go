@@ -67,7 +67,7 @@ func (h poolHost) startMember(ctx context.Context, p *store.Pool, req CreateRequ
 		return nil, err
 	}
 	spec.Egress = egressSpec
-	if err := s.labelCluster(ctx, &spec); err != nil {
+	if err := s.recovery.LabelCluster(ctx, &spec); err != nil {
 		return nil, err
 	}
 	if err := state.CheckSnapshotImage(spec.Labels[runtimes.LabelCluster], p.Tenant, spec.Image); err != nil {

@@ -26,8 +26,8 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	// A store that lost its contents is known before its records are compared with the
 	// runtime, so that the adoptions below register their tenants again, and before the
 	// cluster id is read, so that it is written back rather than made anew.
-	s.checkStoreLoss(ctx)
-	cluster, err := s.clusterID(ctx)
+	s.recovery.CheckStoreLoss(ctx)
+	cluster, err := s.recovery.ClusterID(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	if err != nil {
 		return err
 	}
-	alive, err := s.liveOwners(ctx, records)
+	alive, err := s.recovery.LiveOwners(ctx, records)
 	if err != nil {
 		return err
 	}
@@ -73,13 +73,13 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	for _, rec := range records {
 		inst, exists := byID[rec.ID]
 		delete(byID, rec.ID)
-		if s.takeOverPending(ctx, rec, alive) {
+		if s.recovery.TakeOverPending(ctx, rec, alive) {
 			continue
 		}
 		s.syncRecord(ctx, rec, inst, exists, listedAt, now)
 	}
 	s.egress.CheckEnforcers(ctx, instances, records, now)
-	s.takeOverBatches(ctx)
+	s.recovery.TakeOverBatches(ctx)
 	for id, inst := range byID {
 		if warm[id] {
 			continue // the pool manager looks after its warm members
@@ -145,7 +145,7 @@ func (s *Service) syncRecord(ctx context.Context, rec *store.Sandbox, inst runti
 	}
 	switch rec.State {
 	case StatePending:
-		// A create in flight owns its record (takeOverPending handles one whose gateway
+		// A create in flight owns its record (recovery.Manager.TakeOverPending handles one whose gateway
 		// is gone); one without an owner, or stuck far past the ready timeout, lost its
 		// gateway.
 		if now.Sub(rec.CreatedAt) > s.cfg.ReadyTimeout+30*time.Second {

@@ -111,7 +111,7 @@ func (s *Service) resolvePoolSnapshot(ctx context.Context, caller Caller, req *P
 	if req.Template.Image == nil {
 		return nil
 	}
-	cluster, err := s.clusterID(ctx)
+	cluster, err := s.recovery.ClusterID(ctx)
 	if err != nil {
 		return err
 	}
@@ -126,13 +126,13 @@ func (h stateHost) Lookup(ctx context.Context, caller Caller, id string) (*store
 	return h.s.Lookup(ctx, caller, id)
 }
 
-// TenantQuotas are the tenant's quotas (admission.go).
+// TenantQuotas are the tenant's quotas (admission.Manager.TenantQuotas).
 func (h stateHost) TenantQuotas(ctx context.Context, tenant string) (store.Quotas, error) {
-	return h.s.tenantQuotas(ctx, tenant)
+	return h.s.admission.TenantQuotas(ctx, tenant)
 }
 
 // ClusterID is this deployment's id (clusterid.go).
-func (h stateHost) ClusterID(ctx context.Context) (string, error) { return h.s.clusterID(ctx) }
+func (h stateHost) ClusterID(ctx context.Context) (string, error) { return h.s.recovery.ClusterID(ctx) }
 
 // CheckClaimInput checks a fork's timeout and metadata as a batch's (input.go).
 func (h stateHost) CheckClaimInput(timeout *int64, metadata map[string]string) error {

@@ -73,7 +73,7 @@ func TestStoreLossReadoption(t *testing.T) {
 		}
 		before[r.ID] = *got
 	}
-	cluster, err := svcs[1].clusterID(ctx)
+	cluster, err := svcs[1].recovery.ClusterID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,6 +90,9 @@ const (
 	CodeForbidden        = "FORBIDDEN"
 	CodeNotFound         = "SANDBOX::NOT_FOUND"
 	CodeInvalidParameter = "SANDBOX::INVALID_PARAMETER"
+	// CodeInvalidExpiration: a lifetime (a create's timeout, a renewal's expiresAt) the
+	// core refuses.
+	CodeInvalidExpiration = "SANDBOX::INVALID_EXPIRATION"
 	// CodeInternal: an unexpected failure; the message names the request id to look up.
 	CodeInternal = "INTERNAL_ERROR"
 	// CodeStoreUnavailable: Redis did not answer.

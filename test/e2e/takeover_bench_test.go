@@ -9,7 +9,7 @@ import (
 // has creates in flight. The figure is the time from the kill until the survivor lists
 // none of the dead gateway's sandboxes as Pending and every container left on the
 // network is a complete sandbox (finished or removed by the takeover), p50 and max.
-// The baseline is the liveness lease itself (heartbeatTTL in gateway/takeover.go, 3 s):
+// The baseline is the liveness lease itself (HeartbeatTTL in gateway/recovery/recovery.go, 3 s):
 // no takeover can start before the dead owner's lease runs out.
 func BenchmarkGatewayTakeover(b *testing.B) {
 	var all []time.Duration
