@@ -10,7 +10,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
-
 )
 
 // Bounds of a sandbox's metadata: it travels on every list answer, in a runtime label
