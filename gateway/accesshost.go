@@ -36,7 +36,7 @@ func (h accessHost) Lookup(ctx context.Context, caller Caller, id string) (*stor
 }
 
 // DropRoute drops a sandbox from the route cache.
-func (h accessHost) DropRoute(id string) { h.s.routes.drop(id) }
+func (h accessHost) DropRoute(id string) { h.s.feed.Drop(id) }
 
 // Emit writes an event to the sandbox's tenant's stream and hands it to plugins.
 func (h accessHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, data map[string]any) {

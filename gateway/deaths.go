@@ -68,7 +68,7 @@ func (s *Service) markDead(ctx context.Context, id string, inst runtimes.Instanc
 		return nil
 	}
 	s.log.Warn("sandbox failed", "id", id, "reason", reason)
-	s.routes.drop(id)
+	s.feed.Drop(id)
 	s.emit(ctx, sb, "sandbox.failed", map[string]any{"reason": reason, "message": message})
 	s.releaseHelpers(id)
 	return sb

@@ -48,7 +48,7 @@ func (s *Service) markStopping(ctx context.Context, id string, check func(*store
 // and emits sandbox.deleted with data. When the store does not take the removal, the
 // record is queued for removal and the store's error returned.
 func (s *Service) removeStopping(ctx context.Context, sb *store.Sandbox, data map[string]any) error {
-	s.routes.drop(sb.ID)
+	s.feed.Drop(sb.ID)
 	if err := s.runtime.Delete(ctx, sb.ID); err != nil {
 		// The record stays Stopping: a retry of the delete, or the reconciler after
 		// stoppingTakeover, removes it.
@@ -75,7 +75,7 @@ func (s *Service) removeStopping(ctx context.Context, sb *store.Sandbox, data ma
 // finishStopping completes the delete of a record left Stopping past stoppingTakeover.
 func (s *Service) finishStopping(ctx context.Context, rec *store.Sandbox) {
 	s.log.Warn("finishing a delete that did not complete", "id", rec.ID, "since", rec.LastTransitionAt)
-	s.routes.drop(rec.ID)
+	s.feed.Drop(rec.ID)
 	if err := s.runtime.Delete(ctx, rec.ID); err != nil {
 		s.backgroundError("reconciler", "remove the container of a sandbox being deleted", err, "id", rec.ID)
 		return

@@ -34,7 +34,7 @@ func (h egressHost) Audit(tenant, source string, at time.Time, record []byte) {
 func (h egressHost) Expiring(rec *store.Sandbox, now time.Time) bool { return h.s.expiring(rec, now) }
 
 // DropRoute drops a sandbox from the route cache.
-func (h egressHost) DropRoute(id string) { h.s.routes.drop(id) }
+func (h egressHost) DropRoute(id string) { h.s.feed.Drop(id) }
 
 // BackgroundError counts and logs an error of background work (failures.go).
 func (h egressHost) BackgroundError(job, what string, err error) { h.s.backgroundError(job, what, err) }

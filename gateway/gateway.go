@@ -50,8 +50,9 @@
 //	                 Rego policy management) sees it
 //	tenancyhost.go   the core as the tenancy feature (package gateway/tenancy: tenant and
 //	                 key CRUD) sees it
-//	recordcache.go   the record (route) cache that serves the data plane through outages
-//	watch.go         live watches of sandbox changes
+//	changefeedhost.go the core as the change feed (package gateway/changefeed: the record
+//	                 (route) cache that serves the data plane through outages, live watches
+//	                 of sandbox changes) sees it; Route
 //	agentclient.go   the core's calls to agents and enforcers (sandbox-agent/agentclient)
 //	errors.go        the core's error type and its kinds (package gateway/fault's), what an error says
 //	                 to a caller (gateway/api maps its kind to a status)
@@ -70,6 +71,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/batch"
+	"github.com/sandgate/sandgate/gateway/changefeed"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/eventlog"
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
@@ -238,7 +240,6 @@ type Service struct {
 	pool *pool.Manager
 	// creates bounds concurrent cold creates (CreateConcurrency).
 	creates chan struct{}
-	routes  *routeCache
 	// access is the feature of previews and access (package gateway/access).
 	access *access.Manager
 	// eventLog is the feature of tenants' event and audit streams (package
@@ -253,8 +254,9 @@ type Service struct {
 	reconciles atomic.Uint64
 	// adminKey holds the platform admin key (a string; see SetAdminKey).
 	adminKey atomic.Value
-	// watch fans sandbox changes out to live lists (watch.go).
-	watch watchHub
+	// feed follows the records changed on any gateway: the route cache and live
+	// watches (package gateway/changefeed).
+	feed *changefeed.Manager
 	// recovery is crash-only recovery: heartbeats, ghosts, takeovers, the cluster id
 	// (package gateway/recovery).
 	recovery *recovery.Manager
@@ -313,10 +315,10 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		metrics:  metrics.New(),
 		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
-		routes:   newRouteCache(),
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
 	s.eventLog = eventlog.New(st, eventHost{s}, log)
+	s.feed = changefeed.New(st, changefeedHost{s}, log)
 	s.admission = admission.New(admission.Config{MinTimeout: cfg.MinTimeout, MaxTimeout: cfg.MaxTimeout, RequireTimeout: cfg.RequireTimeout,
 		PullImages: cfg.PullImages, PullAlways: cfg.PullAlways, CheckRegistries: cfg.CheckRegistries}, st, rt, pol, s.metrics, admissionHost{s})
 	s.recovery = recovery.New(recovery.Config{Owner: s.owner, ClusterID: cfg.ClusterID}, st, rt, recoveryHost{s}, log)
@@ -377,8 +379,7 @@ func (s *Service) Start(ctx context.Context) {
 		}
 	})
 	s.pool.Start()
-	s.watchChanges()
-	s.loop(routeConfirmEvery, s.confirmRoutes)
+	s.feed.Start()
 	s.policyAdmin.Start(ctx)
 	s.eventLog.Start()
 	s.state.Start()
@@ -411,6 +412,7 @@ func (s *Service) Stop() {
 	s.policyAdmin.Stop()
 	s.tenantPlugins.Stop()
 	s.recovery.Stop()
+	s.feed.Stop()
 	s.wg.Wait()
 	// The event and audit writers stop last, after a final flush of what everything
 	// above queued while it stopped.

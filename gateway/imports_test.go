@@ -45,7 +45,7 @@ const module = "github.com/sandgate/sandgate/"
 // featurePackages are the core's features that live in packages of their own, each
 // given a Host by package gateway (but gateway/tenantplugins, which needs nothing of the
 // core).
-var featurePackages = []string{"gateway/pool", "gateway/access", "gateway/egress", "gateway/state", "gateway/usage", "gateway/policyadmin", "gateway/tenancy", "gateway/batch", "gateway/tenantplugins", "gateway/eventlog", "gateway/recovery", "gateway/admission"}
+var featurePackages = []string{"gateway/pool", "gateway/access", "gateway/egress", "gateway/state", "gateway/usage", "gateway/policyadmin", "gateway/tenancy", "gateway/batch", "gateway/tenantplugins", "gateway/eventlog", "gateway/recovery", "gateway/admission", "gateway/changefeed"}
 
 // sharedLeaves are the packages of the core's vocabulary (its errors, its callers) that
 // package gateway re-exports and its features use.

@@ -111,10 +111,10 @@ func (h poolHost) BindMember(ctx context.Context, sb *store.Sandbox, lb *store.L
 }
 
 // RouteClaimed puts a claimed member's record into the route cache.
-func (h poolHost) RouteClaimed(sb *store.Sandbox) { h.s.routes.put(sb) }
+func (h poolHost) RouteClaimed(sb *store.Sandbox) { h.s.feed.Put(sb) }
 
 // DropRoute drops a sandbox from the route cache.
-func (h poolHost) DropRoute(id string) { h.s.routes.drop(id) }
+func (h poolHost) DropRoute(id string) { h.s.feed.Drop(id) }
 
 // SandboxDied marks a sandbox not taken from a pool Failed once the runtime confirms
 // it stopped (deaths.go).

@@ -137,7 +137,7 @@ func (s *Service) expire(ctx context.Context, id string) {
 				cur.State, cur.LastTransitionAt, cur.ExpiresAt = StatePaused, now, &keep
 				return nil
 			})
-			s.routes.drop(id)
+			s.feed.Drop(id)
 			switch {
 			case err == nil:
 				s.log.Info("sandbox paused at its expiry", "id", id, "tenant", sb.Tenant, "kept_until", keep)
@@ -152,7 +152,7 @@ func (s *Service) expire(ctx context.Context, id string) {
 			return // its expiry stays past: the next tick tries again
 		}
 	}
-	s.routes.drop(id)
+	s.feed.Drop(id)
 	if err := s.runtime.Delete(ctx, id); err != nil {
 		s.backgroundError("reaper", "remove expired sandbox", err, "id", id)
 		return

@@ -16,7 +16,7 @@ func (h recoveryHost) Emit(ctx context.Context, sb *store.Sandbox, typ string, d
 }
 
 // DropRoute drops a sandbox from the route cache.
-func (h recoveryHost) DropRoute(id string) { h.s.routes.drop(id) }
+func (h recoveryHost) DropRoute(id string) { h.s.feed.Drop(id) }
 
 // ResumeBatch makes again the members of b taken over from a dead gateway.
 func (h recoveryHost) ResumeBatch(ctx context.Context, b *store.Batch, members []string) error {

@@ -110,7 +110,7 @@ func (s *Service) Lookup(ctx context.Context, caller Caller, id string) (*store.
 // proxy routes): a batch's members ask for their endpoints right after the claim put
 // their records there, and need no Redis read each.
 func (s *Service) lookupRouted(ctx context.Context, caller Caller, id string) (*store.Sandbox, error) {
-	if sb, fresh, ok := s.routes.get(id); ok && fresh {
+	if sb, fresh := s.feed.Fresh(id); fresh {
 		if !caller.Admin && sb.Tenant != caller.Tenant {
 			return nil, notFound(id)
 		}

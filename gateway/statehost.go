@@ -156,7 +156,7 @@ func (h stateHost) Audit(tenant, source string, at time.Time, record []byte) {
 }
 
 // DropRoute drops a sandbox from the route cache.
-func (h stateHost) DropRoute(id string) { h.s.routes.drop(id) }
+func (h stateHost) DropRoute(id string) { h.s.feed.Drop(id) }
 
 // StoreError maps a store failure on a sandbox to the caller's error (sandboxes.go).
 func (h stateHost) StoreError(id string, err error) error { return h.s.mapStoreErr(id, err) }

@@ -25,9 +25,10 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 	filter := gateway.WatchFilter{States: q.States, Metadata: q.Metadata}
 	ctx := r.Context()
 	// Register first, list second: a change in between arrives as a notice.
-	watcher := h.svc.WatchSandboxes()
+	feed := h.svc.Changes()
+	watcher := feed.Watch()
 	defer watcher.Close()
-	items, err := h.svc.WatchSnapshot(ctx, c, filter)
+	items, err := feed.Snapshot(ctx, c, filter)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -37,11 +38,11 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
 		return
 	}
-	for _, sb := range items {
-		if !writeEvent(w, "sandbox", sb) {
+	for _, rec := range items {
+		if !writeEvent(w, "sandbox", gateway.View(rec)) {
 			return
 		}
-		shown[sb.ID] = true
+		shown[rec.ID] = true
 	}
 	if !writeEvent(w, "ready", struct{}{}) || rc.Flush() != nil {
 		return
@@ -59,15 +60,15 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 			continue
 		case <-watcher.Resync:
 			// Fell behind or Redis reconnected: list again and send the difference.
-			items, err := h.svc.WatchSnapshot(ctx, c, filter)
+			items, err := feed.Snapshot(ctx, c, filter)
 			if err != nil {
 				h.log.Warn("watch resync", "err", err)
 				continue
 			}
 			now := map[string]bool{}
-			for _, sb := range items {
-				now[sb.ID] = true
-				if !writeEvent(w, "sandbox", sb) {
+			for _, rec := range items {
+				now[rec.ID] = true
+				if !writeEvent(w, "sandbox", gateway.View(rec)) {
 					return
 				}
 			}
@@ -78,7 +79,7 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 			}
 			shown = now
 		case id := <-watcher.C:
-			sb, err := h.svc.WatchLookup(ctx, c, id)
+			rec, err := feed.Lookup(ctx, c, id)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -87,9 +88,9 @@ func (h *Handler) watchSandboxes(w http.ResponseWriter, r *http.Request, c gatew
 				continue
 			}
 			switch {
-			case sb != nil && filter.Matches(sb):
+			case rec != nil && filter.Matches(rec):
 				shown[id] = true
-				if !writeEvent(w, "sandbox", sb) {
+				if !writeEvent(w, "sandbox", gateway.View(rec)) {
 					return
 				}
 			case shown[id]:

@@ -1,4 +1,4 @@
-package gateway
+package changefeed
 
 import (
 	"testing"
@@ -46,12 +46,11 @@ func TestRouteCacheEvictsIdleAndLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestRouteThroughOutageRefusesExpired(t *testing.T) {
-	s := &Service{}
 	past, future := time.Now().Add(-time.Second), time.Now().Add(time.Hour)
-	if _, err := s.routeThroughOutage(&store.Sandbox{ID: "x", ExpiresAt: &past}); err == nil {
+	if _, err := routeThroughOutage(&store.Sandbox{ID: "x", ExpiresAt: &past}); err == nil {
 		t.Error("an expired record was served through an outage")
 	}
-	if _, err := s.routeThroughOutage(&store.Sandbox{ID: "x", ExpiresAt: &future}); err != nil {
+	if _, err := routeThroughOutage(&store.Sandbox{ID: "x", ExpiresAt: &future}); err != nil {
 		t.Errorf("a live record was refused: %v", err)
 	}
 }

@@ -1,15 +1,11 @@
-package gateway
+package changefeed
 
 import (
-	"context"
-	"errors"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -130,103 +126,4 @@ func (c *routeCache) ids(now time.Time) []string {
 		out = append(out, id)
 	}
 	return out
-}
-
-// Route returns the record a proxied request for sandbox id goes to, from the cache when
-// it is fresh, and from the last confirmed record while Redis is unreachable. It does
-// not check who asks.
-func (s *Service) Route(ctx context.Context, id string) (*store.Sandbox, error) {
-	cached, fresh, ok := s.routes.get(id)
-	if ok && fresh {
-		return cached, nil
-	}
-	if ok && s.store.Unreachable() {
-		return s.routeThroughOutage(cached)
-	}
-	sb, err := s.store.GetSandbox(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		s.routes.drop(id)
-		return nil, notFound(id)
-	}
-	if err != nil {
-		if ok && errors.Is(err, store.ErrUnavailable) {
-			return s.routeThroughOutage(cached)
-		}
-		return nil, err
-	}
-	if sb.State == StateRunning {
-		s.routes.put(sb)
-	} else {
-		s.routes.drop(id)
-	}
-	return sb, nil
-}
-
-// routeThroughOutage serves the last confirmed record of a sandbox while Redis is
-// unreachable, unless its expiry has passed meanwhile.
-func (s *Service) routeThroughOutage(sb *store.Sandbox) (*store.Sandbox, error) {
-	if sb.ExpiresAt != nil && !sb.ExpiresAt.After(time.Now()) {
-		return nil, notFound(sb.ID)
-	}
-	return sb, nil
-}
-
-// confirmRoutes re-reads every cached record in one pipelined round trip, so that what
-// an outage serves is never older than routeConfirmEvery before it began.
-func (s *Service) confirmRoutes(ctx context.Context) {
-	if s.store.Unreachable() {
-		return
-	}
-	at := time.Now()
-	ids := s.routes.ids(at)
-	for len(ids) > 0 {
-		n := min(len(ids), 512)
-		chunk := ids[:n]
-		ids = ids[n:]
-		recs, err := s.store.GetSandboxes(ctx, chunk)
-		if err != nil {
-			return // Redis went away: keep what is cached
-		}
-		found := make(map[string]bool, len(recs))
-		for _, sb := range recs {
-			found[sb.ID] = true
-			if sb.State == StateRunning {
-				s.routes.confirm(sb, at)
-			} else {
-				s.routes.drop(sb.ID)
-			}
-		}
-		for _, id := range chunk {
-			if !found[id] {
-				s.routes.drop(id)
-			}
-		}
-	}
-}
-
-// watchChanges drops cached routes that other gateways report changed and tells this
-// gateway's live lists (watch.go).
-func (s *Service) watchChanges() {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx := s.stopCtx
-		for ctx.Err() == nil {
-			// After a (re)subscription, live lists may have missed changes: they list again.
-			// It returns when the subscription breaks or Stop; the loop resubscribes.
-			ready := func() { s.access.KeyBindingsStale(); s.watch.resyncAll() }
-			_ = s.store.SubscribeChangesReady(ctx, ready, func(id string) {
-				if keyID, ok := strings.CutPrefix(id, access.KeyChangePrefix); ok {
-					s.access.KeyChanged(keyID)
-					return
-				}
-				s.routes.drop(id)
-				s.watch.notify(id)
-			})
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second): // Redis went away; resubscribe
-			}
-		}
-	}()
 }

@@ -1,4 +1,4 @@
-package gateway
+package changefeed
 
 import (
 	"context"
@@ -7,12 +7,13 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
 // Live sandbox lists. Every write of a sandbox record, on any gateway, publishes its id
-// on Redis (store.PublishChange); each gateway holds one subscription (watchChanges) and
-// fans the ids out to its watchers here. A watcher re-reads each record from Redis, so
+// on Redis (store.PublishChange); each gateway holds one subscription (Manager.subscribe)
+// and fans the ids out to its watchers here. A watcher re-reads each record from Redis, so
 // what it sends is what GET /v1/sandboxes/{id} would answer, whichever replica wrote it.
 
 // watchBuffer is how many changed ids a watcher may fall behind by before it must
@@ -35,16 +36,16 @@ type Watcher struct {
 	lost   atomic.Bool
 }
 
-// WatchSandboxes registers a watcher; Close it when done. Register before listing, so
-// that no change between the list and the first notice is missed.
-func (s *Service) WatchSandboxes() *Watcher {
-	w := &Watcher{C: make(chan string, watchBuffer), Resync: make(chan struct{}, 1), hub: &s.watch}
-	s.watch.mu.Lock()
-	if s.watch.subs == nil {
-		s.watch.subs = map[*Watcher]struct{}{}
+// Watch registers a watcher; Close it when done. Register before listing, so that no
+// change between the list and the first notice is missed.
+func (m *Manager) Watch() *Watcher {
+	w := &Watcher{C: make(chan string, watchBuffer), Resync: make(chan struct{}, 1), hub: &m.watch}
+	m.watch.mu.Lock()
+	if m.watch.subs == nil {
+		m.watch.subs = map[*Watcher]struct{}{}
 	}
-	s.watch.subs[w] = struct{}{}
-	s.watch.mu.Unlock()
+	m.watch.subs[w] = struct{}{}
+	m.watch.mu.Unlock()
 	return w
 }
 
@@ -84,18 +85,18 @@ func (h *watchHub) resyncAll() {
 	}
 }
 
-// WatchFilter narrows a live list like ListQuery does.
-type WatchFilter struct {
+// Filter narrows a live list like the list's query does.
+type Filter struct {
 	States   []string
 	Metadata map[string]string
 }
 
-// Matches reports whether sb passes the filter.
-func (f WatchFilter) Matches(sb *Sandbox) bool {
+// Matches reports whether the record sb passes the filter.
+func (f Filter) Matches(sb *store.Sandbox) bool {
 	if len(f.States) > 0 {
 		ok := false
 		for _, st := range f.States {
-			if strings.EqualFold(st, sb.Status.State) {
+			if strings.EqualFold(st, sb.State) {
 				ok = true
 				break
 			}
@@ -112,30 +113,29 @@ func (f WatchFilter) Matches(sb *Sandbox) bool {
 	return true
 }
 
-// WatchSnapshot lists every sandbox the caller may see that passes f (no paging).
-func (s *Service) WatchSnapshot(ctx context.Context, caller Caller, f WatchFilter) ([]Sandbox, error) {
+// Snapshot lists the record of every sandbox caller may see that passes f (no paging).
+func (m *Manager) Snapshot(ctx context.Context, caller principal.Caller, f Filter) ([]*store.Sandbox, error) {
 	tenant := caller.Tenant
 	if caller.Admin {
 		tenant = ""
 	}
-	all, err := s.store.ListSandboxes(ctx, tenant)
+	all, err := m.store.ListSandboxes(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Sandbox, 0, len(all))
+	out := make([]*store.Sandbox, 0, len(all))
 	for _, rec := range all {
-		v := View(rec)
-		if f.Matches(&v) {
-			out = append(out, v)
+		if f.Matches(rec) {
+			out = append(out, rec)
 		}
 	}
 	return out, nil
 }
 
-// WatchLookup returns the current view of a changed sandbox for the caller: nil when it
-// is gone or not the caller's to see.
-func (s *Service) WatchLookup(ctx context.Context, caller Caller, id string) (*Sandbox, error) {
-	rec, err := s.store.GetSandbox(ctx, id)
+// Lookup returns the current record of a changed sandbox for caller: nil when it is
+// gone or not the caller's to see.
+func (m *Manager) Lookup(ctx context.Context, caller principal.Caller, id string) (*store.Sandbox, error) {
+	rec, err := m.store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -145,6 +145,5 @@ func (s *Service) WatchLookup(ctx context.Context, caller Caller, id string) (*S
 	if !caller.Admin && rec.Tenant != caller.Tenant {
 		return nil, nil
 	}
-	v := View(rec)
-	return &v, nil
+	return rec, nil
 }

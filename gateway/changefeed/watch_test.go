@@ -1,11 +1,15 @@
-package gateway
+package changefeed
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sandgate/sandgate/gateway/store"
+)
 
 func TestWatchHubFansOutAndResyncsWhenBehind(t *testing.T) {
-	s := &Service{}
-	a, b := s.WatchSandboxes(), s.WatchSandboxes()
-	s.watch.notify("sb-1")
+	m := &Manager{}
+	a, b := m.Watch(), m.Watch()
+	m.watch.notify("sb-1")
 	for _, w := range []*Watcher{a, b} {
 		if id := <-w.C; id != "sb-1" {
 			t.Fatalf("got %q", id)
@@ -14,7 +18,7 @@ func TestWatchHubFansOutAndResyncsWhenBehind(t *testing.T) {
 	// A watcher that does not read falls behind: it is told to list again instead of
 	// blocking the others.
 	for i := 0; i < watchBuffer+5; i++ {
-		s.watch.notify("sb-2")
+		m.watch.notify("sb-2")
 		<-b.C
 	}
 	select {
@@ -28,33 +32,33 @@ func TestWatchHubFansOutAndResyncsWhenBehind(t *testing.T) {
 	default:
 	}
 	a.Close()
-	s.watch.notify("sb-3")
+	m.watch.notify("sb-3")
 	if len(a.C) != watchBuffer {
 		t.Fatalf("a closed watcher still receives (%d queued)", len(a.C))
 	}
 	if id := <-b.C; id != "sb-3" {
 		t.Fatalf("got %q", id)
 	}
-	s.watch.resyncAll()
+	m.watch.resyncAll()
 	if len(b.Resync) != 1 {
 		t.Fatal("resyncAll did not reach the watcher")
 	}
 }
 
-func TestWatchFilter(t *testing.T) {
-	sb := &Sandbox{Status: Status{State: StateRunning}, Metadata: map[string]string{"app": "web", "team": "a"}}
+func TestFilter(t *testing.T) {
+	sb := &store.Sandbox{State: stateRunning, Metadata: map[string]string{"app": "web", "team": "a"}}
 	tests := []struct {
-		f    WatchFilter
+		f    Filter
 		want bool
 	}{
-		{WatchFilter{}, true},
-		{WatchFilter{States: []string{"running"}}, true},
-		{WatchFilter{States: []string{"Paused", "Running"}}, true},
-		{WatchFilter{States: []string{"Paused"}}, false},
-		{WatchFilter{Metadata: map[string]string{"app": "web"}}, true},
-		{WatchFilter{Metadata: map[string]string{"app": "web", "team": "b"}}, false},
-		{WatchFilter{Metadata: map[string]string{"missing": ""}}, false},
-		{WatchFilter{States: []string{"Running"}, Metadata: map[string]string{"team": "a"}}, true},
+		{Filter{}, true},
+		{Filter{States: []string{"running"}}, true},
+		{Filter{States: []string{"Paused", "Running"}}, true},
+		{Filter{States: []string{"Paused"}}, false},
+		{Filter{Metadata: map[string]string{"app": "web"}}, true},
+		{Filter{Metadata: map[string]string{"app": "web", "team": "b"}}, false},
+		{Filter{Metadata: map[string]string{"missing": ""}}, false},
+		{Filter{States: []string{"Running"}, Metadata: map[string]string{"team": "a"}}, true},
 	}
 	for _, tt := range tests {
 		if got := tt.f.Matches(sb); got != tt.want {
