@@ -136,8 +136,8 @@ const (
 // Codes of pools and batches.
 const (
 	CodePoolNotFound = pool.CodeNotFound
-	CodePoolExists   = "POOL::ALREADY_EXISTS"
-	CodePoolInvalid  = "POOL::INVALID_PARAMETER"
+	CodePoolExists   = pool.CodeExists
+	CodePoolInvalid  = pool.CodeInvalid
 	// CodePoolEmpty: no warm sandbox was free, and none came within the pool wait.
 	CodePoolEmpty     = "POOL::EMPTY"
 	CodeBatchNotFound = batch.CodeNotFound

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/access"
+	"github.com/sandgate/sandgate/gateway/createreq"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/state"
@@ -21,38 +22,16 @@ import (
 	"github.com/sandgate/sandgate/runtimes"
 )
 
-// ImageSpec names the image of a sandbox.
-type ImageSpec struct {
-	URI  string     `json:"uri"`
-	Auth *ImageAuth `json:"auth,omitempty"`
-}
-
-// ImageAuth holds registry credentials (used only when pulling is enabled).
-type ImageAuth struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-}
-
-// CreateRequest is the body of POST /v1/sandboxes.
-type CreateRequest struct {
-	Image          *ImageSpec        `json:"image"`
-	Entrypoint     []string          `json:"entrypoint,omitempty"`
-	Timeout        *int64            `json:"timeout,omitempty"`
-	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	NetworkPolicy  json.RawMessage   `json:"networkPolicy,omitempty"`
-	Volumes        json.RawMessage   `json:"volumes,omitempty"`
-	Platform       *struct {
-		OS   string `json:"os"`
-		Arch string `json:"arch"`
-	} `json:"platform,omitempty"`
-	SnapshotID   string            `json:"snapshotId,omitempty"`
-	SecureAccess bool              `json:"secureAccess,omitempty"`
-	Extensions   map[string]string `json:"extensions,omitempty"`
-	// CredentialProxy asks for the credential vault; refused while there is none.
-	CredentialProxy json.RawMessage `json:"credentialProxy,omitempty"`
-}
+// The create's body and its image, declared in the leaf package gateway/createreq so
+// that the pool feature can take a template.
+type (
+	// ImageSpec names the image of a sandbox.
+	ImageSpec = createreq.ImageSpec
+	// ImageAuth holds registry credentials (used only when pulling is enabled).
+	ImageAuth = createreq.ImageAuth
+	// CreateRequest is the body of POST /v1/sandboxes.
+	CreateRequest = createreq.Request
+)
 
 // CreateResponse is the body of a successful create.
 type CreateResponse struct {

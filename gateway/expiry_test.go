@@ -107,7 +107,7 @@ func TestClaimTimeout(t *testing.T) {
 		if name == "cold" {
 			capacity = store.Capacity{PoolMax: 3}
 		}
-		if _, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: name, Template: tmpl, CapacitySpec: capacity}); err != nil {
+		if _, err := c.svc.Pools().Create(ctx, admin, PoolRequest{Name: name, Template: tmpl, CapacitySpec: capacity}); err != nil {
 			t.Fatal(err)
 		}
 	}

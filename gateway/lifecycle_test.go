@@ -221,7 +221,7 @@ func TestClaimFromPool(t *testing.T) {
 	c := newTestCore(t, Config{PoolInterval: 50 * time.Millisecond})
 	ctx := context.Background()
 	tmpl := sleeper(600)
-	if _, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: "warm", Template: &tmpl,
+	if _, err := c.svc.Pools().Create(ctx, admin, PoolRequest{Name: "warm", Template: &tmpl,
 		CapacitySpec: store.Capacity{BufferMin: 2, BufferMax: 2, PoolMin: 0, PoolMax: 5}}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -124,5 +125,47 @@ func (h poolHost) SandboxDied(ctx context.Context, sb *store.Sandbox) {
 
 // ImageError is the create error for the runtime's failure err with image.
 func (h poolHost) ImageError(image string, err error) error { return runtimeCreateError(image, err) }
+
+// ResolveTemplate makes a pool template's snapshotId the template of its image (the
+// caller's own Ready snapshot), and refuses a template naming another tenant's snapshot
+// image directly.
+func (h poolHost) ResolveTemplate(ctx context.Context, caller Caller, tmpl CreateRequest) (CreateRequest, error) {
+	s := h.s
+	if tmpl.SnapshotID != "" {
+		var err error
+		if tmpl, err = s.resolveSnapshot(ctx, caller, tmpl); err != nil {
+			return tmpl, err
+		}
+	}
+	if tmpl.Image == nil {
+		return tmpl, nil
+	}
+	cluster, err := s.recovery.ClusterID(ctx)
+	if err != nil {
+		return tmpl, err
+	}
+	return tmpl, state.CheckSnapshotImage(cluster, caller.Tenant, strings.TrimSpace(tmpl.Image.URI))
+}
+
+// CheckTemplate checks a pool's template as a create's, its networkPolicy judged by the
+// egress policy as a template's, and refuses volumes: warm members start before anyone
+// claims them, and volumes are bound at create.
+func (h poolHost) CheckTemplate(ctx context.Context, caller Caller, tmpl CreateRequest) error {
+	s := h.s
+	spec, err := s.validateCreate(tmpl)
+	if err != nil {
+		return err
+	}
+	if err := s.egress.ValidateTemplate(ctx, caller.Tenant, tmpl.NetworkPolicy); err != nil {
+		return err
+	}
+	if len(spec.Volumes) > 0 {
+		return Errorf(KindInvalid, CodePoolInvalid, "template.volumes: a pool's sandboxes cannot mount volumes; create such sandboxes cold")
+	}
+	return nil
+}
+
+// ImageBuilding refuses an image the gateway still builds in the background.
+func (h poolHost) ImageBuilding(image string) error { return imageBuilding(h.s.cfg.ImageBuilds, image) }
 
 var _ pool.Host = poolHost{}

@@ -17,7 +17,7 @@ func TestPoolTemplateEgressJudgedAtDefinition(t *testing.T) {
 	capacity := store.Capacity{BufferMin: 0, BufferMax: 0, PoolMin: 0, PoolMax: 2}
 	refused := sleeper(600)
 	refused.NetworkPolicy = json.RawMessage(`{"defaultAction":"deny","egress":[{"action":"allow","target":"not a host name!"}]}`)
-	_, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: "refused", Template: &refused, CapacitySpec: capacity})
+	_, err := c.svc.Pools().Create(ctx, admin, PoolRequest{Name: "refused", Template: &refused, CapacitySpec: capacity})
 	wantCode(t, err, KindInvalid, "EGRESS::INVALID_POLICY")
 	if _, err := c.svc.Pools().Get(ctx, admin, "refused"); err == nil {
 		t.Fatal("a refused pool was stored")
@@ -25,10 +25,10 @@ func TestPoolTemplateEgressJudgedAtDefinition(t *testing.T) {
 
 	allowed := sleeper(600)
 	allowed.NetworkPolicy = json.RawMessage(`{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}`)
-	if _, err := c.svc.CreatePool(ctx, admin, PoolRequest{Name: "kept", Template: &allowed, CapacitySpec: capacity}); err != nil {
+	if _, err := c.svc.Pools().Create(ctx, admin, PoolRequest{Name: "kept", Template: &allowed, CapacitySpec: capacity}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.svc.UpdatePool(ctx, admin, "kept", PoolRequest{Template: &refused, CapacitySpec: capacity})
+	_, err = c.svc.Pools().Update(ctx, admin, "kept", PoolRequest{Template: &refused, CapacitySpec: capacity})
 	wantCode(t, err, KindInvalid, "EGRESS::INVALID_POLICY")
 	p, err := c.svc.Pools().Get(ctx, admin, "kept")
 	if err != nil {

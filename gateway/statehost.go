@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/apiproto"
@@ -92,30 +91,6 @@ func fromSnapshot(req CreateRequest, snap *store.Snapshot) CreateRequest {
 	}
 	req.SnapshotID = ""
 	return req
-}
-
-// resolvePoolSnapshot makes a pool template's snapshotId the template of its image (the
-// caller's own Ready snapshot), and refuses a template naming another tenant's snapshot
-// image directly.
-func (s *Service) resolvePoolSnapshot(ctx context.Context, caller Caller, req *PoolRequest) error {
-	if req.Template == nil {
-		return nil
-	}
-	if req.Template.SnapshotID != "" {
-		tmpl, err := s.resolveSnapshot(ctx, caller, *req.Template)
-		if err != nil {
-			return err
-		}
-		req.Template = &tmpl
-	}
-	if req.Template.Image == nil {
-		return nil
-	}
-	cluster, err := s.recovery.ClusterID(ctx)
-	if err != nil {
-		return err
-	}
-	return state.CheckSnapshotImage(cluster, caller.Tenant, strings.TrimSpace(req.Template.Image.URI))
 }
 
 // stateHost is the core as the state feature sees it (state.Host).

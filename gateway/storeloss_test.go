@@ -44,7 +44,7 @@ func TestStoreLossReadoption(t *testing.T) {
 	}
 	tmpl := sleeper(600)
 	pool := PoolRequest{Name: "warm", Template: &tmpl, CapacitySpec: store.Capacity{BufferMin: 1, BufferMax: 1, PoolMin: 0, PoolMax: 3}}
-	if _, err := svcs[0].CreatePool(ctx, admin, pool); err != nil {
+	if _, err := svcs[0].Pools().Create(ctx, admin, pool); err != nil {
 		t.Fatal(err)
 	}
 	available := func() int64 {
@@ -119,7 +119,7 @@ func TestStoreLossReadoption(t *testing.T) {
 	if pools, err := svcs[1].Pools().List(ctx, admin); err != nil || len(pools) != 0 {
 		t.Fatalf("pools after the loss = %v, %v; want none", pools, err)
 	}
-	if _, err := svcs[0].CreatePool(ctx, admin, pool); err != nil {
+	if _, err := svcs[0].Pools().Create(ctx, admin, pool); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the pool made again to fill", func() bool { return available() == 1 })

@@ -177,6 +177,14 @@ func writeEvent(w io.Writer, event string, v any) bool {
 // The pool routes below reach the pool feature (Service.Pools) when a request comes, not
 // when the routes are built.
 
+func (h *Handler) createPool(ctx context.Context, c gateway.Caller, req gateway.PoolRequest) (*gateway.PoolView, error) {
+	return h.svc.Pools().Create(ctx, c, req)
+}
+
+func (h *Handler) updatePool(ctx context.Context, c gateway.Caller, name string, req gateway.PoolRequest) (*gateway.PoolView, error) {
+	return h.svc.Pools().Update(ctx, c, name, req)
+}
+
 func (h *Handler) listPools(ctx context.Context, c gateway.Caller) ([]gateway.PoolView, error) {
 	return h.svc.Pools().List(ctx, c)
 }

@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 
+	"github.com/sandgate/sandgate/gateway/createreq"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 )
 
@@ -23,6 +25,16 @@ type Host interface {
 	SandboxDied(ctx context.Context, sb *store.Sandbox)
 	// ImageError is the user-safe error for the runtime's failure err with image.
 	ImageError(image string, err error) error
+	// ResolveTemplate is a pool's template as it is to be checked and stored: a
+	// snapshotId made the template of the caller's own Ready snapshot's image, another
+	// tenant's snapshot image refused.
+	ResolveTemplate(ctx context.Context, caller principal.Caller, tmpl createreq.Request) (createreq.Request, error)
+	// CheckTemplate checks a pool's template as the core checks a create (its
+	// networkPolicy as the egress policy judges a template's), and refuses what a warm
+	// member cannot have (volumes).
+	CheckTemplate(ctx context.Context, caller principal.Caller, tmpl createreq.Request) error
+	// ImageBuilding refuses an image the gateway is still building in the background.
+	ImageBuilding(image string) error
 }
 
 // StartMember starts one member of a pool's template, with the pool's tenant, name and

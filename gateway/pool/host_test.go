@@ -9,6 +9,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/gateway/createreq"
+	"github.com/sandgate/sandgate/gateway/fault"
+	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/runtimes/inprocess"
@@ -30,6 +33,10 @@ type testHost struct {
 	routed      map[string]bool
 	died        []string
 	badTemplate bool
+	// building is the image the core still builds; snapshots maps a snapshot id to its
+	// image, as the state feature's Ready snapshots do.
+	building  string
+	snapshots map[string]string
 }
 
 func newTestHost(rt *inprocess.Runtime) *testHost {
@@ -105,6 +112,39 @@ func (h *testHost) SandboxDied(_ context.Context, sb *store.Sandbox) {
 
 func (h *testHost) ImageError(image string, err error) error {
 	return errors.New("image " + image + ": " + err.Error())
+}
+
+// ResolveTemplate makes a snapshotId the template of its image, as the core does for a
+// Ready snapshot of the caller's; an unknown one is refused.
+func (h *testHost) ResolveTemplate(_ context.Context, _ principal.Caller, tmpl createreq.Request) (createreq.Request, error) {
+	if tmpl.SnapshotID == "" {
+		return tmpl, nil
+	}
+	image, ok := h.snapshots[tmpl.SnapshotID]
+	if !ok {
+		return tmpl, fault.Errorf(fault.KindNotFound, "SNAPSHOT::NOT_FOUND", "snapshot %s not found", tmpl.SnapshotID)
+	}
+	tmpl.Image, tmpl.SnapshotID = &createreq.ImageSpec{URI: image}, ""
+	return tmpl, nil
+}
+
+// CheckTemplate refuses a template without an image and one with volumes, as the core
+// does.
+func (h *testHost) CheckTemplate(_ context.Context, _ principal.Caller, tmpl createreq.Request) error {
+	if tmpl.Image == nil || tmpl.Image.URI == "" {
+		return fault.Errorf(fault.KindInvalid, fault.CodeInvalidParameter, "image.uri is required")
+	}
+	if len(tmpl.Volumes) > 0 {
+		return fault.Errorf(fault.KindInvalid, CodeInvalid, "template.volumes: no volumes")
+	}
+	return nil
+}
+
+func (h *testHost) ImageBuilding(image string) error {
+	if image == h.building {
+		return fault.Errorf(fault.KindUnavailable, "SANDBOX::IMAGE_BUILDING", "image %s is still being built", image)
+	}
+	return nil
 }
 
 var _ Host = (*testHost)(nil)

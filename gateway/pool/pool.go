@@ -6,10 +6,13 @@
 // claim's env, entrypoint and egress policy bound late, off the claim's path, with a
 // member's first call waiting for its own) and learns of members' deaths from the
 // runtime's event stream (deaths.go); pools.go has a pool as its caller sees it (found,
-// read with its numbers, listed, deleted) and the decision to pull its image. It reaches the core only through Host (host.go):
-// starting a member of a pool's template, applying a claim's binding through the agent
-// and the enforcer, the record cache, a non-member's death and the user-safe image
-// error; the store and the runtime it uses directly. It never imports package gateway.
+// read with its numbers, listed, deleted) and the decision to pull its image; define.go
+// a pool's definition (create and update: the request and its checks, the pull they
+// start). It reaches the core only through Host (host.go): starting a member of a
+// pool's template, applying a claim's binding through the agent and the enforcer, the
+// record cache, a non-member's death, the user-safe image error, and a template
+// resolved and checked as a create; the store and the runtime it uses directly. It
+// never imports package gateway; the template's type is the leaf gateway/createreq's.
 package pool
 
 import (
@@ -54,6 +57,8 @@ type Config struct {
 	// PullImages: this gateway pulls a new pool's missing image (PrepareImage);
 	// PullAlways: it pulls it even when the engine has it.
 	PullImages, PullAlways bool
+	// MaxPoolSize caps a pool's poolMax.
+	MaxPoolSize int
 }
 
 // Manager owns this gateway's part of the warm pools: the members it is starting, the
