@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sandgate/sandgate/gateway/batch"
+	"github.com/sandgate/sandgate/gateway/pool"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -34,14 +35,14 @@ func (s *Service) Batches() *Batches { return s.batches }
 // cold create stay the core's.
 type batchHost struct{ s *Service }
 
-// Admit checks a batch's pool (claim.go) or template and the claim's fields, and runs
+// Admit checks a batch's pool (pool.Manager.ClaimTarget) or template and the claim's fields, and runs
 // admission for req.Count sandboxes.
 func (h batchHost) Admit(ctx context.Context, caller Caller, req BatchRequest) (batch.Plan[CreateRequest], error) {
 	s := h.s
 	claimReq := CreateRequest{Timeout: req.Timeout, Env: req.Env, Metadata: req.Metadata, Entrypoint: req.Entrypoint}
 	plan := batch.Plan[CreateRequest]{Claim: claimReq}
 	if req.PoolRef != "" {
-		p, tmpl, err := s.claimTarget(ctx, caller, req.PoolRef, claimReq)
+		p, tmpl, err := s.pool.ClaimTarget(ctx, caller, req.PoolRef, claimReq)
 		if err != nil {
 			return plan, err
 		}
@@ -52,22 +53,23 @@ func (h batchHost) Admit(ctx context.Context, caller Caller, req BatchRequest) (
 			return plan, err
 		}
 		merged := plan.Template
-		merged.Metadata = mergeMaps(plan.Template.Metadata, req.Metadata)
+		merged.Metadata = pool.MergeMaps(plan.Template.Metadata, req.Metadata)
 		if _, err := s.validateCreate(merged); err != nil {
 			return plan, err
 		}
 	}
-	return plan, s.admitClaim(ctx, caller, plan.Template, claimReq, req.Count)
+	return plan, s.pool.AdmitClaim(ctx, caller, plan.Template, claimReq, req.Count)
 }
 
-// Claim claims up to n warm members of the plan's pool in one script (claim.go).
+// Claim claims up to n warm members of the plan's pool in one script (pool.Manager.Take).
 func (h batchHost) Claim(ctx context.Context, caller Caller, plan batch.Plan[CreateRequest], n int, batchID string) ([]*store.Sandbox, func(), error) {
-	return h.s.claim(ctx, caller, plan.Pool, plan.Template, plan.Claim, n, batchID)
+	return h.s.pool.Take(ctx, caller, plan.Pool, plan.Template, plan.Claim, n, batchID)
 }
 
-// CreateCold starts a member of a template with the claim's fields, cold (claim.go).
+// CreateCold starts a member of a template with the claim's fields, cold
+// (pool.Manager.ColdFromTemplate).
 func (h batchHost) CreateCold(ctx context.Context, caller Caller, tmpl, claim CreateRequest, id, batchID string) (*store.Sandbox, error) {
-	return h.s.coldFromTemplate(ctx, caller, tmpl, claim, id, batchID)
+	return h.s.pool.ColdFromTemplate(ctx, caller, tmpl, claim, id, batchID)
 }
 
 // Discard removes a sandbox made for a batch deleted meanwhile (create.go).

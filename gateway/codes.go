@@ -139,7 +139,7 @@ const (
 	CodePoolExists   = pool.CodeExists
 	CodePoolInvalid  = pool.CodeInvalid
 	// CodePoolEmpty: no warm sandbox was free, and none came within the pool wait.
-	CodePoolEmpty     = "POOL::EMPTY"
+	CodePoolEmpty     = pool.CodeEmpty
 	CodeBatchNotFound = batch.CodeNotFound
 )
 

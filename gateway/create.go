@@ -55,7 +55,7 @@ func (s *Service) Create(ctx context.Context, caller Caller, req CreateRequest) 
 		if req.SnapshotID != "" {
 			return nil, invalid("give one of extensions.poolRef and snapshotId, not both")
 		}
-		rec, err = s.createFromPool(ctx, caller, pool, req)
+		rec, err = s.pool.CreateFromPool(ctx, caller, pool, req)
 	} else {
 		if req, err = s.resolveSnapshot(ctx, caller, req); err != nil {
 			return nil, err

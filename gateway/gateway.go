@@ -10,11 +10,11 @@
 //	admissionhost.go the core as the admission feature (package gateway/admission: quotas,
 //	                 usage, the create-rate bucket, image pull rules) sees it
 //	imagebuilds.go   a create naming an image still built in the background (gateway/imagebuild)
-//	claim.go         the claim of warm pool members: checks, admission, the claim's patch
 //	latebind.go      a claimed member's first call and its death, as the API sees them
 //	pools.go         the pool API's names re-exported; Pools, the pool feature
 //	poolhost.go      the core as the pool feature (package gateway/pool) sees it: a member
-//	                 started, a binding applied, a pool's template resolved and checked
+//	                 started, a binding applied, a pool's template resolved and checked,
+//	                 a claim's fields checked and admitted, the cold fallback
 //	batchhost.go     the core as the batch feature (package gateway/batch: batches of N
 //	                 sandboxes, claimed or cold, their durable member work) sees it
 //	sandboxes.go     get, list, delete, metadata, renew, pause/resume, endpoints
@@ -327,6 +327,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		Owner: s.owner, Interval: cfg.PoolInterval, HealthInterval: cfg.SyncInterval,
 		Concurrency: cfg.PoolConcurrency, ReadyTimeout: cfg.ReadyTimeout, AgentIdleTimeout: cfg.AgentIdleTimeout,
 		PullImages: cfg.PullImages, PullAlways: cfg.PullAlways, MaxPoolSize: cfg.MaxPoolSize,
+		Wait: cfg.PoolWait, Fallback: cfg.PoolFallback, Metrics: s.metrics,
 	}, st, rt, poolHost{s}, log)
 	s.access = access.New(access.Config{MaxTimeout: cfg.MaxTimeout, RenewCooldown: cfg.RenewCooldown},
 		st, pol, s.metrics, accessHost{s}, log)

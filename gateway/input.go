@@ -212,12 +212,3 @@ func expiryFor(now time.Time, timeout *int64) *time.Time {
 	exp := now.Add(time.Duration(*timeout) * time.Second)
 	return &exp
 }
-
-// claimTimeout is the timeout of a sandbox a claim (or a batch) hands out: the claim's,
-// else its template's.
-func claimTimeout(tmpl, req CreateRequest) *int64 {
-	if req.Timeout != nil {
-		return req.Timeout
-	}
-	return tmpl.Timeout
-}

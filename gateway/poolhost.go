@@ -168,4 +168,44 @@ func (h poolHost) CheckTemplate(ctx context.Context, caller Caller, tmpl CreateR
 // ImageBuilding refuses an image the gateway still builds in the background.
 func (h poolHost) ImageBuilding(image string) error { return imageBuilding(h.s.cfg.ImageBuilds, image) }
 
+// CheckClaim checks the claim's own fields, a credentialProxy the template's members
+// lack, and its networkPolicy as the egress policy judges a claim's.
+func (h poolHost) CheckClaim(ctx context.Context, caller Caller, tmpl, req CreateRequest) error {
+	s := h.s
+	if err := s.validateClaimInput(req); err != nil {
+		return err
+	}
+	if err := claimCredentialProxy(tmpl, req); err != nil {
+		return err
+	}
+	return s.egress.ValidateClaim(ctx, caller.Tenant, req.NetworkPolicy)
+}
+
+// Admit checks tmpl as a create and runs admission for count sandboxes of it.
+func (h poolHost) Admit(ctx context.Context, caller Caller, tmpl CreateRequest, count int) error {
+	spec, err := h.s.validateCreate(tmpl)
+	if err != nil {
+		return err
+	}
+	_, err = h.s.admission.Admit(ctx, caller, admissionFor(spec, tmpl, count))
+	return err
+}
+
+// CreateCold checks tmpl as a create and starts it cold (create.go).
+func (h poolHost) CreateCold(ctx context.Context, caller Caller, tmpl CreateRequest, id, batch string) (*store.Sandbox, error) {
+	spec, err := h.s.validateCreate(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	return h.s.createCold(ctx, caller, tmpl, spec, id, batch)
+}
+
+// EmitPerSandbox writes ev once for each of sbs (package gateway/eventlog).
+func (h poolHost) EmitPerSandbox(ctx context.Context, ev store.Event, sbs []*store.Sandbox) {
+	h.s.eventLog.EmitPerSandbox(ctx, ev, sbs)
+}
+
+// EmitAll writes evs (package gateway/eventlog).
+func (h poolHost) EmitAll(ctx context.Context, evs []store.Event) { h.s.eventLog.EmitAll(ctx, evs) }
+
 var _ pool.Host = poolHost{}

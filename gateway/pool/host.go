@@ -35,6 +35,20 @@ type Host interface {
 	CheckTemplate(ctx context.Context, caller principal.Caller, tmpl createreq.Request) error
 	// ImageBuilding refuses an image the gateway is still building in the background.
 	ImageBuilding(image string) error
+	// CheckClaim checks what a claim req adds to a pool's template tmpl, as the core
+	// checks a create's fields (timeout, metadata, env, entrypoint, credentialProxy: one
+	// the template's members lack) and its networkPolicy as the egress policy judges a
+	// claim's.
+	CheckClaim(ctx context.Context, caller principal.Caller, tmpl, req createreq.Request) error
+	// Admit checks tmpl as a create and runs admission for count sandboxes of it.
+	Admit(ctx context.Context, caller principal.Caller, tmpl createreq.Request, count int) error
+	// CreateCold checks tmpl as a create and starts it cold, recorded under id and,
+	// when set, batch.
+	CreateCold(ctx context.Context, caller principal.Caller, tmpl createreq.Request, id, batch string) (*store.Sandbox, error)
+	// EmitPerSandbox writes ev once for each of sbs, in one round trip; EmitAll writes
+	// evs.
+	EmitPerSandbox(ctx context.Context, ev store.Event, sbs []*store.Sandbox)
+	EmitAll(ctx context.Context, evs []store.Event)
 }
 
 // StartMember starts one member of a pool's template, with the pool's tenant, name and

@@ -37,6 +37,12 @@ type testHost struct {
 	// image, as the state feature's Ready snapshots do.
 	building  string
 	snapshots map[string]string
+	// refuseClaims and refuseAdmission make CheckClaim and Admit refuse, as the core's
+	// input checks and admission policy do; colds and events record the cold creates
+	// and the events asked for.
+	refuseClaims, refuseAdmission bool
+	colds                         []createreq.Request
+	events                        []store.Event
 }
 
 func newTestHost(rt *inprocess.Runtime) *testHost {
@@ -145,6 +151,47 @@ func (h *testHost) ImageBuilding(image string) error {
 		return fault.Errorf(fault.KindUnavailable, "SANDBOX::IMAGE_BUILDING", "image %s is still being built", image)
 	}
 	return nil
+}
+
+func (h *testHost) CheckClaim(_ context.Context, _ principal.Caller, _, _ createreq.Request) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refuseClaims {
+		return fault.Errorf(fault.KindInvalid, fault.CodeInvalidParameter, "claim refused")
+	}
+	return nil
+}
+
+func (h *testHost) Admit(_ context.Context, _ principal.Caller, _ createreq.Request, count int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refuseAdmission {
+		return fault.Errorf(fault.KindQuota, "QUOTA::CONCURRENT_SANDBOXES", "%d refused", count)
+	}
+	return nil
+}
+
+// CreateCold records the create and answers a Running record; nothing starts.
+func (h *testHost) CreateCold(_ context.Context, caller principal.Caller, tmpl createreq.Request, id, batch string) (*store.Sandbox, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.colds = append(h.colds, tmpl)
+	return &store.Sandbox{ID: id, Tenant: caller.Tenant, State: stateRunning, Metadata: tmpl.Metadata, Batch: batch}, nil
+}
+
+func (h *testHost) EmitPerSandbox(_ context.Context, ev store.Event, sbs []*store.Sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, sb := range sbs {
+		ev.SandboxID = sb.ID
+		h.events = append(h.events, ev)
+	}
+}
+
+func (h *testHost) EmitAll(_ context.Context, evs []store.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, evs...)
 }
 
 var _ Host = (*testHost)(nil)

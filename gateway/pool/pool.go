@@ -8,10 +8,11 @@
 // runtime's event stream (deaths.go); pools.go has a pool as its caller sees it (found,
 // read with its numbers, listed, deleted) and the decision to pull its image; define.go
 // a pool's definition (create and update: the request and its checks, the pull they
-// start). It reaches the core only through Host (host.go): starting a member of a
+// start); handout.go a claim as a caller asks for it (its checks and admission, the
+// claim's patch and events, the wait for a refill and the cold fallback). It reaches the core only through Host (host.go): starting a member of a
 // pool's template, applying a claim's binding through the agent and the enforcer, the
-// record cache, a non-member's death, the user-safe image error, and a template
-// resolved and checked as a create; the store and the runtime it uses directly. It
+// record cache, a non-member's death, the user-safe image error, a template resolved
+// and checked as a create, a claim's fields checked, admission, a cold create, events; the store and the runtime it uses directly. It
 // never imports package gateway; the template's type is the leaf gateway/createreq's.
 package pool
 
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/runtimes"
 )
@@ -59,6 +61,13 @@ type Config struct {
 	PullImages, PullAlways bool
 	// MaxPoolSize caps a pool's poolMax.
 	MaxPoolSize int
+	// Wait is how long a claim from an empty pool waits for a refill; Fallback says what
+	// it does when the wait ends empty: "cold" creates the sandbox cold from the pool's
+	// template, "fail" answers POOL::EMPTY.
+	Wait     time.Duration
+	Fallback string
+	// Metrics times each claim (nil: none).
+	Metrics *metrics.Set
 }
 
 // Manager owns this gateway's part of the warm pools: the members it is starting, the
