@@ -8,12 +8,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // The agent binary reaches every container (workloads and enforcer sidecars) through
@@ -36,23 +39,51 @@ const agentBinDir = agentDir + "/bin"
 // filled completely (a filler killed half-way leaves none, and the next fill redoes it).
 const agentDoneFile = "sandbox-agent.sha256"
 
-// labelAgentVolume marks the filler container (never started, removed at once).
+// roleAgentVolume marks the filler container (never started, removed at once).
 const roleAgentVolume = "agent-volume"
 
-// agentDirMount is the workload's agent directory: an anonymous volume of its own,
-// created empty (never filled from the image) and removed with the container, with the
-// agent volume mounted inside it. It holds what the runtime and the agent write into a
-// workload (the start marker, the credential vault's trust files), writable even on a
-// read-only root filesystem; and an engine commit leaves mounts out, so none of it is in
-// a snapshot's image, and a sandbox made from a snapshot or a fork starts without it.
-func agentDirMount() mount.Mount {
-	return mount.Mount{Type: mount.TypeVolume, Target: agentDir, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
+// Roles (labelRole) of the volumes the runtime makes for the agent, beside labelNetwork
+// (the runtime's network: the deployment whose sweep may remove them). The sweep
+// (sweepAgentVolumes) takes only volumes so labelled; one made without labels is never
+// taken for sandgate's.
+const (
+	// roleAgentDir marks a workload's agent directory (agentDirMount), which also
+	// carries the sandbox's id and cluster.
+	roleAgentDir = "agent-dir"
+	// roleAgentBinary marks a volume holding an agent build (agentVolume).
+	roleAgentBinary = "agent-binary"
+)
+
+// agentVolumePrefix begins the name of every agent binary volume; the rest is the
+// build's hash.
+const agentVolumePrefix = "sandgate-agent-"
+
+// agentDirMount is the agent directory of the workload of spec: an anonymous volume of
+// its own, created empty (never filled from the image) and removed with the container,
+// with the agent volume mounted inside it. It holds what the runtime and the agent write
+// into a workload (the start marker, the credential vault's trust files), writable even
+// on a read-only root filesystem; and an engine commit leaves mounts out, so none of it
+// is in a snapshot's image, and a sandbox made from a snapshot or a fork starts without
+// it. Its labels let the sweep remove it when the container went by a removal that kept
+// its volumes (an operator's `docker rm -f`).
+func (r *Runtime) agentDirMount(spec runtimes.Spec) mount.Mount {
+	labels := map[string]string{labelRole: roleAgentDir, labelNetwork: r.opts.Network, runtimes.LabelID: spec.ID}
+	if c := spec.Labels[runtimes.LabelCluster]; c != "" {
+		labels[runtimes.LabelCluster] = c
+	}
+	return mount.Mount{Type: mount.TypeVolume, Target: agentDir, VolumeOptions: &mount.VolumeOptions{NoCopy: true, Labels: labels}}
+}
+
+// agentBinaryLabels are the labels of an agent binary volume this runtime creates (the
+// engine sets a volume's labels only when a mount creates it).
+func (r *Runtime) agentBinaryLabels() map[string]string {
+	return map[string]string{labelRole: roleAgentBinary, labelNetwork: r.opts.Network}
 }
 
 // agentMount is the read-only mount of the agent volume vol.
-func agentMount(vol string) mount.Mount {
+func (r *Runtime) agentMount(vol string) mount.Mount {
 	return mount.Mount{Type: mount.TypeVolume, Source: vol, Target: agentBinDir, ReadOnly: true,
-		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true, Labels: r.agentBinaryLabels()}}
 }
 
 // agentVolume returns the name of the volume holding the current agent binary, filling
@@ -74,7 +105,7 @@ func (r *Runtime) agentVolume(ctx context.Context, image string) (string, error)
 	}
 	sum := sha256.Sum256(bin)
 	digest := hex.EncodeToString(sum[:])
-	vol := "sandgate-agent-" + digest[:16]
+	vol := agentVolumePrefix + digest[:16]
 	created, err := r.createFiller(ctx, vol, image)
 	if err != nil {
 		return "", err
@@ -124,7 +155,8 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 			},
 			HostConfig: &container.HostConfig{
 				NetworkMode: "none",
-				Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/agent", VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+				Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/agent",
+					VolumeOptions: &mount.VolumeOptions{NoCopy: true, Labels: r.agentBinaryLabels()}}},
 			},
 		})
 		if err == nil {
@@ -149,4 +181,89 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// agentVolumeGrace is how old an agent binary volume must be before the sweep may remove
+// it: a volume another process has just filled is mounted by nothing until that
+// process's first container after the fill. (A variable: tests shorten it.)
+var agentVolumeGrace = fillerStale
+
+// sweepAgentVolumes removes the agent volumes no container mounts (the engine's
+// "dangling") that are labelled for this runtime's network, or for a network that no
+// longer exists (its deployment is gone: a runtime makes its network when it starts):
+// the agent directories whose sandbox has no container (live: the sandbox ids that have
+// one), and the agent binary volumes other than the one this process uses, older than
+// agentVolumeGrace. It returns how many it removed. Volumes without the labels (made
+// before them, or by anything else) stay, and so do those of another deployment whose
+// network exists.
+//
+// A binary volume is taken only when no container mounts it, and every gateway with
+// spare namespace holders keeps its own mounted (holders.go): what a removal can still
+// meet is a gateway of the same network running another agent build with no spares and
+// no sandbox; its next create then mounts the volume anew, empty, and fails.
+func (r *Runtime) sweepAgentVolumes(ctx context.Context, live func() (map[string]bool, error)) int {
+	list, err := r.cli.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).
+		Add("dangling", "true").Add("label", labelRole).Add("label", labelNetwork)})
+	if err != nil || len(list.Items) == 0 {
+		return 0
+	}
+	r.agentMu.Lock()
+	current := r.agentVol
+	r.agentMu.Unlock()
+	var alive, networks map[string]bool
+	removed := 0
+	for _, v := range list.Items {
+		if network := v.Labels[labelNetwork]; network != r.opts.Network {
+			if networks == nil {
+				if networks, err = r.networkNames(ctx); err != nil {
+					return removed
+				}
+			}
+			if networks[network] {
+				continue
+			}
+		}
+		switch v.Labels[labelRole] {
+		case roleAgentDir:
+			id := v.Labels[runtimes.LabelID]
+			if id == "" {
+				continue
+			}
+			if alive == nil {
+				if alive, err = live(); err != nil {
+					return removed
+				}
+			}
+			if alive[id] {
+				continue
+			}
+		case roleAgentBinary:
+			at, perr := time.Parse(time.RFC3339, v.CreatedAt)
+			if current == "" || v.Name == current || !strings.HasPrefix(v.Name, agentVolumePrefix) ||
+				perr != nil || time.Since(at) < agentVolumeGrace {
+				continue
+			}
+		default:
+			continue
+		}
+		// The engine refuses to remove a volume a container mounts, so one mounted since
+		// the list stays.
+		if _, err := r.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{}); err == nil {
+			removed++
+		}
+	}
+	return removed
+}
+
+// networkNames holds the names and ids of the engine's networks.
+func (r *Runtime) networkNames(ctx context.Context) (map[string]bool, error) {
+	all, err := r.cli.NetworkList(ctx, client.NetworkListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, 2*len(all.Items))
+	for _, n := range all.Items {
+		names[n.Name], names[n.ID] = true, true
+	}
+	return names, nil
 }

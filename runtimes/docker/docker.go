@@ -380,7 +380,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 			MemorySwap: mem,
 		},
 	}
-	hostCfg.Mounts = append(hostCfg.Mounts, agentDirMount(), agentMount(agentVol))
+	hostCfg.Mounts = append(hostCfg.Mounts, r.agentDirMount(spec), r.agentMount(agentVol))
 	if r.opts.ReadOnlyRootfs {
 		hostCfg.ReadonlyRootfs = true
 		hostCfg.Tmpfs = writableScratch(r.opts.WritablePaths, r.opts.WritableBytes)

@@ -144,7 +144,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			Runtime:       r.opts.OCIRuntime,
 			Resources:     container.Resources{Memory: 128 << 20, PidsLimit: &pids},
-			Mounts:        []mount.Mount{agentMount(agentVol)},
+			Mounts:        []mount.Mount{r.agentMount(agentVol)},
 		},
 	})
 	if err != nil {
@@ -411,7 +411,9 @@ func (r *Runtime) startEntrypoint(ctx context.Context, addr, token string, entry
 // removed by anything but Delete (an operator's `docker rm -f`), and a create that fails
 // half-way while the engine is timing out can leave one behind in state Created.
 // Sidecars are listed before workloads and a sidecar is made after its workload, so a
-// create in flight is never taken for an orphan.
+// create in flight is never taken for an orphan. It removes likewise the agent
+// directory volume such a removal leaves, and agent binary volumes of other builds that
+// nothing mounts (sweepAgentVolumes).
 func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	r.repairAntiSpoof(ctx)
 	sidecars, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
@@ -430,30 +432,44 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	}
 	r.sweepHostStaging(ctx)
 	r.sweepVolumeRoots(ctx)
-	if len(sidecars.Items) == 0 && len(holders.Items) == 0 {
-		return 0, nil
+	var live map[string]bool
+	liveIDs := func() (map[string]bool, error) {
+		if live != nil {
+			return live, nil
+		}
+		workloads, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+			All: true, Filters: make(client.Filters).Add("label", runtimes.LabelID),
+		})
+		if err != nil {
+			return nil, err
+		}
+		live = make(map[string]bool, len(workloads.Items))
+		for _, c := range workloads.Items {
+			if c.Labels[labelRole] == "" {
+				live[c.Labels[runtimes.LabelID]] = true
+			}
+		}
+		return live, nil
 	}
-	workloads, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All: true, Filters: make(client.Filters).Add("label", runtimes.LabelID),
-	})
-	if err != nil {
-		return 0, err
-	}
-	live := make(map[string]bool, len(workloads.Items))
-	for _, c := range workloads.Items {
-		if c.Labels[labelRole] == "" {
-			live[c.Labels[runtimes.LabelID]] = true
+	removed := 0
+	if len(sidecars.Items) > 0 || len(holders.Items) > 0 {
+		live, err := liveIDs()
+		if err != nil {
+			return 0, err
+		}
+		removed += r.sweepHolders(ctx, holders.Items, live)
+		for _, c := range sidecars.Items {
+			if id := c.Labels[runtimes.LabelID]; id == "" || live[id] {
+				continue
+			}
+			if err := r.removeGone(ctx, c.ID, false); err == nil {
+				removed++
+			}
 		}
 	}
-	removed := r.sweepHolders(ctx, holders.Items, live)
-	for _, c := range sidecars.Items {
-		if id := c.Labels[runtimes.LabelID]; id == "" || live[id] {
-			continue
-		}
-		if err := r.removeGone(ctx, c.ID, false); err == nil {
-			removed++
-		}
-	}
+	// Volumes last: a helper removed above may have been the last mount of an agent
+	// binary volume.
+	removed += r.sweepAgentVolumes(ctx, liveIDs)
 	return removed, nil
 }
 

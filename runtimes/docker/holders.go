@@ -221,7 +221,7 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			ReadonlyRootfs: true,
 			Resources:      container.Resources{Memory: 32 << 20, PidsLimit: &pids},
-			Mounts:         []mount.Mount{agentMount(agentVol)},
+			Mounts:         []mount.Mount{r.agentMount(agentVol)},
 		},
 	})
 	if err != nil {

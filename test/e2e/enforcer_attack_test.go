@@ -411,7 +411,7 @@ func TestEgressPolicyRoundTrip(t *testing.T) {
 
 	t.Run("a sidecar whose workload was removed by hand is swept", func(t *testing.T) {
 		d := w.sandbox(nil)
-		if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+d.id).CombinedOutput(); err != nil {
+		if out, err := exec.Command("docker", "rm", "-f", "-v", "sandgate-"+d.id).CombinedOutput(); err != nil {
 			t.Fatalf("docker rm: %v: %s", err, out)
 		}
 		waitFor(t, 60*time.Second, func() bool {

@@ -280,7 +280,7 @@ func TestSnapshotFailed(t *testing.T) {
 	var s *sandgate.Snapshot
 	for attempt := 1; s == nil; attempt++ {
 		id = sdkCreate(t, ctx, c, sandgate.CreateRequest{}).ID
-		if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id).CombinedOutput(); err != nil {
+		if out, err := exec.Command("docker", "rm", "-f", "-v", "sandgate-"+id).CombinedOutput(); err != nil {
 			t.Fatalf("docker rm: %v %s", err, out)
 		}
 		got, err := c.CreateSnapshot(ctx, id, "")
