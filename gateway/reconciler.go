@@ -96,12 +96,12 @@ func (s *Service) Reconcile(ctx context.Context, startup bool) error {
 	} else if len(fixed) > 0 {
 		s.log.Info("repaired tenants' usage counters", "tenants", fixed)
 	}
-	// Leaked helpers are rare and listing them costs two engine calls: not every pass.
+	// Leaked helpers are rare and listing them costs a few engine calls: not every pass.
 	if sw, ok := s.runtime.(runtimes.HelperSweeper); ok && (startup || s.reconciles.Add(1)%sweepEvery == 0) {
 		if n, err := sw.SweepHelpers(ctx); err != nil {
 			s.backgroundError("reconciler", "sweep helper containers", err)
 		} else if n > 0 {
-			s.log.Info("removed helper containers whose sandbox is gone", "count", n)
+			s.log.Info("removed helper containers and volumes whose sandbox is gone", "count", n)
 		}
 	}
 	return nil

@@ -37,8 +37,10 @@ type EnforcerRestorer interface {
 }
 
 // HelperSweeper runs helper containers beside a sandbox (Docker's enforcer and namespace
-// holder). SweepHelpers removes the helpers whose sandbox no longer exists and returns
-// how many it removed; the reconciler calls it every few passes.
+// holder). SweepHelpers removes the helpers whose sandbox no longer exists, and what
+// else such a sandbox left (Docker: its agent directory volume, and agent binary
+// volumes of other builds nothing mounts), and returns how many it removed; the
+// reconciler calls it every few passes.
 type HelperSweeper interface {
 	SweepHelpers(ctx context.Context) (int, error)
 }

@@ -432,6 +432,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	}
 	r.sweepHostStaging(ctx)
 	r.sweepVolumeRoots(ctx)
+	// The sandbox ids that have a workload, listed once, when first needed.
 	var live map[string]bool
 	liveIDs := func() (map[string]bool, error) {
 		if live != nil {
@@ -453,13 +454,13 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	}
 	removed := 0
 	if len(sidecars.Items) > 0 || len(holders.Items) > 0 {
-		live, err := liveIDs()
+		alive, err := liveIDs()
 		if err != nil {
 			return 0, err
 		}
-		removed += r.sweepHolders(ctx, holders.Items, live)
+		removed += r.sweepHolders(ctx, holders.Items, alive)
 		for _, c := range sidecars.Items {
-			if id := c.Labels[runtimes.LabelID]; id == "" || live[id] {
+			if id := c.Labels[runtimes.LabelID]; id == "" || alive[id] {
 				continue
 			}
 			if err := r.removeGone(ctx, c.ID, false); err == nil {
