@@ -180,7 +180,7 @@ func TestSweepAgentVolumes(t *testing.T) {
 	}
 }
 
-// agentBinaryOfItsOwn is the built agent with one more byte: a build whose agent binary
+// agentBinaryOfItsOwn is the built agent with a random tail: a build whose agent binary
 // volume no other test uses, removed at the test's end.
 func agentBinaryOfItsOwn(t *testing.T) string {
 	t.Helper()
@@ -192,7 +192,7 @@ func agentBinaryOfItsOwn(t *testing.T) string {
 	if err != nil {
 		t.Skipf("no agent binary (make build): %v", err)
 	}
-	bin = append(bin, '\n')
+	bin = append(bin, testenv.RandomHex(4)+"\n"...)
 	agent := filepath.Join(t.TempDir(), "sandbox-agent")
 	if err := os.WriteFile(agent, bin, 0o755); err != nil {
 		t.Fatal(err)
