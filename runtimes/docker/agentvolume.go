@@ -199,8 +199,8 @@ var agentVolumeGrace = fillerStale
 //
 // A binary volume is taken only when no container mounts it, and every gateway with
 // spare namespace holders keeps its own mounted (holders.go): what a removal can still
-// meet is a gateway of the same network running another agent build with no spares and
-// no sandbox; its next create then mounts the volume anew, empty, and fails.
+// meet is another gateway on the engine running that build with no spares and no
+// sandbox; its next create then mounts the volume anew, empty, and fails.
 func (r *Runtime) sweepAgentVolumes(ctx context.Context, live func() (map[string]bool, error)) int {
 	list, err := r.cli.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).
 		Add("dangling", "true").Add("label", labelRole).Add("label", labelNetwork)})
