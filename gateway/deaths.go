@@ -3,7 +3,7 @@ package gateway
 // Sandbox deaths. A sandbox whose workload stops by itself (its entrypoint exited, a
 // kill at its memory limit, an operator's `docker kill`) is Failed. The gateway learns
 // of it three ways, whichever comes first: the runtime's event stream (the pool feature's death watch, gateway/pool),
-// a proxied call the sandbox does not answer (UpstreamFailed), and the reconciler's pass.
+// a proxied call the sandbox does not answer (Upstream.Failed), and the reconciler's pass.
 // From then on every call to it answers SANDBOX::UNAVAILABLE with the reason, and the
 // parts of it that only serve a live workload (its egress enforcer, its namespace holder)
 // are removed at once; the workload's container stays, for its logs, until the record's

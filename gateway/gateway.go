@@ -11,6 +11,8 @@
 //	                 usage, the create-rate bucket, image pull rules) sees it
 //	imagebuilds.go   a create naming an image still built in the background (gateway/imagebuild)
 //	latebind.go      a claimed member's first call and its death, as the API sees them
+//	upstream.go      the data plane's one call: a proxied request's route, credential, access
+//	                 decision, link exchange, wake and late bindings, in order (OpenUpstream)
 //	pools.go         the pool API's names re-exported; Pools, the pool feature
 //	poolhost.go      the core as the pool feature (package gateway/pool) sees it: a member
 //	                 started, a binding applied, a pool's template resolved and checked,

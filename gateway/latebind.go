@@ -17,27 +17,25 @@ func unavailable(id string) error {
 	return Errorf(KindUnavailable, CodeUnavailable, "sandbox %s died after it was claimed and is marked Failed; claim another", id)
 }
 
-// BeforeAgentCall runs before any call the gateway forwards to a sandbox (agent or any
+// beforeAgentCall runs before any call the gateway forwards to a sandbox (agent or any
 // other port): a claimed member's late bindings hold from its very first call, so the
 // call waits for them here (pool.Manager.BeforeCall); a member that died after its claim
 // answers SANDBOX::UNAVAILABLE. It costs nothing for a sandbox that was not claimed from
 // a pool.
-func (s *Service) BeforeAgentCall(ctx context.Context, sb *store.Sandbox) error {
-	err := s.pool.BeforeCall(ctx, sb)
+func beforeAgentCall(ctx context.Context, members *pool.Manager, sb *store.Sandbox) error {
+	err := members.BeforeCall(ctx, sb)
 	if errors.Is(err, pool.ErrMemberDied) {
 		return unavailable(sb.ID)
 	}
 	return err
 }
 
-// UpstreamFailed is told of a forwarded call whose sandbox did not answer. For a
-// sandbox that the runtime reports stopped it marks it Failed (a claimed pool member:
+// Failed is told that the sandbox did not answer the forwarded request. For a sandbox
+// that the runtime reports stopped it marks it Failed (a claimed pool member:
 // MEMBER_DIED; another: why it ended, deaths.go) and returns the SANDBOX::UNAVAILABLE
 // error to answer with; else nil (the caller answers its usual upstream error).
-func (s *Service) UpstreamFailed(ctx context.Context, sb *store.Sandbox, cause error) error {
-	if sb == nil {
-		return nil
-	}
+func (u *Upstream) Failed(ctx context.Context, cause error) error {
+	sb, s := u.Sandbox, u.svc
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if sb.Pool == "" {

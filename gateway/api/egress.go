@@ -3,14 +3,11 @@ package api
 import (
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/access"
 	"github.com/sandgate/sandgate/gateway/egress"
 	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
 
 // policyOps are the egress API's changes of /policy by the methods that carry them
@@ -26,49 +23,40 @@ var vaultOps = map[string]egress.VaultOp{
 	http.MethodPatch: egress.VaultChange, http.MethodDelete: egress.VaultDelete,
 }
 
-// interceptEgress handles requests to a sandbox's egress API (port 18080) for
-// /policy: changes pass through the Rego egress policy before the enforcer sees them
+// answerEgress answers a request to a sandbox's egress API (port 18080) that the core
+// found is for /policy or the credential vault (gateway.Upstream.Egress): changes of
+// /policy pass through the Rego egress policy before the enforcer sees them
 // (egress.Manager.Change), reads show the sandbox's own rules apart from the platform's
 // (egress.Manager.Policy). Both are signed requests of the gateway's own; the caller's
-// credential never reaches the enforcer. Other paths (/healthz) are proxied without any
-// credential. It reports whether it answered the request.
-func (h *Handler) interceptEgress(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, proxyAccess access.ProxyAccess) bool {
-	if port != agentproto.EgressPort {
-		return false
-	}
-	if _, ok := vaultOps[r.Method]; !ok {
-		return false // a method of neither API (the vault's are the policy's too): proxied
-	}
-	path := egressPath(r, sb.ID, port)
-	if egress.IsVaultPath(path) {
-		h.relayVault(w, r, sb, path, proxyAccess)
-		return true
-	}
-	if path != "/policy" && path != "/policy/" {
-		return false
+// credential never reaches the enforcer. Other paths (/healthz) are forwarded without
+// any credential.
+func (h *Handler) answerEgress(w http.ResponseWriter, r *http.Request, up *gateway.Upstream) {
+	sb := up.Sandbox
+	if up.Egress == gateway.EgressVault {
+		h.relayVault(w, r, sb, up.EgressPath, up.Access)
+		return
 	}
 	if r.Method == http.MethodGet {
 		answer, err := h.svc.Egress().Policy(r.Context(), sb)
 		if err != nil {
 			h.writeError(w, r, err)
-			return true
+			return
 		}
 		writeAnswer(w, answer)
-		return true
+		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		h.writeError(w, r, gateway.Errorf(gateway.KindTooLarge, policy.CodeInvalidEgress, "request body exceeds %d bytes", maxBodyBytes))
-		return true
+		return
 	}
-	change := egress.PolicyChange{Op: policyOps[r.Method], Body: body, Targets: r.URL.Query()["target"], KeyID: changedBy(proxyAccess)}
+	change := egress.PolicyChange{Op: policyOps[r.Method], Body: body, Targets: r.URL.Query()["target"], KeyID: changedBy(up.Access)}
 	answer, err := h.svc.Egress().Change(r.Context(), sb, change)
 	if err != nil {
 		h.writeError(w, r, err)
-		return true
+		return
 	}
 	writeAnswer(w, answer)
-	return true
 }
 
 // changedBy is the key a change through a sandbox's egress or vault API is made with
@@ -79,22 +67,6 @@ func changedBy(proxyAccess access.ProxyAccess) string {
 		return ""
 	}
 	return proxyAccess.Caller.KeyID
-}
-
-// egressPath is the path the enforcer would see: what follows /sandboxes/{id}/proxy/{port}
-// in path mode (or /v1/console/sandboxes/{id}/ports/{port} on the console's route), the
-// whole path in host mode ({id}-{port}.<preview domain>).
-func egressPath(r *http.Request, id string, port int) string {
-	path := r.URL.Path
-	if console := consoleProxyPrefix + id + "/ports/" + strconv.Itoa(port); strings.HasPrefix(path, console) {
-		path = path[len(console):]
-	} else if i := strings.Index(path, "/sandboxes/"+id+"/proxy/"+strconv.Itoa(port)); i >= 0 {
-		path = path[i+len("/sandboxes/"+id+"/proxy/"+strconv.Itoa(port)):]
-	}
-	if path == "" {
-		path = "/"
-	}
-	return path
 }
 
 // relayVault answers the credential vault API (/credential-vault...) through

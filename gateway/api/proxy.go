@@ -15,11 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/access"
-	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/plugins"
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 )
@@ -98,9 +95,9 @@ func httputilForward(onError func(w http.ResponseWriter, r *http.Request, err er
 	}
 }
 
-// upstreamFailedKey carries, in a forwarded request, what to ask when its sandbox does
-// not answer (gateway.Service.UpstreamFailed for the sandbox it was routed to).
-type upstreamFailedKey struct{}
+// upstreamKeyOpened carries, in a forwarded request, the gateway.Upstream it was opened
+// as: what to ask when its sandbox does not answer (gateway.Upstream.Failed).
+type upstreamKeyOpened struct{}
 
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	h.WriteUpstreamError(w, r, err)
@@ -111,9 +108,9 @@ func (h *Handler) WriteUpstreamError(w http.ResponseWriter, r *http.Request, err
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
-	if failed, ok := r.Context().Value(upstreamFailedKey{}).(func(error) error); ok {
-		// A sandbox that died is marked Failed here (Service.UpstreamFailed).
-		if e := failed(err); e != nil {
+	if up, ok := r.Context().Value(upstreamKeyOpened{}).(*gateway.Upstream); ok {
+		// A sandbox that died is marked Failed here (gateway.Upstream.Failed).
+		if e := up.Failed(r.Context(), err); e != nil {
 			h.writeError(w, r, e)
 			return
 		}
@@ -194,64 +191,34 @@ func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, id, portStr, coo
 }
 
 // proxyAs is proxy with the credential already established (the console's session
-// route) when preset is not nil, else found in the request.
+// route, the E2B door) when preset is not nil, else found in the request. The core's
+// OpenUpstream decides whether and where the request goes; this parses it, answers
+// what the gateway answers itself (a signed link's exchange, the enforcer's APIs) and
+// forwards the rest.
 func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, cookiePath, rest string, preset *access.ProxyAccess) {
 	port, err := gateway.ParsePort(portStr)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	if _, err := uuid.Parse(id); err != nil {
-		h.writeError(w, r, gateway.Errorf(gateway.KindNotFound, gateway.CodeNotFound, "sandbox %s not found", id))
-		return
-	}
-	sb, err := h.svc.Route(r.Context(), id)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	var proxyAccess access.ProxyAccess
-	var linkExp time.Time
+	req := gateway.UpstreamRequest{Sandbox: id, Port: port, Method: r.Method, Path: rest}
 	if preset != nil {
-		proxyAccess = *preset
+		req.Credential = gateway.UpstreamCredential{Form: gateway.PresentedEstablished, Established: preset}
 	} else {
-		proxyAccess, linkExp, err = h.proxyCredential(r, sb, port)
+		req.Credential = h.presentedCredential(r)
 	}
+	up, err := h.svc.OpenUpstream(r.Context(), req)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	proxyAccess.Method, proxyAccess.Path = r.Method, rest
-	if err := h.svc.Access().AuthorizeProxy(r.Context(), sb, port, proxyAccess); err != nil {
-		h.writeError(w, r, err)
+	if up.LinkCookie != "" {
+		h.exchangeLink(w, r, port, cookiePath, up.LinkCookie, up.LinkExpires)
 		return
 	}
-	if proxyAccess.Kind == principal.CredSignedLink && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		h.exchangeLink(w, r, sb, port, cookiePath, linkExp)
-		return
-	}
-	sb, release, err := h.svc.State().WakeForAccess(r.Context(), sb) // idle pause: resume on use
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	defer release()
-	// A claimed pool member's late bindings (env, egress policy…) hold from its first
-	// call: the call waits for them; a member that died after its claim answers
-	// SANDBOX::UNAVAILABLE (latebind.go).
-	if err := h.svc.BeforeAgentCall(r.Context(), sb); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	if err := gateway.FailedError(sb); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	if sb.State != gateway.StateRunning || sb.Address == "" {
-		h.writeError(w, r, gateway.Errorf(gateway.KindUnavailable, gateway.CodeNotRunning, "sandbox %s is %s; its ports answer only while it is Running", id, sb.State))
-		return
-	}
-	if h.interceptEgress(w, r, sb, port, proxyAccess) {
+	if up.Egress != gateway.EgressForward {
+		h.answerEgress(w, r, up)
+		up.Release(gateway.UpstreamAnswer{})
 		return
 	}
 	// A shallow copy with a URL of its own: the credentials are stripped from the
@@ -271,29 +238,56 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		}
 	}
 	stripCredentials(out, r, h)
-	// The enforcer's token is never sent (interceptEgress signs /policy requests
+	// The enforcer's token is never sent (answerEgress signs /policy requests
 	// instead): a workload holding port 18080 while its enforcer restarts would read it.
 	// The agent's token travels beside the request, not in it: only the transport adds
 	// it, so no log of the request can show it.
-	if port == agentproto.AgentPort {
-		out = withUpstreamSecret(out, gateway.HeaderAgentToken, sb.AgentCredential())
-	}
-	if port == agentproto.AgentPort && r.Method == http.MethodPost {
-		h.noteAgentCall(out, sb)
+	if up.AgentToken != "" {
+		out = withUpstreamSecret(out, gateway.HeaderAgentToken, up.AgentToken)
+		if r.Method == http.MethodPost {
+			h.noteAgentCall(out, up.Sandbox)
+		}
 	}
 	rec := &fw.rec
 	rec.ResponseWriter = w
-	start := time.Now()
-	out = out.WithContext(context.WithValue(out.Context(), upstreamFailedKey{}, func(err error) error {
-		return h.svc.UpstreamFailed(r.Context(), sb, err)
-	}))
+	out = out.WithContext(context.WithValue(out.Context(), upstreamKeyOpened{}, up))
 	// Deferred: a stream the sandbox breaks off aborts the answer (NewForward panics
 	// with http.ErrAbortHandler, so the client sees it incomplete), and is recorded too.
 	defer func() {
-		h.svc.Access().RecordAccess(sb, access.AccessRecord{Port: port, Method: r.Method, Path: out.URL.Path, Status: rec.statusCode(),
-			Bytes: rec.bytes, Duration: time.Since(start), Credential: proxyAccess.Kind})
+		up.Release(gateway.UpstreamAnswer{Path: out.URL.Path, Status: rec.statusCode(), Bytes: rec.bytes})
 	}()
-	h.forward(rec, out, net.JoinHostPort(sb.Address, strconv.Itoa(port)))
+	h.forward(rec, out, up.Address)
+}
+
+// presentedCredential finds the strongest credential a request carries (the order of
+// gateway.Presented), unchecked.
+func (h *Handler) presentedCredential(r *http.Request) gateway.UpstreamCredential {
+	if key := apiKeyFrom(r); key != "" {
+		return gateway.UpstreamCredential{Form: gateway.PresentedAPIKey, Value: key}
+	}
+	for _, hdr := range tokenHeaders {
+		if v := r.Header.Get(hdr); v != "" {
+			return gateway.UpstreamCredential{Form: gateway.PresentedToken, Value: v}
+		}
+	}
+	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
+		return gateway.UpstreamCredential{Form: gateway.PresentedPathToken, Value: tok}
+	}
+	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
+		return gateway.UpstreamCredential{Form: gateway.PresentedLink, Value: tok}
+	}
+	if _, ok := r.Header["Cookie"]; !ok {
+		return gateway.UpstreamCredential{}
+	}
+	cookies := r.CookiesNamed(cookieName)
+	if len(cookies) == 0 {
+		return gateway.UpstreamCredential{}
+	}
+	values := make([]string, len(cookies))
+	for i, c := range cookies {
+		values[i] = c.Value
+	}
+	return gateway.UpstreamCredential{Form: gateway.PresentedCookies, Cookies: values, CookieOrigin: h.previewCookieOrigin(r)}
 }
 
 // maxNotedBody bounds how much of a command request is read to name it in the audit event.
@@ -331,75 +325,15 @@ func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 	}
 }
 
-// proxyCredential finds the strongest credential a request carries.
-func (h *Handler) proxyCredential(r *http.Request, sb *gateway.SandboxRecord, port int) (access.ProxyAccess, time.Time, error) {
-	if key := apiKeyFrom(r); key != "" {
-		c, err := h.svc.Authenticate(r.Context(), key)
-		if err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &c}, time.Time{}, nil
-	}
-	for _, hdr := range tokenHeaders {
-		v := r.Header.Get(hdr)
-		if v == "" {
-			continue
-		}
-		if strings.HasPrefix(v, access.AccessValuePrefix) {
-			if err := h.svc.Access().VerifyAccessValue(r.Context(), sb, v); err != nil {
-				return access.ProxyAccess{}, time.Time{}, err
-			}
-			return access.ProxyAccess{Kind: principal.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
-		}
-		// The SDKs' server-proxy mode puts the tenant's API key in these headers.
-		if c, ok := h.callerForKey(r, v); ok {
-			return access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &c}, time.Time{}, nil
-		}
-		return access.ProxyAccess{}, time.Time{}, gateway.Errorf(gateway.KindForbidden, gateway.CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
-	}
-	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
-		if err := h.svc.Access().VerifyCookie(r.Context(), tok, sb.ID, port); err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
-	}
-	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
-		exp, err := h.svc.Access().VerifyLink(r.Context(), tok, sb.ID, port)
-		if err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredSignedLink, Sandbox: sb.ID, Port: port}, exp, nil
-	}
-	// Every preview cookie is tried: one that another preview planted under the same
-	// name cannot shadow this preview's own.
-	for _, c := range r.CookiesNamed(cookieName) {
-		if c.Value == "" || h.svc.Access().VerifyCookie(r.Context(), c.Value, sb.ID, port) != nil {
-			continue
-		}
-		if err := h.previewCookieOrigin(r); err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
-	}
-	// The console session is never a credential here: a preview page on this origin
-	// would otherwise act with it. The console reaches sandboxes through its own route.
-	return access.ProxyAccess{Kind: principal.CredAnonymous}, time.Time{}, nil
-}
-
 // exchangeLink trades a signed link for an HttpOnly cookie scoped to the preview (its
 // host in host mode, its path prefix in path mode) and redirects to the same URL without
 // the token, so that page assets and WebSockets carry the cookie. In path mode, whose
 // pages are opaque origins that send no cookies, it redirects to the token-in-path form
 // (pathTokenSegment) instead.
-func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, sb *gateway.SandboxRecord, port int, cookiePath string, exp time.Time) {
+func (h *Handler) exchangeLink(w http.ResponseWriter, r *http.Request, port int, cookiePath, value string, exp time.Time) {
 	confined, pathMode := w.(*confinedWriter)
 	if pathMode {
 		w = confined.ResponseWriter // the cookie is the gateway's own, not an upstream's
-	}
-	value, err := h.svc.Access().SessionCookie(r.Context(), sb.ID, port, exp)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
 	}
 	target := localRedirectPath(r.URL.EscapedPath())
 	if pathMode && port != agentproto.AgentPort && port != agentproto.EgressPort {

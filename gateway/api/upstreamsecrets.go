@@ -117,9 +117,9 @@ func AgentConnWarmer(rt http.RoundTripper) gateway.ConnWarmer {
 }
 
 // notThisAgentMatters reports whether req is a call the proxy forwards to a sandbox,
-// whose failure is looked into (Service.UpstreamFailed), rather than the gateway's own
+// whose failure is looked into (gateway.Upstream.Failed), rather than the gateway's own
 // call (a connection warm-up), which reports the agent's answer as it is.
 func notThisAgentMatters(req *http.Request) bool {
-	_, ok := req.Context().Value(upstreamFailedKey{}).(func(error) error)
+	_, ok := req.Context().Value(upstreamKeyOpened{}).(*gateway.Upstream)
 	return ok
 }
