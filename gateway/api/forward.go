@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -174,23 +173,7 @@ func (f *leanForward) try(w http.ResponseWriter, r *http.Request, upstream strin
 		lc.close()
 		return first && reused && informational == 0 && ctx.Err() == nil && closedIdle(err), err
 	}
-	removeHopHeaders(res.Header)
-	dst := w.Header()
-	for k, vv := range res.Header {
-		if prev, ok := dst[k]; ok {
-			dst[k] = append(prev, vv...)
-		} else {
-			dst[k] = vv // res is ours alone: its values need no copy
-		}
-	}
-	announced := len(res.Trailer)
-	if announced > 0 {
-		keys := make([]string, 0, announced)
-		for k := range res.Trailer {
-			keys = append(keys, k)
-		}
-		dst.Add("Trailer", strings.Join(keys, ", "))
-	}
+	announced := copyAnswerHeader(w.Header(), res)
 	w.WriteHeader(res.StatusCode)
 	err = copyBody(w, res, flushesAtOnce(res))
 	if !stop() || err != nil || res.Close {
@@ -201,20 +184,7 @@ func (f *leanForward) try(w http.ResponseWriter, r *http.Request, upstream strin
 	if err != nil {
 		panic(http.ErrAbortHandler) // as httputil does
 	}
-	if len(res.Trailer) > 0 {
-		_ = http.NewResponseController(w).Flush()
-		if len(res.Trailer) == announced {
-			for k, vv := range res.Trailer {
-				dst[k] = append(dst[k], vv...)
-			}
-		} else {
-			for k, vv := range res.Trailer {
-				for _, v := range vv {
-					dst.Add(http.TrailerPrefix+k, v)
-				}
-			}
-		}
-	}
+	copyTrailers(w, res, announced)
 	return false, nil
 }
 
@@ -223,22 +193,6 @@ func (f *leanForward) try(w http.ResponseWriter, r *http.Request, upstream strin
 func closedIdle(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// flushesAtOnce reports whether res is a stream whose every write goes out at once (as
-// httputil: SSE, a body of unknown length).
-func flushesAtOnce(res *http.Response) bool {
-	if res.ContentLength == -1 {
-		return true
-	}
-	ct := strings.TrimLeft(res.Header.Get("Content-Type"), " \t")
-	// Only a text/ type can be text/event-stream: any other (JSON above all) is not
-	// parsed, which would cost a map per answer.
-	if len(ct) < len("text/") || !strings.EqualFold(ct[:len("text/")], "text/") {
-		return false
-	}
-	base, _, _ := mime.ParseMediaType(ct)
-	return base == "text/event-stream"
 }
 
 // copyBody copies res's body to w through a pooled buffer, flushing after every write
@@ -365,47 +319,8 @@ func (lc *leanConn) roundTrip(w http.ResponseWriter, r *http.Request) (_ *http.R
 		case informational >= 5:
 			return nil, informational, fmt.Errorf("the sandbox sent more than 5 informational answers")
 		}
-		// 103 Early Hints and the like go on to the client, as httputil passes them.
-		h := w.Header()
-		saved := h.Clone()
-		for k, vv := range res.Header {
-			h[k] = vv
-		}
-		w.WriteHeader(res.StatusCode)
-		clear(h)
-		for k, vv := range saved {
-			h[k] = vv
-		}
+		passInformational(w, res)
 	}
-}
-
-// hopHeaders are the hop-by-hop headers a proxy drops (httputil's list).
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// removeHopHeaders drops h's hop-by-hop headers and those its Connection header names.
-func removeHopHeaders(h http.Header) {
-	for _, f := range h["Connection"] {
-		for sf := range strings.SplitSeq(f, ",") {
-			if sf = textproto.TrimString(sf); sf != "" {
-				h.Del(sf)
-			}
-		}
-	}
-	for _, f := range hopHeaders {
-		delete(h, f)
-	}
-}
-
-// skippedRequestHeaders are not copied from the client's request: hop-by-hop headers,
-// and the forwarding headers the gateway writes itself.
-var skippedRequestHeaders = map[string]bool{
-	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
-	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true, "X-Forwarded-Proto": true,
-	"Host": true, "Content-Length": true,
 }
 
 // headerValueFixer makes a header value one line, as net/http writes it.
@@ -472,19 +387,6 @@ func contains(list []string, s string) bool {
 	for _, e := range list {
 		if e == s {
 			return true
-		}
-	}
-	return false
-}
-
-// teTrailers reports whether TE values hold the token "trailers" (as httputil
-// compares: the whole comma-separated element, without parameters).
-func teTrailers(values []string) bool {
-	for _, v := range values {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(textproto.TrimString(tok), "trailers") {
-				return true
-			}
 		}
 	}
 	return false
