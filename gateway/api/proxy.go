@@ -217,8 +217,8 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		return
 	}
 	if up.Egress != gateway.EgressForward {
+		defer up.Release(gateway.UpstreamAnswer{})
 		h.answerEgress(w, r, up)
-		up.Release(gateway.UpstreamAnswer{})
 		return
 	}
 	// A shallow copy with a URL of its own: the credentials are stripped from the
@@ -242,7 +242,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	// instead): a workload holding port 18080 while its enforcer restarts would read it.
 	// The agent's token travels beside the request, not in it: only the transport adds
 	// it, so no log of the request can show it.
-	if up.AgentToken != "" {
+	if port == agentproto.AgentPort {
 		out = withUpstreamSecret(out, gateway.HeaderAgentToken, up.AgentToken)
 		if r.Method == http.MethodPost {
 			h.noteAgentCall(out, up.Sandbox)
