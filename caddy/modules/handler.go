@@ -42,12 +42,16 @@ type Handler struct {
 // Flushing is Caddy's default: at once for SSE, bodies of unknown length (chunked
 // command output, streams) and upgraded connections; a response of known length goes
 // out in full writes, headers and body together, rather than one write per upstream read.
+// The client's Forwarded header is dropped, as api.NewForward drops it: Caddy replaces
+// the client's X-Forwarded-* with its own but passes Forwarded on, which would let a
+// client name any address to the sandbox (the rules of package forwardtest).
 func reverseProxyConfig(idle time.Duration) string {
 	if idle <= 0 {
 		idle = gateway.DefaultAgentIdleTimeout
 	}
 	return fmt.Sprintf(`{
 	"dynamic_upstreams": {"source": "sandgate"},
+	"headers": {"request": {"delete": ["Forwarded"]}},
 	"transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": 64, "idle_timeout": %d}, "dial_timeout": "5s"}
 }`, idle.Nanoseconds())
 }

@@ -135,6 +135,7 @@ var rules = []rule{
 			r.Header.Set("X-Forwarded-For", "192.0.2.66")
 			r.Header.Set("X-Forwarded-Host", "evil.example")
 			r.Header.Set("X-Forwarded-Proto", "https")
+			r.Header.Set("Forwarded", "for=192.0.2.66;host=evil.example;proto=https")
 			return r
 		},
 		upstream: recordRequest,
@@ -150,6 +151,9 @@ var rules = []rule{
 			}
 			if v := got.Header.Values("X-Forwarded-Proto"); len(v) != 1 || v[0] != "http" {
 				t.Errorf("X-Forwarded-Proto = %q, want http", v)
+			}
+			if v, ok := got.Header["Forwarded"]; ok {
+				t.Errorf("the client's Forwarded reached the upstream: %q", v)
 			}
 		},
 	},
