@@ -73,6 +73,9 @@ type UpstreamRequest struct {
 	// Method is the request's method; Path is the escaped path to send upstream.
 	Method, Path string
 	Credential   UpstreamCredential
+	// Bearer is the token of the request's Authorization: Bearer header, if any: the
+	// header is the sandbox's own unless the token is an API key of this gateway.
+	Bearer string
 }
 
 // EgressAPI names which of the gateway's own answers a request to the egress
@@ -110,6 +113,9 @@ type Upstream struct {
 	// AgentToken, for the agent's port, is the token the forwarded request is signed
 	// with below the proxy (never in the request itself).
 	AgentToken string
+	// DropAuthorization says the request's Authorization header holds an API key of
+	// this gateway (UpstreamRequest.Bearer), which never reaches a sandbox.
+	DropAuthorization bool
 
 	svc     *Service
 	opened  time.Time
@@ -129,7 +135,8 @@ type UpstreamAnswer struct {
 // access value, token, link or cookie verified against the sandbox and port), the Rego
 // access decision, a signed link's exchange for a cookie (answered without waking the
 // sandbox), the idle wake, a claimed member's late bindings, Failed and not-Running
-// sandboxes refused, the egress enforcer's own APIs. A nil error gives an Upstream the
+// sandboxes refused, the egress enforcer's own APIs, and whether the Authorization
+// header is the gateway's to drop. A nil error gives an Upstream the
 // caller must Release once the request is done.
 func (s *Service) OpenUpstream(ctx context.Context, req UpstreamRequest) (*Upstream, error) {
 	if _, err := uuid.Parse(req.Sandbox); err != nil {
@@ -182,6 +189,9 @@ func (s *Service) OpenUpstream(ctx context.Context, req UpstreamRequest) (*Upstr
 	case agentproto.AgentPort:
 		up.AgentToken = sb.AgentCredential()
 	}
+	if req.Bearer != "" && up.Egress == EgressForward {
+		up.DropAuthorization = (granted.Kind == principal.CredAPIKey && req.Credential.Value == req.Bearer) || s.isAPIKey(ctx, req.Bearer)
+	}
 	up.Address = net.JoinHostPort(sb.Address, strconv.Itoa(req.Port))
 	up.opened = time.Now()
 	return up, nil
@@ -223,6 +233,12 @@ func (u *Upstream) Release(answer UpstreamAnswer) {
 	if u.release != nil {
 		u.release()
 	}
+}
+
+// isAPIKey reports whether key is an API key of this gateway.
+func (s *Service) isAPIKey(ctx context.Context, key string) bool {
+	_, err := s.Authenticate(ctx, key)
+	return err == nil
 }
 
 // proxyCredential verifies the credential a request presented against sandbox sb and

@@ -49,6 +49,7 @@ func TestOpenUpstream(t *testing.T) {
 	key := func(k string) UpstreamCredential { return UpstreamCredential{Form: PresentedAPIKey, Value: k} }
 	for _, tt := range []struct {
 		name     string
+		bearer   string
 		id       string
 		port     int
 		method   string
@@ -109,13 +110,23 @@ func TestOpenUpstream(t *testing.T) {
 				t.Errorf("agent token = %q, want the sandbox's", up.AgentToken)
 			}
 		}},
+		{name: "an API key in Authorization is dropped", bearer: "admin-key", cred: UpstreamCredential{Form: PresentedToken, Value: accessValue}, want: func(t *testing.T, up *Upstream) {
+			if !up.DropAuthorization {
+				t.Error("the gateway's API key would reach the sandbox")
+			}
+		}},
+		{name: "the sandbox's own Authorization is kept", bearer: "their-token", cred: key("admin-key"), want: func(t *testing.T, up *Upstream) {
+			if up.DropAuthorization {
+				t.Error("a token that is no API key of the gateway's would be dropped")
+			}
+		}},
 		{name: "the enforcer's /policy is the gateway's to answer", port: agentproto.EgressPort, path: "/policy", cred: key("admin-key"), want: wantEgress(EgressPolicy, "/policy")},
 		{name: "the enforcer's vault is the gateway's to answer", port: agentproto.EgressPort, method: "PUT", path: "/credential-vault/a%20b", cred: key("admin-key"), want: wantEgress(EgressVault, "/credential-vault/a b")},
 		{name: "the enforcer's other paths are forwarded", port: agentproto.EgressPort, path: "/healthz", cred: key("admin-key"), want: wantEgress(EgressForward, "/healthz")},
 		{name: "a method of neither enforcer API is forwarded", port: agentproto.EgressPort, method: "OPTIONS", path: "/policy", cred: key("admin-key"), want: wantEgress(EgressForward, "")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req := UpstreamRequest{Sandbox: tt.id, Port: tt.port, Method: tt.method, Path: tt.path, Credential: tt.cred}
+			req := UpstreamRequest{Sandbox: tt.id, Port: tt.port, Method: tt.method, Path: tt.path, Credential: tt.cred, Bearer: tt.bearer}
 			if req.Sandbox == "" {
 				req.Sandbox = sb.ID
 			}

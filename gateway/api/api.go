@@ -337,12 +337,6 @@ func apiKeyFrom(r *http.Request) string {
 	return ""
 }
 
-// callerForKey resolves an API key; ok is false for an unknown key.
-func (h *Handler) callerForKey(r *http.Request, key string) (gateway.Caller, bool) {
-	c, err := h.svc.Authenticate(r.Context(), key)
-	return c, err == nil
-}
-
 // actionFor derives the policy action of a route: the first path segment, singular, and
 // a verb from the method ("GET /pools/{name}" → "pool.get").
 func actionFor(method, path string) string {

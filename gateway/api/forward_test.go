@@ -272,7 +272,7 @@ func TestStripCredentialsFromQueryAndCookies(t *testing.T) {
 		r.Header.Set("Cookie", cookieName+"=c1; theirs=2; "+sessionCookie+"=s")
 		r.Header.Set(gateway.HeaderAccessToken, "sga1.k.mac")
 		r.Header.Set("X-API-Key", "key")
-		stripCredentials(r, r, nil) // no Authorization header: the handler is not asked
+		stripCredentials(r, false)
 		if r.URL.RawQuery != tt.want {
 			t.Errorf("query %q: sent %q, want %q", tt.query, r.URL.RawQuery, tt.want)
 		}

@@ -202,6 +202,9 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		return
 	}
 	req := gateway.UpstreamRequest{Sandbox: id, Port: port, Method: r.Method, Path: rest}
+	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+		req.Bearer = strings.TrimPrefix(a, "Bearer ")
+	}
 	if preset != nil {
 		req.Credential = gateway.UpstreamCredential{Form: gateway.PresentedEstablished, Established: preset}
 	} else {
@@ -237,7 +240,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 			out.URL.RawPath = ""
 		}
 	}
-	stripCredentials(out, r, h)
+	stripCredentials(out, up.DropAuthorization)
 	// The enforcer's token is never sent (answerEgress signs /policy requests
 	// instead): a workload holding port 18080 while its enforcer restarts would read it.
 	// The agent's token travels beside the request, not in it: only the transport adds
@@ -368,14 +371,14 @@ func localRedirectPath(p string) string {
 }
 
 // stripCredentials removes sandgate's credentials from a request bound for a sandbox.
-func stripCredentials(r, orig *http.Request, h *Handler) {
+// The Authorization header goes too when dropAuthorization (it holds an API key of the
+// gateway's: gateway.Upstream.DropAuthorization).
+func stripCredentials(r *http.Request, dropAuthorization bool) {
 	for _, hdr := range credentialHeaders {
 		delete(r.Header, hdr) // canonical: Del without its canonicalization
 	}
-	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-		if _, ours := h.callerForKey(orig, strings.TrimPrefix(a, "Bearer ")); ours {
-			r.Header.Del("Authorization")
-		}
+	if dropAuthorization {
+		r.Header.Del("Authorization")
 	}
 	// A query that can hold no link token (without its name, and without escapes that
 	// could spell it) is not parsed: most requests have none.
