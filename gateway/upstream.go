@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,47 +22,6 @@ import (
 // fixed order, whether and where it goes; the HTTP layer then answers or forwards as
 // the Upstream says and ends it with Upstream.Release.
 
-// Presented says which credential a proxied request carried, as the HTTP layer found
-// it: the first present in the order the constants are declared in wins, whether or not
-// it turns out valid (a wrong API key is refused, not passed over for a cookie), but
-// for preview cookies, of which every one is tried.
-type Presented int
-
-// The forms a proxied request's credential takes, strongest first.
-const (
-	// PresentedNone: no credential; the request is anonymous.
-	PresentedNone Presented = iota
-	// PresentedEstablished: the door established it already (the console's session,
-	// the E2B door's sandbox tokens): UpstreamCredential.Established.
-	PresentedEstablished
-	// PresentedAPIKey: an API key header (or Authorization: Bearer).
-	PresentedAPIKey
-	// PresentedToken: a sandbox token header; its value is an access value of the
-	// sandbox or, from the SDKs' server-proxy mode, an API key.
-	PresentedToken
-	// PresentedPathToken: a preview token in a path-mode URL (/_sandgate/{token}/…).
-	PresentedPathToken
-	// PresentedLink: a signed link's token in the query.
-	PresentedLink
-	// PresentedCookies: preview cookies (UpstreamCredential.Cookies).
-	PresentedCookies
-)
-
-// UpstreamCredential is the credential a proxied request presented.
-type UpstreamCredential struct {
-	Form Presented
-	// Value is the API key, token header, path token or link token.
-	Value string
-	// Cookies are the values of the request's preview cookies.
-	Cookies []string
-	// CookieOrigin is the answer to a request that a preview cookie authenticates when
-	// its origin is not the preview's (the HTTP layer's check of Origin and Fetch
-	// Metadata); nil admits it.
-	CookieOrigin error
-	// Established is the credential a door checked itself (PresentedEstablished).
-	Established *access.ProxyAccess
-}
-
 // UpstreamRequest is one proxied request as the core judges it.
 type UpstreamRequest struct {
 	// Sandbox is the id the request names, unchecked.
@@ -72,7 +30,7 @@ type UpstreamRequest struct {
 	Port int
 	// Method is the request's method; Path is the escaped path to send upstream.
 	Method, Path string
-	Credential   UpstreamCredential
+	Credential   access.Credential
 	// Bearer is the token of the request's Authorization: Bearer header, if any: the
 	// header is the sandbox's own unless the token is an API key of this gateway.
 	Bearer string
@@ -146,7 +104,7 @@ func (s *Service) OpenUpstream(ctx context.Context, req UpstreamRequest) (*Upstr
 	if err != nil {
 		return nil, err
 	}
-	granted, linkExp, err := s.proxyCredential(ctx, sb, req.Port, req.Credential)
+	granted, linkExp, err := s.access.VerifyCredential(ctx, sb, req.Port, req.Credential)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +148,7 @@ func (s *Service) OpenUpstream(ctx context.Context, req UpstreamRequest) (*Upstr
 		up.AgentToken = sb.AgentCredential()
 	}
 	if req.Bearer != "" && up.Egress == EgressForward {
-		up.DropAuthorization = (granted.Kind == principal.CredAPIKey && req.Credential.Value == req.Bearer) || s.isAPIKey(ctx, req.Bearer)
+		up.DropAuthorization = (granted.Kind == principal.CredAPIKey && req.Credential.Value == req.Bearer) || s.access.IsAPIKey(ctx, req.Bearer)
 	}
 	up.Address = net.JoinHostPort(sb.Address, strconv.Itoa(req.Port))
 	up.opened = time.Now()
@@ -233,63 +191,4 @@ func (u *Upstream) Release(answer UpstreamAnswer) {
 	if u.release != nil {
 		u.release()
 	}
-}
-
-// isAPIKey reports whether key is an API key of this gateway.
-func (s *Service) isAPIKey(ctx context.Context, key string) bool {
-	_, err := s.Authenticate(ctx, key)
-	return err == nil
-}
-
-// proxyCredential verifies the credential a request presented against sandbox sb and
-// port, and answers it as the access decision sees it (with a signed link's expiry).
-func (s *Service) proxyCredential(ctx context.Context, sb *store.Sandbox, port int, c UpstreamCredential) (access.ProxyAccess, time.Time, error) {
-	switch c.Form {
-	case PresentedEstablished:
-		return *c.Established, time.Time{}, nil
-	case PresentedAPIKey:
-		caller, err := s.Authenticate(ctx, c.Value)
-		if err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &caller}, time.Time{}, nil
-	case PresentedToken:
-		if strings.HasPrefix(c.Value, access.AccessValuePrefix) {
-			if err := s.access.VerifyAccessValue(ctx, sb, c.Value); err != nil {
-				return access.ProxyAccess{}, time.Time{}, err
-			}
-			return access.ProxyAccess{Kind: principal.CredSandboxToken, Sandbox: sb.ID}, time.Time{}, nil
-		}
-		// The SDKs' server-proxy mode puts the tenant's API key in these headers.
-		if caller, err := s.Authenticate(ctx, c.Value); err == nil {
-			return access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &caller}, time.Time{}, nil
-		}
-		return access.ProxyAccess{}, time.Time{}, Errorf(KindForbidden, CodeForbidden, "the access token is not valid for sandbox %s", sb.ID)
-	case PresentedPathToken:
-		if err := s.access.VerifyCookie(ctx, c.Value, sb.ID, port); err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
-	case PresentedLink:
-		exp, err := s.access.VerifyLink(ctx, c.Value, sb.ID, port)
-		if err != nil {
-			return access.ProxyAccess{}, time.Time{}, err
-		}
-		return access.ProxyAccess{Kind: principal.CredSignedLink, Sandbox: sb.ID, Port: port}, exp, nil
-	case PresentedCookies:
-		// Every preview cookie is tried: one that another preview planted under the
-		// same name cannot shadow this preview's own.
-		for _, v := range c.Cookies {
-			if v == "" || s.access.VerifyCookie(ctx, v, sb.ID, port) != nil {
-				continue
-			}
-			if c.CookieOrigin != nil {
-				return access.ProxyAccess{}, time.Time{}, c.CookieOrigin
-			}
-			return access.ProxyAccess{Kind: principal.CredCookie, Sandbox: sb.ID, Port: port}, time.Time{}, nil
-		}
-	}
-	// The console session is never a credential here: a preview page on this origin
-	// would otherwise act with it. The console reaches sandboxes through its own route.
-	return access.ProxyAccess{Kind: principal.CredAnonymous}, time.Time{}, nil
 }

@@ -46,7 +46,7 @@ func TestOpenUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	originRefused := Errorf(KindForbidden, CodeOriginRefused, "not the preview's origin")
-	key := func(k string) UpstreamCredential { return UpstreamCredential{Form: PresentedAPIKey, Value: k} }
+	key := func(k string) access.Credential { return access.Credential{Form: access.PresentedAPIKey, Value: k} }
 	for _, tt := range []struct {
 		name     string
 		bearer   string
@@ -54,7 +54,7 @@ func TestOpenUpstream(t *testing.T) {
 		port     int
 		method   string
 		path     string
-		cred     UpstreamCredential
+		cred     access.Credential
 		wantKind Kind
 		wantCode string
 		want     func(t *testing.T, up *Upstream)
@@ -63,9 +63,9 @@ func TestOpenUpstream(t *testing.T) {
 		{name: "an unknown sandbox is not found before any credential is looked at", id: uuid.NewString(), wantKind: KindNotFound, wantCode: CodeNotFound},
 		{name: "no credential is refused as unauthenticated", wantKind: KindUnauthenticated, wantCode: CodeMissingAPIKey},
 		{name: "a wrong API key is refused", cred: key("wrong"), wantKind: KindUnauthenticated, wantCode: CodeInvalidAPIKey},
-		{name: "a wrong token header is forbidden", cred: UpstreamCredential{Form: PresentedToken, Value: "wrong"}, wantKind: KindForbidden, wantCode: CodeForbidden},
-		{name: "a link for another port is refused", cred: UpstreamCredential{Form: PresentedLink, Value: otherPortLink}, wantKind: KindUnauthenticated},
-		{name: "a valid cookie from another origin is refused", cred: UpstreamCredential{Form: PresentedCookies, Cookies: []string{"junk", cookie}, CookieOrigin: originRefused}, wantKind: KindForbidden, wantCode: CodeOriginRefused},
+		{name: "a wrong token header is forbidden", cred: access.Credential{Form: access.PresentedToken, Value: "wrong"}, wantKind: KindForbidden, wantCode: CodeForbidden},
+		{name: "a link for another port is refused", cred: access.Credential{Form: access.PresentedLink, Value: otherPortLink}, wantKind: KindUnauthenticated},
+		{name: "a valid cookie from another origin is refused", cred: access.Credential{Form: access.PresentedCookies, Cookies: []string{"junk", cookie}, CookieOrigin: originRefused}, wantKind: KindForbidden, wantCode: CodeOriginRefused},
 		{name: "the admin key goes to the sandbox's address", cred: key("admin-key"), want: func(t *testing.T, up *Upstream) {
 			if want := net.JoinHostPort(sb.Address, strconv.Itoa(port)); up.Address != want {
 				t.Errorf("address = %q, want %q", up.Address, want)
@@ -77,22 +77,22 @@ func TestOpenUpstream(t *testing.T) {
 				t.Errorf("upstream = %+v: a workload port gets no token, no egress answer, no link exchange", up)
 			}
 		}},
-		{name: "an access value in a token header is the sandbox's token", cred: UpstreamCredential{Form: PresentedToken, Value: accessValue}, want: func(t *testing.T, up *Upstream) {
+		{name: "an access value in a token header is the sandbox's token", cred: access.Credential{Form: access.PresentedToken, Value: accessValue}, want: func(t *testing.T, up *Upstream) {
 			if up.Access.Kind != principal.CredSandboxToken {
 				t.Errorf("credential = %q, want %q", up.Access.Kind, principal.CredSandboxToken)
 			}
 		}},
-		{name: "an API key in a token header is the key", cred: UpstreamCredential{Form: PresentedToken, Value: "admin-key"}, want: func(t *testing.T, up *Upstream) {
+		{name: "an API key in a token header is the key", cred: access.Credential{Form: access.PresentedToken, Value: "admin-key"}, want: func(t *testing.T, up *Upstream) {
 			if up.Access.Kind != principal.CredAPIKey {
 				t.Errorf("credential = %q, want %q", up.Access.Kind, principal.CredAPIKey)
 			}
 		}},
-		{name: "the preview's cookie among others opens it", cred: UpstreamCredential{Form: PresentedCookies, Cookies: []string{"junk", cookie}}, want: func(t *testing.T, up *Upstream) {
+		{name: "the preview's cookie among others opens it", cred: access.Credential{Form: access.PresentedCookies, Cookies: []string{"junk", cookie}}, want: func(t *testing.T, up *Upstream) {
 			if up.Access.Kind != principal.CredCookie {
 				t.Errorf("credential = %q, want %q", up.Access.Kind, principal.CredCookie)
 			}
 		}},
-		{name: "a signed link's GET is traded for a cookie", cred: UpstreamCredential{Form: PresentedLink, Value: link}, want: func(t *testing.T, up *Upstream) {
+		{name: "a signed link's GET is traded for a cookie", cred: access.Credential{Form: access.PresentedLink, Value: link}, want: func(t *testing.T, up *Upstream) {
 			if up.LinkCookie == "" || up.LinkExpires.IsZero() || up.Address != "" {
 				t.Errorf("upstream = %+v, want a cookie to set and nothing to forward to", up)
 			}
@@ -100,7 +100,7 @@ func TestOpenUpstream(t *testing.T) {
 				t.Errorf("the traded cookie: %v", err)
 			}
 		}},
-		{name: "a signed link's POST is forwarded", method: "POST", cred: UpstreamCredential{Form: PresentedLink, Value: link}, want: func(t *testing.T, up *Upstream) {
+		{name: "a signed link's POST is forwarded", method: "POST", cred: access.Credential{Form: access.PresentedLink, Value: link}, want: func(t *testing.T, up *Upstream) {
 			if up.LinkCookie != "" || up.Address == "" {
 				t.Errorf("upstream = %+v, want it forwarded", up)
 			}
@@ -110,7 +110,7 @@ func TestOpenUpstream(t *testing.T) {
 				t.Errorf("agent token = %q, want the sandbox's", up.AgentToken)
 			}
 		}},
-		{name: "an API key in Authorization is dropped", bearer: "admin-key", cred: UpstreamCredential{Form: PresentedToken, Value: accessValue}, want: func(t *testing.T, up *Upstream) {
+		{name: "an API key in Authorization is dropped", bearer: "admin-key", cred: access.Credential{Form: access.PresentedToken, Value: accessValue}, want: func(t *testing.T, up *Upstream) {
 			if !up.DropAuthorization {
 				t.Error("the gateway's API key would reach the sandbox")
 			}
@@ -173,7 +173,7 @@ func TestOpenUpstreamRefusesSandboxesNotRunning(t *testing.T) {
 	req := UpstreamRequest{Sandbox: created.ID, Port: 8080, Method: "GET", Path: "/"}
 	_, err = c.svc.OpenUpstream(ctx, req)
 	wantCode(t, err, KindUnauthenticated, CodeMissingAPIKey)
-	req.Credential = UpstreamCredential{Form: PresentedEstablished, Established: &access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &admin}}
+	req.Credential = access.Credential{Form: access.PresentedEstablished, Established: &access.ProxyAccess{Kind: principal.CredAPIKey, Caller: &admin}}
 	_, err = c.svc.OpenUpstream(ctx, req)
 	wantCode(t, err, KindUnavailable, CodeNotRunning)
 }

@@ -4,7 +4,8 @@
 // gateway reaches the others (links.go; the signing itself is package gateway/linksign);
 // the key-bound access header values and the cache of keys' hashes they are checked
 // against (values.go); console sign-in sessions and their CSRF token (sessions.go); the
-// access decision of a proxied request, public ports included (proxy.go); and the
+// credential a proxied request presented, verified, and its access decision, public
+// ports included (proxy.go); and the
 // activity of proxied requests: access events, last activity and renew-on-access, with a
 // decide_ttl plugin's say (activity.go). It reaches the core only through Host (host.go):
 // the gateway's clock, API keys, a sandbox the caller may see, the route cache and the

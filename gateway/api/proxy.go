@@ -206,7 +206,7 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 		req.Bearer = strings.TrimPrefix(a, "Bearer ")
 	}
 	if preset != nil {
-		req.Credential = gateway.UpstreamCredential{Form: gateway.PresentedEstablished, Established: preset}
+		req.Credential = access.Credential{Form: access.PresentedEstablished, Established: preset}
 	} else {
 		req.Credential = h.presentedCredential(r)
 	}
@@ -263,34 +263,34 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 }
 
 // presentedCredential finds the strongest credential a request carries (the order of
-// gateway.Presented), unchecked.
-func (h *Handler) presentedCredential(r *http.Request) gateway.UpstreamCredential {
+// access.Presented), unchecked.
+func (h *Handler) presentedCredential(r *http.Request) access.Credential {
 	if key := apiKeyFrom(r); key != "" {
-		return gateway.UpstreamCredential{Form: gateway.PresentedAPIKey, Value: key}
+		return access.Credential{Form: access.PresentedAPIKey, Value: key}
 	}
 	for _, hdr := range tokenHeaders {
 		if v := r.Header.Get(hdr); v != "" {
-			return gateway.UpstreamCredential{Form: gateway.PresentedToken, Value: v}
+			return access.Credential{Form: access.PresentedToken, Value: v}
 		}
 	}
 	if tok, _ := r.Context().Value(pathTokenKey{}).(string); tok != "" {
-		return gateway.UpstreamCredential{Form: gateway.PresentedPathToken, Value: tok}
+		return access.Credential{Form: access.PresentedPathToken, Value: tok}
 	}
 	if tok := r.URL.Query().Get(linkQueryParam); tok != "" {
-		return gateway.UpstreamCredential{Form: gateway.PresentedLink, Value: tok}
+		return access.Credential{Form: access.PresentedLink, Value: tok}
 	}
 	if _, ok := r.Header["Cookie"]; !ok {
-		return gateway.UpstreamCredential{}
+		return access.Credential{}
 	}
 	cookies := r.CookiesNamed(cookieName)
 	if len(cookies) == 0 {
-		return gateway.UpstreamCredential{}
+		return access.Credential{}
 	}
 	values := make([]string, len(cookies))
 	for i, c := range cookies {
 		values[i] = c.Value
 	}
-	return gateway.UpstreamCredential{Form: gateway.PresentedCookies, Cookies: values, CookieOrigin: h.previewCookieOrigin(r)}
+	return access.Credential{Form: access.PresentedCookies, Cookies: values, CookieOrigin: h.previewCookieOrigin(r)}
 }
 
 // maxNotedBody bounds how much of a command request is read to name it in the audit event.
