@@ -128,7 +128,7 @@ func namesInBackquotes(text string) map[string]bool {
 // core's non-test files). Service keeps the sandbox lifecycle; a feature lives in a
 // package of its own behind a Host (featurePackages). The bound only comes down: lower
 // it when a feature leaves the core, never raise it to let one grow back in.
-const maxServiceMethods = 77
+const maxServiceMethods = 76
 
 // TestServiceMethodCount fails when Service has more methods than maxServiceMethods, and
 // says so when it has fewer, so that the bound follows the count down.
