@@ -110,7 +110,7 @@ func (m *Manager) ColdFromTemplate(ctx context.Context, caller principal.Caller,
 // Take binds up to n warm members of p to the caller in one script (Claim) and returns
 // them at once. What the claim binds late (env, entrypoint, egress policy) rides in each
 // record and is applied in the background; a member's first call waits for its own
-// (BeforeAgentCall), and one that died in between is marked Failed.
+// (gateway.Service.OpenUpstream), and one that died in between is marked Failed.
 //
 // The members' sandbox.created events are written while the caller goes on (a batch
 // writes its record meanwhile); emitted returns once they are, and the caller answers
