@@ -64,6 +64,9 @@ type Sandbox struct {
 	CreatedAt  time.Time         `json:"createdAt"`
 	// SnapshotID is present when the sandbox was created from a snapshot.
 	SnapshotID string `json:"snapshotId,omitempty"`
+	// Extensions are the record's extensions, for a door that answers from them (the
+	// E2B door's template); OpenSandbox's Sandbox does not carry them.
+	Extensions map[string]string `json:"-"`
 }
 
 // Endpoint tells a client where one port of a sandbox is reached and with which headers
@@ -85,6 +88,7 @@ func View(sb *store.Sandbox) Sandbox {
 		ExpiresAt:  sb.ExpiresAt,
 		CreatedAt:  sb.CreatedAt,
 		SnapshotID: sb.SnapshotID,
+		Extensions: sb.Extensions,
 	}
 }
 

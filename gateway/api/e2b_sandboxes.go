@@ -112,6 +112,9 @@ type e2bListedSandbox struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// snapshotID is the snapshot the sandbox was made from, for the list's template
+	// filter (the template it answers is the name its create gave).
+	snapshotID string
 }
 
 // e2bSandboxDetail is E2B's SandboxDetail, the answer of GET /sandboxes/{id}.
@@ -419,8 +422,7 @@ func e2bSourceOfRecord(sb *gateway.SandboxRecord, state string) e2bSource {
 
 // e2bTemplateOf is the template a sandbox was made from: the alias (or snapshot id) the
 // door recorded, else the snapshot it was made from, else the alias of its image, else
-// the image itself (a sandbox of the OpenSandbox door). A list knows no extensions, so
-// it names the image's alias where a get names a pool's.
+// the image itself (a sandbox of the OpenSandbox door). A get and a list answer alike.
 func (h *Handler) e2bTemplateOf(src e2bSource) string {
 	if alias := src.extensions[e2bExtTemplate]; alias != "" {
 		return alias
@@ -470,7 +472,7 @@ func (h *Handler) e2bListedOf(src e2bSource) e2bListedSandbox {
 		metadata = map[string]string{}
 	}
 	out := e2bListedSandbox{TemplateID: tmpl, Alias: tmpl, SandboxID: src.id, ClientID: e2bClientID, StartedAt: src.created.UTC(),
-		EndAt: end, State: src.state, EnvdVersion: e2bEnvdVersion, Metadata: metadata}
+		EndAt: end, State: src.state, EnvdVersion: e2bEnvdVersion, Metadata: metadata, snapshotID: src.snapshotID}
 	limits := src.limits
 	if v, ok := limits["cpu"]; ok {
 		if m, err := gateway.ParseCPU(v); err == nil {
@@ -573,7 +575,7 @@ func (h *Handler) e2bList(w http.ResponseWriter, r *http.Request, c gateway.Call
 	items := h.e2bListed(all)
 	tmpl := q.Get("template")
 	// A template that names snapshots (by id or name) admits the sandboxes made from
-	// them, which a list names by the snapshot's id.
+	// them, whichever form of the name their create gave.
 	fromSnapshot := map[string]bool{}
 	if _, door := h.e2b.templates[tmpl]; tmpl != "" && !door {
 		named, err := h.e2bSnapshotsNamed(r.Context(), c, tmpl, false)
@@ -586,7 +588,7 @@ func (h *Handler) e2bList(w http.ResponseWriter, r *http.Request, c gateway.Call
 		}
 	}
 	items = slices.DeleteFunc(items, func(it e2bListedSandbox) bool {
-		return (tmpl != "" && it.TemplateID != tmpl && !fromSnapshot[it.TemplateID]) || it.StartedAt.Before(after)
+		return (tmpl != "" && it.TemplateID != tmpl && !fromSnapshot[it.snapshotID]) || it.StartedAt.Before(after)
 	})
 	if order == "asc" {
 		slices.Reverse(items)
@@ -675,7 +677,7 @@ func (h *Handler) e2bListed(items []gateway.Sandbox) []e2bListedSandbox {
 			continue
 		}
 		out = append(out, h.e2bListedOf(e2bSource{id: sb.ID, image: sb.Image.URI, snapshotID: sb.SnapshotID, state: state,
-			metadata: sb.Metadata, created: sb.CreatedAt, expires: sb.ExpiresAt}))
+			extensions: sb.Extensions, metadata: sb.Metadata, created: sb.CreatedAt, expires: sb.ExpiresAt}))
 	}
 	return out
 }

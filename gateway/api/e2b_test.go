@@ -345,6 +345,24 @@ func TestE2BPoolTemplate(t *testing.T) {
 	if json.Unmarshal(body, &v); v.Image.URI != "sandgate/pooled:test" || v.Metadata["via"] != "pool" || sb.TemplateID != "warm" {
 		t.Errorf("a create of the pool's template: %s (templateID %q)", body, sb.TemplateID)
 	}
+	// The list names the template the create named, as the get does.
+	status, body = call(t, "GET", f.URL+"/e2b/v2/sandboxes", nil, f.TenantA)
+	var listed []struct{ SandboxID, TemplateID string }
+	if err := json.Unmarshal(body, &listed); status != http.StatusOK || err != nil {
+		t.Fatalf("list: %d %s", status, body)
+	}
+	found := false
+	for _, it := range listed {
+		if it.SandboxID == sb.SandboxID {
+			found = true
+			if it.TemplateID != "warm" {
+				t.Errorf("listed with templateID %q, want the pool's \"warm\" as the get answers", it.TemplateID)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the sandbox is not listed: %s", body)
+	}
 	status, body = call(t, "POST", f.URL+"/e2b/v2/sandboxes", map[string]any{"templateID": "warm"}, f.TenantB)
 	wantE2BError(t, "tenant B's create of tenant A's pool", status, body, http.StatusNotFound)
 }

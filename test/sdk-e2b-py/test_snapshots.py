@@ -86,6 +86,11 @@ def test_namespaced_names(sandboxes):
         copy = sandboxes.create(template=template, metadata={"run": RUN, "case": "names-copy"})
         assert copy.files.read("/home/user/which").strip() == want, template
         assert copy.get_info().template_id == template
+        # The list names the template as the get does, and a filter by the snapshot's
+        # id finds it whichever form the create gave.
+        snapshot_id = first.snapshot_id if want == "first" else tagged.snapshot_id
+        found = Sandbox.list(query=SandboxQuery(metadata={"run": RUN, "case": "names-copy"}, template=snapshot_id)).next_items()
+        assert [(s.sandbox_id, s.template_id) for s in found] == [(copy.sandbox_id, template)], template
         copy.kill()
 
     # A name in another namespace is refused to a snapshot, and no template.
