@@ -1,10 +1,8 @@
 package api
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 
@@ -27,16 +25,11 @@ const (
 
 // e2bNoteAgentCall notes r, a POST to the agent at path, in the sandbox's audit when it
 // starts a process, runs a cell or writes a file through the agent's envd or
-// code-interpreter mount. It reads at most maxNotedBody bytes of the body and puts them
-// back.
+// code-interpreter mount, reading at most maxNotedBody bytes of the body (readNotedBody).
 func (h *Handler) e2bNoteAgentCall(r *http.Request, sb *gateway.SandboxRecord, path string) {
 	switch path {
 	case e2bPathProcessStart, e2bPathExecute:
-		head, _ := io.ReadAll(io.LimitReader(r.Body, maxNotedBody))
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+		head := readNotedBody(r)
 		text := e2bCommandText(connectMessage(head))
 		if len(text) > 1024 {
 			text = text[:1024] + "…"

@@ -210,7 +210,8 @@ func startUpstreamProcess(b testing.TB, addr string) string {
 
 // TestPreviewUpstreamProcess is the preview benchmarks' upstream when upstreamEnv names
 // an address (startUpstreamProcess); else it does nothing. /headers answers a JSON echo
-// of the request's path and headers.
+// of the request's path and headers; /duplex answers at once and then echoes the
+// request's body as it reads it (duplexEcho).
 func TestPreviewUpstreamProcess(t *testing.T) {
 	addr := os.Getenv(upstreamEnv)
 	if addr == "" {
@@ -221,9 +222,33 @@ func TestPreviewUpstreamProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/duplex" {
+			duplexEcho(w, r)
+			return
+		}
 		js, _ := json.Marshal(map[string]any{"path": r.URL.RequestURI(), "headers": r.Header})
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(js)))
 		_, _ = w.Write(js)
 	}))
+}
+
+// duplexEcho answers 200 before it reads anything, then sends back each part of the
+// request's body as it arrives: a server that streams while it reads.
+func duplexEcho(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			_ = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -259,6 +259,14 @@ func (h *Handler) proxyAs(w http.ResponseWriter, r *http.Request, id, portStr, c
 	defer func() {
 		up.Release(gateway.UpstreamAnswer{Path: out.URL.Path, Status: rec.statusCode(), Bytes: rec.bytes})
 	}()
+	if out.ContentLength != 0 {
+		// The sandbox may answer before it has read the whole body (a server that
+		// streams while it reads, or one that answered from the body's first part
+		// while the transport still sends the rest): net/http's server would then
+		// discard and close the rest of the body, cutting off the request and with it
+		// the answer. A proxy's request body and answer flow side by side.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	h.forward(rec, out, up.Address)
 }
 
@@ -296,17 +304,30 @@ func (h *Handler) presentedCredential(r *http.Request) access.Credential {
 // maxNotedBody bounds how much of a command request is read to name it in the audit event.
 const maxNotedBody = 64 << 10
 
+// readNotedBody reads up to maxNotedBody bytes of r's body, for the audit to name the
+// call, and puts them back. A body read to its end (a command's, always) is sent on from
+// memory with its length known: the transport then writes the head and the body at
+// once, and never reads the client's body again after the sandbox may have answered.
+func readNotedBody(r *http.Request) []byte {
+	head, err := io.ReadAll(io.LimitReader(r.Body, maxNotedBody+1))
+	if err == nil && len(head) <= maxNotedBody {
+		r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(head)), int64(len(head)), nil
+		return head
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	return head[:min(len(head), maxNotedBody)]
+}
+
 // noteAgentCall emits command.started for commands and code cells and file.written for
 // uploads. It reads at most maxNotedBody bytes of the body and puts them back.
 func (h *Handler) noteAgentCall(r *http.Request, sb *gateway.SandboxRecord) {
 	p := r.URL.Path
 	switch {
 	case p == "/command" || p == "/code" || (strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run")):
-		head, _ := io.ReadAll(io.LimitReader(r.Body, maxNotedBody))
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+		head := readNotedBody(r)
 		var body struct {
 			Command    string `json:"command"`
 			Code       string `json:"code"`
