@@ -80,15 +80,13 @@ func (s *Service) releaseHelpers(id string) {
 	if !ok {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.group.GoAlways(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := hr.ReleaseHelpers(ctx, id); err != nil {
 			s.log.Warn("remove the helpers of a dead sandbox", "id", id, "err", err)
 		}
-	}()
+	})
 }
 
 // coldSandboxDied handles the report that a sandbox not taken from a pool stopped (the

@@ -67,7 +67,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -285,16 +284,9 @@ type Service struct {
 	// clock is the time renew-on-access and preview links decide on (clock.go).
 	clock clock
 
-	// Every goroutine the service starts is counted in wg (through spawn, or wg.Add
-	// from a goroutine already counted), so that Stop waits for all of them.
-	stopOnce sync.Once
-	stop     chan struct{}
-	// stopCtx ends with Stop: the context of background work that outlives any request.
-	stopCtx    context.Context
-	cancelStop context.CancelFunc
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs every goroutine the service starts, so that Stop waits for all of
+	// them.
+	group spawn.Group
 }
 
 // New builds a Service; call Start to run its background loops. pol decides access,
@@ -304,10 +296,8 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 	if log == nil {
 		log = slog.Default()
 	}
-	stopCtx, cancelStop := context.WithCancel(context.Background())
 	st.SetMeter(measureRecord)
 	s := &Service{
-		stopCtx: stopCtx, cancelStop: cancelStop,
 		cfg:      cfg,
 		store:    st,
 		runtime:  rt,
@@ -316,7 +306,6 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, pol *policy.Engine, l
 		agents:   agentClientOf(rt).Wrapped(tracing.Transport),
 		owner:    randomToken(8),
 		metrics:  metrics.New(),
-		stop:     make(chan struct{}),
 		creates:  make(chan struct{}, cfg.CreateConcurrency),
 		expiries: expirySet{sem: make(chan struct{}, reapConcurrency)},
 	}
@@ -391,22 +380,12 @@ func (s *Service) Start(ctx context.Context) {
 }
 
 func (s *Service) loop(every time.Duration, fn func(context.Context)) {
-	spawn.Every(&s.spawnMu, s.stop, &s.wg, every, fn)
+	s.group.Every(every, fn)
 }
-
-// spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
-// nothing and reports false. Work started from a request (not from a goroutine the
-// service already counts) goes through it.
-func (s *Service) spawn(fn func()) bool { return spawn.Go(&s.spawnMu, s.stop, &s.wg, fn) }
 
 // Stop ends the background loops and waits for every goroutine the service started.
 func (s *Service) Stop() {
-	s.spawnMu.Lock()
-	s.stopOnce.Do(func() {
-		close(s.stop)
-		s.cancelStop()
-	})
-	s.spawnMu.Unlock()
+	s.group.Close()
 	s.batches.Stop()
 	s.pool.Stop()
 	s.access.Stop()
@@ -417,7 +396,7 @@ func (s *Service) Stop() {
 	s.tenantPlugins.Stop()
 	s.recovery.Stop()
 	s.feed.Stop()
-	s.wg.Wait()
+	s.group.Wait()
 	// The event and audit writers stop last, after a final flush of what everything
 	// above queued while it stopped.
 	s.eventLog.Stop()

@@ -89,16 +89,14 @@ func (s *Service) reapOnce(ctx context.Context) {
 		if !s.expiries.begin(id) {
 			continue // still being removed since an earlier tick
 		}
-		s.wg.Add(1)
-		go func(id string) {
-			defer s.wg.Done()
+		s.group.GoAlways(func() {
 			defer s.expiries.end(id)
 			s.expiries.sem <- struct{}{}
 			defer func() { <-s.expiries.sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			s.expire(ctx, id)
-		}(id)
+		})
 	}
 }
 

@@ -121,7 +121,7 @@ func (s *Service) settleAfterClaim(ctx context.Context) bool {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-s.stop:
+	case <-s.group.Done():
 		return false
 	case <-ctx.Done():
 		return false

@@ -75,11 +75,8 @@ type Manager struct {
 	// ttlDecider, when set, takes renew-on-access decisions over (plugins).
 	ttlDecider TTLDecider
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the renewals that accesses start.
+	group spawn.Group
 }
 
 // New builds a Manager. pol decides proxied requests; it must not be nil.
@@ -91,21 +88,11 @@ func New(cfg Config, st *store.Store, pol *policy.Engine, m *metrics.Set, host H
 		cfg: cfg, store: st, policy: pol, metrics: m, host: host, log: log,
 		links:    linkKeys{keys: map[string][]byte{}},
 		activity: activityState{last: map[string]time.Time{}, touches: map[string]time.Time{}},
-		stop:     make(chan struct{}),
 	}
 }
 
 // Stop waits for the renewals under way and starts no more.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
-
-// spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
-// nothing and reports false.
-func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
+func (m *Manager) Stop() { m.group.Stop() }
 
 // withTimeout is the context of work that outlives the request that started it.
 func withTimeout() (context.Context, context.CancelFunc) {

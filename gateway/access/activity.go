@@ -70,7 +70,7 @@ func (m *Manager) RecordAccess(sb *store.Sandbox, rec AccessRecord) {
 	}
 	m.activity.mu.Unlock()
 	if due && renews {
-		m.spawn(func() { m.onActivity(sb, rec, now) })
+		m.group.Go(func() { m.onActivity(sb, rec, now) })
 	}
 }
 

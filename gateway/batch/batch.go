@@ -16,10 +16,10 @@ package batch
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/apiproto"
+	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 )
@@ -63,11 +63,8 @@ type Manager[T, Q any] struct {
 	host    Host[T, Q]
 	log     *slog.Logger
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the cold members' starts.
+	group spawn.Group
 }
 
 // New builds a Manager. ms may be nil (no series recorded).
@@ -78,18 +75,13 @@ func New[T, Q any](cfg Config, st *store.Store, ms *metrics.Set, host Host[T, Q]
 	if cfg.ColdConcurrency < 1 {
 		cfg.ColdConcurrency = 1
 	}
-	return &Manager[T, Q]{cfg: cfg, store: st, metrics: ms, host: host, log: log, stop: make(chan struct{})}
+	return &Manager[T, Q]{cfg: cfg, store: st, metrics: ms, host: host, log: log}
 }
 
 // Stop lets no further cold member start and waits for those starting. Members left
 // queued are this gateway's work in the store: a peer takes them over once its
 // heartbeat ends.
-func (m *Manager[T, Q]) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager[T, Q]) Stop() { m.group.Stop() }
 
 // background is the context of a cold member's start: it outlives the request that
 // queued it, bounded by ColdTimeout.

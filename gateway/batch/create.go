@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/gateway/fault"
-	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 )
@@ -114,10 +113,10 @@ func (m *Manager[T, Q]) Resume(ctx context.Context, b *store.Batch, ids []string
 func (m *Manager[T, Q]) startCold(caller principal.Caller, b *store.Batch, tmpl, claim T, ids []string) {
 	sem := make(chan struct{}, m.cfg.ColdConcurrency)
 	for _, id := range ids {
-		spawn.Go(&m.spawnMu, m.stop, &m.wg, func() {
+		m.group.Go(func() {
 			select {
 			case sem <- struct{}{}:
-			case <-m.stop:
+			case <-m.group.Done():
 				return
 			}
 			defer func() { <-sem }()

@@ -11,9 +11,7 @@
 package changefeed
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
@@ -33,14 +31,9 @@ type Manager struct {
 	routes *routeCache
 	watch  watchHub
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// stopCtx ends with Stop: the subscription's context.
-	stopCtx    context.Context
-	cancelStop context.CancelFunc
-	// spawnMu orders the loops' start against Stop.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the subscription and the confirmations; its Context is the
+	// subscription's.
+	group spawn.Group
 }
 
 // New builds the change feed of a gateway; Start subscribes.
@@ -48,33 +41,24 @@ func New(st *store.Store, host Host, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{store: st, host: host, log: log, routes: newRouteCache(), stop: make(chan struct{}), stopCtx: ctx, cancelStop: cancel}
+	return &Manager{store: st, host: host, log: log, routes: newRouteCache()}
 }
 
 // Start subscribes to the changes and confirms the cached records every
 // routeConfirmEvery, until Stop.
 func (m *Manager) Start() {
 	m.subscribe()
-	spawn.Every(&m.spawnMu, m.stop, &m.wg, routeConfirmEvery, m.confirmRoutes)
+	m.group.Every(routeConfirmEvery, m.confirmRoutes)
 }
 
 // Stop ends the subscription and the confirmations and waits for them.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() {
-		close(m.stop)
-		m.cancelStop()
-	})
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }
 
 // subscribe drops cached routes that other gateways report changed and tells this
 // gateway's watchers; it resubscribes a second after the subscription breaks.
 func (m *Manager) subscribe() {
-	spawn.Go(&m.spawnMu, m.stop, &m.wg, func() {
-		ctx := m.stopCtx
+	m.group.Go(func() {
+		ctx := m.group.Context()
 		for ctx.Err() == nil {
 			// After a (re)subscription, live lists may have missed changes: they list again.
 			// It returns when the subscription breaks or Stop; the loop resubscribes.

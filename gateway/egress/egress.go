@@ -80,11 +80,8 @@ type Manager struct {
 	// gateway (striped, so that no per-sandbox entry outlives its sandbox).
 	policyLocks [64]sync.Mutex
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the enforcer restores and the vault audit drains.
+	group spawn.Group
 }
 
 // New builds a Manager. pol decides every policy and binding; it must not be nil.
@@ -92,20 +89,11 @@ func New(st *store.Store, rt runtimes.Runtime, pol *policy.Engine, agents *agent
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{store: st, runtime: rt, policy: pol, agents: agents, metrics: m, host: host, log: log, stop: make(chan struct{})}
+	return &Manager{store: st, runtime: rt, policy: pol, agents: agents, metrics: m, host: host, log: log}
 }
-
-// spawn runs a restore or a drain in a goroutine that Stop waits for; once Stop has
-// begun it runs nothing and reports false.
-func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
 
 // Stop waits for the restores and drains under way and starts no more.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }
 
 // Enforces reports whether the runtime puts an egress enforcer beside each sandbox.
 func (m *Manager) Enforces() bool {

@@ -85,7 +85,7 @@ func (m *Manager) CheckEnforcers(ctx context.Context, instances []runtimes.Insta
 		if rec == nil || rec.State != stateRunning || m.host.Expiring(rec, now) || !m.restores.begin(id) {
 			continue
 		}
-		started := m.spawn(func() {
+		started := m.group.Go(func() {
 			defer m.restores.end(id)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

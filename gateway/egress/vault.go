@@ -235,7 +235,7 @@ func (m *Manager) DrainVaultAudit(rec *store.Sandbox, inst runtimes.Instance) {
 	if !m.drains.begin(rec.ID) {
 		return
 	}
-	started := m.spawn(func() {
+	started := m.group.Go(func() {
 		defer m.drains.end(rec.ID)
 		m.drainVaultAudit(rec)
 	})

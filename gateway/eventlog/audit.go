@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/gateway/fault"
-	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 )
@@ -77,7 +76,7 @@ func (m *Manager) runningAudit() *auditQueue {
 	q.start.Do(func() {
 		q.entries = make(chan auditEntry, auditQueueMax)
 		q.wake = make(chan struct{})
-		spawn.Go(&m.spawnMu, m.stop, &m.wg, func() { m.runAuditWriter(q) })
+		m.group.Go(func() { m.runAuditWriter(q) })
 	})
 	return q
 }
@@ -142,7 +141,7 @@ func (m *Manager) runAuditWriter(q *auditQueue) {
 			}
 		case <-t.C:
 			flush()
-		case <-m.stop:
+		case <-m.group.Done():
 			for len(q.entries) > 0 {
 				batch = append(batch, <-q.entries)
 			}

@@ -14,7 +14,6 @@ package eventlog
 
 import (
 	"log/slog"
-	"sync"
 
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/store"
@@ -32,11 +31,8 @@ type Manager struct {
 	// audit holds the records waiting for the audit writer (audit.go).
 	audit auditQueue
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the event and audit writers.
+	group spawn.Group
 }
 
 // New builds a Manager; Start runs its event writer, the audit writer starts with the
@@ -46,16 +42,11 @@ func New(st *store.Store, host Host, log *slog.Logger) *Manager {
 		log = slog.Default()
 	}
 	return &Manager{store: st, host: host, log: log,
-		events: eventQueue{wake: make(chan struct{}, 1)}, stop: make(chan struct{})}
+		events: eventQueue{wake: make(chan struct{}, 1)}}
 }
 
 // Start runs the batched event writer.
-func (m *Manager) Start() { spawn.Go(&m.spawnMu, m.stop, &m.wg, m.runEventWriter) }
+func (m *Manager) Start() { m.group.Go(m.runEventWriter) }
 
 // Stop ends the writers, each after a last flush of what is queued, and waits for them.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }

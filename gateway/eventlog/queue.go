@@ -143,7 +143,7 @@ func (m *Manager) runEventWriter() {
 		case <-t.C:
 			fresh = m.events.take(fresh)
 			flush()
-		case <-m.stop:
+		case <-m.group.Done():
 			fresh = m.events.take(fresh)
 			flush()
 			if len(backlog) > 0 {

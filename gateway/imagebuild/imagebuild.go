@@ -23,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/gateway/internal/spawn"
 )
 
 // Build is one command and the images it makes.
@@ -99,9 +101,8 @@ type Manager struct {
 	cmds   []string
 	cmd    *exec.Cmd // the command running now
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	done     chan struct{}
+	// group runs the builds' goroutine; its Done tells a build to end.
+	group spawn.Group
 }
 
 // New returns a Manager of builds; nothing runs before Start.
@@ -109,7 +110,7 @@ func New(builds []Build, has HasImage, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{has: has, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &Manager{has: has, log: log}
 	for _, b := range builds {
 		m.builds = append(m.builds, &Status{Images: append([]string(nil), b.Images...), State: StateWaiting})
 		m.cmds = append(m.cmds, b.Command)
@@ -117,42 +118,52 @@ func New(builds []Build, has HasImage, log *slog.Logger) *Manager {
 	return m
 }
 
+// stoppedBeforeRun is the message of a build the gateway stopped before it ran.
+const stoppedBeforeRun = "the gateway stopped before this build ran"
+
 // Start runs the builds, one after the other, in the background.
 func (m *Manager) Start() {
-	go func() {
-		defer close(m.done)
+	started := m.group.Go(func() {
 		for i := range m.builds {
 			select {
-			case <-m.stop:
-				m.finishAll("the gateway stopped before this build ran")
+			case <-m.group.Done():
+				m.finishAll(stoppedBeforeRun)
 				return
 			default:
 			}
 			m.run(i)
 		}
-	}()
+	})
+	if !started {
+		m.finishAll(stoppedBeforeRun)
+	}
 }
 
 // Stop ends the running command (its whole process group) and waits for the builds'
-// goroutine; builds not yet run are Failed.
+// goroutine, killing the command when it outlives 10 s; builds not yet run are Failed.
 func (m *Manager) Stop() {
-	m.stopOnce.Do(func() {
-		close(m.stop)
-		m.mu.Lock()
-		if m.cmd != nil && m.cmd.Process != nil {
-			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGTERM)
-		}
-		m.mu.Unlock()
-	})
+	if m.group.Close() {
+		m.signalRunning(syscall.SIGTERM)
+	}
+	waited := make(chan struct{})
+	go func() {
+		m.group.Wait()
+		close(waited)
+	}()
 	select {
-	case <-m.done:
+	case <-waited:
 	case <-time.After(10 * time.Second):
-		m.mu.Lock()
-		if m.cmd != nil && m.cmd.Process != nil {
-			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
-		}
-		m.mu.Unlock()
-		<-m.done
+		m.signalRunning(syscall.SIGKILL)
+		<-waited
+	}
+}
+
+// signalRunning sends sig to the process group of the command running now, if any.
+func (m *Manager) signalRunning(sig syscall.Signal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil && m.cmd.Process != nil {
+		_ = syscall.Kill(-m.cmd.Process.Pid, sig)
 	}
 }
 
@@ -236,7 +247,7 @@ func (m *Manager) run(i int) {
 		m.cmd = cmd
 		m.mu.Unlock()
 		select {
-		case <-m.stop: // Stop came before m.cmd was set: it killed nothing
+		case <-m.group.Done(): // Stop came before m.cmd was set: it killed nothing
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		default:
 		}

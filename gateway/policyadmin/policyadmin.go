@@ -14,7 +14,6 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
@@ -31,14 +30,8 @@ type Manager struct {
 	host   Host
 	log    *slog.Logger
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// stopCtx ends with Stop: the context of the override subscription.
-	stopCtx    context.Context
-	cancelStop context.CancelFunc
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the override subscription and the reloads; its Context is theirs.
+	group spawn.Group
 }
 
 // New builds a Manager over the engine the gateway decides with; Start applies the
@@ -47,17 +40,15 @@ func New(st *store.Store, engine *policy.Engine, host Host, log *slog.Logger) *M
 	if log == nil {
 		log = slog.Default()
 	}
-	stopCtx, cancel := context.WithCancel(context.Background())
-	return &Manager{store: st, engine: engine, host: host, log: log,
-		stop: make(chan struct{}), stopCtx: stopCtx, cancelStop: cancel}
+	return &Manager{store: st, engine: engine, host: host, log: log}
 }
 
 // Start applies the stored overrides now and whenever a gateway announces a change
 // (and after every reconnection to Redis, in case an announcement was missed).
 func (m *Manager) Start(ctx context.Context) {
 	m.loadOverrides(ctx)
-	spawn.Go(&m.spawnMu, m.stop, &m.wg, func() {
-		ctx := m.stopCtx
+	m.group.Go(func() {
+		ctx := m.group.Context()
 		reload := func() { m.loadOverrides(ctx) }
 		for ctx.Err() == nil {
 			// It returns when the subscription breaks (Redis went away) or Stop; the
@@ -72,21 +63,13 @@ func (m *Manager) Start(ctx context.Context) {
 }
 
 // Stop ends the subscription and waits for it.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() {
-		close(m.stop)
-		m.cancelStop()
-	})
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }
 
 // StoreLost reloads the overrides in the background after the store came back empty:
 // they went with it, so every gateway falls back to the policy a restarted one would
 // load, not only those whose subscription broke.
 func (m *Manager) StoreLost() {
-	spawn.Go(&m.spawnMu, m.stop, &m.wg, func() { m.loadOverrides(m.stopCtx) })
+	m.group.Go(func() { m.loadOverrides(m.group.Context()) })
 }
 
 // loadOverrides puts the stored overrides in force when they differ from the engine's;

@@ -113,7 +113,7 @@ func (m *Manager) bindLate(members []*store.Sandbox) {
 		if !run {
 			continue
 		}
-		if !m.spawn(func() { m.runLateBind(sb, c) }) {
+		if !m.group.Go(func() { m.runLateBind(sb, c) }) {
 			c.err = errStopping
 			close(c.done)
 		}
@@ -124,7 +124,7 @@ func (m *Manager) runLateBind(sb *store.Sandbox, c *bindCall) {
 	defer close(c.done)
 	select {
 	case m.binds.sem <- struct{}{}:
-	case <-m.stop:
+	case <-m.group.Done():
 		c.err = errStopping
 		return
 	}
@@ -178,16 +178,14 @@ func (m *Manager) failMember(ctx context.Context, sb *store.Sandbox, cause error
 	}
 	m.host.DropRoute(sb.ID)
 	// Removed in the background: the call that found the member dead answers now.
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.group.GoAlways(func() {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		if err := m.runtime.Delete(ctx, sb.ID); err != nil {
 			m.log.Warn("remove failed pool member", "id", sb.ID, "err", err)
 		}
 		m.Kick()
-	}()
+	})
 }
 
 // BeforeCall runs before any call forwarded to a claimed member (sb.Pool set): the
@@ -341,14 +339,12 @@ func (m *Manager) dropClaimed(ctx context.Context, sb *store.Sandbox) {
 		m.log.Warn("remove the record of a dead claimed member", "id", sb.ID, "err", err)
 	}
 	m.host.DropRoute(sb.ID)
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.group.GoAlways(func() {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		if err := m.runtime.Delete(ctx, sb.ID); err != nil && !errors.Is(err, runtimes.ErrNotFound) {
 			m.log.Warn("remove dead claimed member", "id", sb.ID, "err", err)
 		}
 		m.Kick()
-	}()
+	})
 }

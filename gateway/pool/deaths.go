@@ -17,17 +17,11 @@ func (m *Manager) watchDeaths() {
 	if !ok {
 		return
 	}
-	ctx := m.stopCtx
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	ctx := m.group.Context()
+	m.group.Go(func() {
 		for ctx.Err() == nil {
 			err := w.WatchDeaths(ctx, func(id string) {
-				m.wg.Add(1)
-				go func() {
-					defer m.wg.Done()
-					m.sandboxDied(ctx, id)
-				}()
+				m.group.GoAlways(func() { m.sandboxDied(ctx, id) })
 			})
 			if ctx.Err() != nil {
 				return
@@ -42,7 +36,7 @@ func (m *Manager) watchDeaths() {
 			case <-time.After(time.Second):
 			}
 		}
-	}()
+	})
 }
 
 // sandboxDied handles the runtime's report that sandbox id stopped.

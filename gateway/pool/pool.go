@@ -17,7 +17,6 @@
 package pool
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -102,14 +101,9 @@ type Manager struct {
 	// binds tracks claimed members' late bindings under way (claim.go).
 	binds lateBinds
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// stopCtx ends with Stop: the context of work that outlives any request (pulls).
-	stopCtx    context.Context
-	cancelStop context.CancelFunc
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs every goroutine of the Manager; its Context is that of work that
+	// outlives any request (pulls, the death watch).
+	group spawn.Group
 }
 
 // New builds a Manager; Start runs its loops.
@@ -117,17 +111,13 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, host Host, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	stopCtx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg: cfg, store: st, runtime: rt, host: host, log: log,
-		starting:   map[string]int{},
-		published:  map[string]bool{},
-		kick:       make(chan struct{}, 1),
-		sem:        make(chan struct{}, max(cfg.Concurrency, 1)),
-		binds:      lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
-		stop:       make(chan struct{}),
-		stopCtx:    stopCtx,
-		cancelStop: cancel,
+		starting:  map[string]int{},
+		published: map[string]bool{},
+		kick:      make(chan struct{}, 1),
+		sem:       make(chan struct{}, max(cfg.Concurrency, 1)),
+		binds:     lateBinds{sem: make(chan struct{}, lateBindConcurrency)},
 	}
 }
 
@@ -140,19 +130,7 @@ func (m *Manager) Start() {
 
 // Stop ends the loops and waits for every goroutine the Manager started. The "pools"
 // lease is the caller's to release.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() {
-		close(m.stop)
-		m.cancelStop()
-	})
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
-
-// spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs
-// nothing and reports false.
-func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
+func (m *Manager) Stop() { m.group.Stop() }
 
 // Kick asks for a refill pass now instead of at the next tick.
 func (m *Manager) Kick() {

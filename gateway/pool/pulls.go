@@ -33,8 +33,8 @@ func (m *Manager) StartPull(key, image string, auth *runtimes.ImageAuth, ip runt
 	}
 	m.pulls[key] = st
 	m.mu.Unlock()
-	m.spawn(func() {
-		ctx, cancel := context.WithTimeout(m.stopCtx, 30*time.Minute)
+	m.group.Go(func() {
+		ctx, cancel := context.WithTimeout(m.group.Context(), 30*time.Minute)
 		defer cancel()
 		err := ip.Pull(ctx, image, auth, func(p runtimes.PullProgress) {
 			m.mu.Lock()

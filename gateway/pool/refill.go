@@ -58,22 +58,20 @@ func (m *Manager) publishStarting(ctx context.Context) {
 // or not it holds the "pools" lease: a gateway that lost the lease while its members
 // start keeps them counted by the one that took it.
 func (m *Manager) runPublishStarting() {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.group.Go(func() {
 		t := time.NewTicker(startingPublishInterval)
 		defer t.Stop()
 		for {
 			select {
-			case <-m.stop:
+			case <-m.group.Done():
 				return
 			case <-t.C:
 			}
-			ctx, cancel := context.WithTimeout(m.stopCtx, startingPublishInterval)
+			ctx, cancel := context.WithTimeout(m.group.Context(), startingPublishInterval)
 			m.publishStarting(ctx)
 			cancel()
 		}
-	}()
+	})
 }
 
 func (m *Manager) startingCount(key string) int {
@@ -88,21 +86,19 @@ var betweenPoolReads = func() {}
 
 // runRefill keeps every pool within its bounds while this gateway holds the lease.
 func (m *Manager) runRefill() {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.group.Go(func() {
 		t := time.NewTicker(m.cfg.Interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-m.stop:
+			case <-m.group.Done():
 				return
 			case <-t.C:
 			case <-m.kick:
 			}
 			if wait := m.SettleWait(); wait > 0 {
 				select {
-				case <-m.stop:
+				case <-m.group.Done():
 					return
 				case <-time.After(wait):
 				}
@@ -111,7 +107,7 @@ func (m *Manager) runRefill() {
 			m.refillOnce(ctx)
 			cancel()
 		}
-	}()
+	})
 }
 
 // refillOnce is one pass over every pool, when this gateway holds the "pools" lease.
@@ -286,9 +282,7 @@ func (m *Manager) fill(p *store.Pool, n int) {
 	m.starting[key] += n
 	m.mu.Unlock()
 	for i := 0; i < n; i++ {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
+		m.group.GoAlways(func() {
 			defer func() {
 				m.mu.Lock()
 				m.starting[key]--
@@ -296,7 +290,7 @@ func (m *Manager) fill(p *store.Pool, n int) {
 			}()
 			select {
 			case m.sem <- struct{}{}:
-			case <-m.stop:
+			case <-m.group.Done():
 				return
 			}
 			defer func() { <-m.sem }()
@@ -305,7 +299,7 @@ func (m *Manager) fill(p *store.Pool, n int) {
 			if err := m.startWarm(ctx, p, start); err != nil {
 				m.log.Warn("warm sandbox failed to start", "pool", key, "err", err)
 			}
-		}()
+		})
 	}
 }
 

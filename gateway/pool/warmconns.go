@@ -106,7 +106,7 @@ func (m *Manager) refreshWarmConns(ctx context.Context, ready []string) {
 	if len(use) == 0 {
 		return
 	}
-	m.spawn(func() {
+	m.group.Go(func() {
 		sem := make(chan struct{}, 4)
 		var wg sync.WaitGroup
 		for _, id := range use {

@@ -63,11 +63,8 @@ type Manager struct {
 	// create's is nil (it was never announced).
 	ghosts map[string]*deletedSandbox
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders the heartbeat's start against Stop.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the heartbeat loop.
+	group spawn.Group
 }
 
 // New builds the recovery of the gateway named cfg.Owner; Start runs its heartbeat.
@@ -75,7 +72,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, host Host, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{cfg: cfg, store: st, runtime: rt, host: host, log: log, stop: make(chan struct{})}
+	return &Manager{cfg: cfg, store: st, runtime: rt, host: host, log: log}
 }
 
 // Start renews this gateway's heartbeat once, checks that the store kept its contents,
@@ -90,7 +87,7 @@ func (m *Manager) Start() {
 		m.CheckStoreLoss(ctx)
 	}
 	beat()
-	spawn.Every(&m.spawnMu, m.stop, &m.wg, HeartbeatEvery, func(ctx context.Context) {
+	m.group.Every(HeartbeatEvery, func(ctx context.Context) {
 		beat()
 		m.retryGhosts(ctx)
 	})
@@ -98,12 +95,7 @@ func (m *Manager) Start() {
 
 // Stop ends the heartbeat loop and waits for it. The heartbeat itself is left to lapse
 // or to be ended by the core (store.EndHeartbeat) once all its work has stopped.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }
 
 // ClusterID returns this gateway's store identity: the configured one, or else the
 // store's, fetched once.

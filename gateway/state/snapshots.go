@@ -141,11 +141,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, caller principal.Caller, s
 	}
 	// The answer is the Creating record: the commit below writes the outcome into snap.
 	v := snapshotView(snap)
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.commitSnapshot(context.Background(), snap)
-	}()
+	m.group.GoAlways(func() { m.commitSnapshot(context.Background(), snap) })
 	return &v, nil
 }
 

@@ -13,9 +13,7 @@
 package state
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/internal/spawn"
@@ -56,11 +54,8 @@ type Manager struct {
 
 	idle idleState
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the idle pauser and the snapshot commits.
+	group spawn.Group
 }
 
 // New builds a Manager; Start runs its loop.
@@ -68,26 +63,12 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, host Host, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{cfg: cfg, store: st, runtime: rt, host: host, log: log, stop: make(chan struct{}),
+	return &Manager{cfg: cfg, store: st, runtime: rt, host: host, log: log,
 		idle: idleState{inflight: map[string]*idleFlight{}, touched: map[string]time.Time{}, waking: map[string]chan struct{}{}}}
 }
 
 // Start runs the idle pauser.
-func (m *Manager) Start() { m.loop(idleCheckEvery, m.idleOnce) }
+func (m *Manager) Start() { m.group.Every(idleCheckEvery, m.idleOnce) }
 
 // Stop ends the loop and waits for it and for the snapshot commits under way.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
-
-// spawn runs fn in a goroutine that Stop waits for; once Stop has begun it runs nothing
-// and reports false.
-func (m *Manager) spawn(fn func()) bool { return spawn.Go(&m.spawnMu, m.stop, &m.wg, fn) }
-
-// loop runs fn every period until Stop, each run bounded to 30 s.
-func (m *Manager) loop(every time.Duration, fn func(context.Context)) {
-	spawn.Every(&m.spawnMu, m.stop, &m.wg, every, fn)
-}
+func (m *Manager) Stop() { m.group.Stop() }

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/plugins"
 )
 
@@ -21,14 +20,14 @@ func (m *Manager) runSync(ctx context.Context) {
 	if rev, err := m.store.Revision(ctx); err == nil {
 		applied.Store(rev)
 	}
-	if !spawn.Go(&m.spawnMu, m.stop, &m.wg, func() {
-		<-m.stop
+	if !m.group.Go(func() {
+		<-m.group.Done()
 		cancel()
 	}) {
 		cancel()
 		return
 	}
-	spawn.Go(&m.spawnMu, m.stop, &m.wg, func() {
+	m.group.Go(func() {
 		for ctx.Err() == nil {
 			err := m.store.Watch(ctx, func(c plugins.Change) {
 				actx, acancel := context.WithTimeout(ctx, 30*time.Second)
@@ -51,7 +50,7 @@ func (m *Manager) runSync(ctx context.Context) {
 			}
 		}
 	})
-	spawn.Every(&m.spawnMu, m.stop, &m.wg, m.syncEvery, func(lctx context.Context) {
+	m.group.Every(m.syncEvery, func(lctx context.Context) {
 		rev, err := m.store.Revision(lctx)
 		if err != nil || rev == applied.Load() {
 			return

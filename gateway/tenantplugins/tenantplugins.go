@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/internal/spawn"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/plugins"
 )
@@ -42,11 +43,8 @@ type Manager struct {
 	// (syncInterval).
 	syncEvery time.Duration
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the sync loops.
+	group spawn.Group
 }
 
 // New builds a Manager without a host; Attach gives it one.
@@ -55,7 +53,7 @@ func New(st *store.Store, log *slog.Logger) *Manager {
 		log = slog.Default()
 	}
 	return &Manager{redis: st, log: log, loadErrors: map[string]string{}, tenants: map[string]bool{},
-		syncEvery: syncInterval, stop: make(chan struct{})}
+		syncEvery: syncInterval}
 }
 
 // Attach wires host in: the plugins stored in Redis are loaded now and kept in sync in
@@ -75,9 +73,4 @@ func (m *Manager) Attach(ctx context.Context, host *plugins.Host) {
 func (m *Manager) Attached() bool { return m.host != nil }
 
 // Stop ends the sync loop and waits for it.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }

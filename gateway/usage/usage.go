@@ -58,11 +58,8 @@ type Manager struct {
 	fleetMu     sync.Mutex
 	fleetPoints []FleetPoint
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// spawnMu orders spawn against Stop, so that nothing is started once Stop waits.
-	spawnMu sync.Mutex
-	wg      sync.WaitGroup
+	// group runs the sampler.
+	group spawn.Group
 }
 
 // New builds a Manager; Start runs its sampler. m receives the denials enforcers count
@@ -72,7 +69,7 @@ func New(cfg Config, st *store.Store, rt runtimes.Runtime, agents *agentclient.C
 		cfg.Interval = DefaultInterval
 	}
 	return &Manager{cfg: cfg, store: st, runtime: rt, agents: agents, metrics: m, host: host,
-		series: map[string]*series{}, stop: make(chan struct{})}
+		series: map[string]*series{}}
 }
 
 // Interval is the resolution of the per-sandbox history (negative: not sampled).
@@ -83,16 +80,11 @@ func (m *Manager) Start() {
 	if m.cfg.Interval < 0 {
 		return
 	}
-	spawn.Every(&m.spawnMu, m.stop, &m.wg, m.cfg.Interval, m.sample)
+	m.group.Every(m.cfg.Interval, m.sample)
 }
 
 // Stop ends the sampler and waits for it.
-func (m *Manager) Stop() {
-	m.spawnMu.Lock()
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.spawnMu.Unlock()
-	m.wg.Wait()
-}
+func (m *Manager) Stop() { m.group.Stop() }
 
 // keep is how many points of history the window holds at the interval.
 func (m *Manager) keep() int { return int(window / m.cfg.Interval) }
