@@ -12,6 +12,7 @@ import (
 
 // TestSDKE2BJS runs the client suites in test/sdk-e2b-js (sdk.test.mjs: the control
 // API; envd.test.mjs: inside the sandbox; volumes.test.mjs: named volumes;
+// snapshots.test.mjs: snapshots, their namespaced names, and forks;
 // signed-urls.test.mjs: the host form and signed file URLs): the published E2B JavaScript
 // SDKs (e2b and @e2b/code-interpreter, the versions its package-lock.json pins)
 // against the E2B door of a gateway started here, with Node's own test runner,
@@ -46,6 +47,7 @@ func TestSDKE2BJS(t *testing.T) {
 	// its hosts to the gateway's listener with the name in the Host header.
 	const previewDomain = "sandgate-e2b-js.test"
 	g := e.startGateway("SANDGATE_PREVIEW_DOMAIN=" + previewDomain)
+	removeSDKSnapshots(t, e, g) // what the suite's forks and snapshots leave
 	run := randomHex(4)
 	removeSDKE2BVolumes(t, e, run)
 	own := g.withTenantKey(g.newPluginTenant("e2b-js-"+randomHex(3)), "tenant-admin")
@@ -53,7 +55,16 @@ func TestSDKE2BJS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=tap", "sdk.test.mjs", "envd.test.mjs", "volumes.test.mjs", "signed-urls.test.mjs")
+	// Every *.test.mjs of the directory runs; SANDGATE_SDK_JS_FILES runs only some while
+	// working on them, e.g. "snapshots.test.mjs" (space-separated).
+	files := strings.Fields(os.Getenv("SANDGATE_SDK_JS_FILES"))
+	if len(files) == 0 {
+		paths, _ := filepath.Glob(filepath.Join(dir, "*.test.mjs"))
+		for _, p := range paths {
+			files = append(files, filepath.Base(p))
+		}
+	}
+	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-concurrency=1", "--test-reporter=tap"}, files...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL=http://"+g.Addr+"/e2b",

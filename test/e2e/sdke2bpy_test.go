@@ -40,7 +40,7 @@ func TestSDKE2BPy(t *testing.T) {
 	// its hosts to the gateway's listener with the name in the Host header.
 	const previewDomain = "sandgate-e2b.test"
 	g := e.startGateway("SANDGATE_PREVIEW_DOMAIN=" + previewDomain)
-	removeSDKPySnapshots(t, e, g) // what the suite's forks and snapshots leave
+	removeSDKSnapshots(t, e, g) // what the suite's forks and snapshots leave
 	run := randomHex(4)
 	removeSDKE2BVolumes(t, e, run)
 	own := g.withTenantKey(g.newPluginTenant("e2b-sdk-"+randomHex(3)), "tenant-admin")

@@ -46,7 +46,7 @@ func TestSDKPy(t *testing.T) {
 	run := randomHex(4)
 	removeSDKPyVolumes(t, e, run)
 	g := e.startGateway("SANDGATE_VAULT_UPSTREAM_CA="+caFile, "SANDGATE_VOLUME_HOST_PREFIXES="+prefix)
-	removeSDKPySnapshots(t, e, g)
+	removeSDKSnapshots(t, e, g)
 	secret := "sk-sdkpy-" + randomHex(16)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -132,10 +132,10 @@ func removeSDKPyVolumes(t *testing.T, e *env, run string) {
 	})
 }
 
-// removeSDKPySnapshots removes, at the end of the test and while the gateway still runs,
+// removeSDKSnapshots removes, at the end of the test and while the gateway still runs,
 // the images of the snapshots the suite left in the gateway's store (its own Redis
 // prefix: no other test's), after the env's containers.
-func removeSDKPySnapshots(t *testing.T, e *env, g *gateway) {
+func removeSDKSnapshots(t *testing.T, e *env, g *gateway) {
 	t.Cleanup(func() {
 		e.removeDockerObjects()
 		var list struct {
