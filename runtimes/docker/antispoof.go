@@ -156,7 +156,7 @@ func (r *Runtime) resyncAntiSpoof(ctx context.Context) (pinned, dropped int, err
 		if !ownsSandboxNamespace(c.Labels) {
 			continue
 		}
-		if err := r.pinContainer(ctx, c.ID); err != nil {
+		if _, err := r.pinContainer(ctx, c.ID); err != nil {
 			r.log.Error("sandbox namespace not pinned to its addresses: it could take a neighbour's", "container", c.Names, "err", err)
 			continue
 		}
@@ -238,16 +238,18 @@ func (a *antiSpoof) ensureTable() error {
 	return nil
 }
 
-// pinContainer pins the namespace of a running container on the network.
-func (r *Runtime) pinContainer(ctx context.Context, id string) error {
+// pinContainer pins the namespace of a running container on the network. It returns
+// the container as inspected for it (nil without anti-spoofing, which inspects nothing),
+// so that the create that started it needs no second inspect for its address.
+func (r *Runtime) pinContainer(ctx context.Context, id string) (*container.InspectResponse, error) {
 	if r.antiSpoof == nil {
-		return nil
+		return nil, nil
 	}
 	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", id, err)
+		return nil, fmt.Errorf("inspect %s: %w", id, err)
 	}
-	return r.pin(res.Container)
+	return &res.Container, r.pin(res.Container)
 }
 
 // pin pins the host-side port of a running container's namespace to the IP and MAC the

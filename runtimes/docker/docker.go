@@ -502,9 +502,11 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 		return runtimes.Instance{}, fail(fmt.Errorf("start container: %w", err))
 	}
 	steps.done("start workload")
+	// The workload as inspected once started in its own namespace (nil: not inspected).
+	var started *container.InspectResponse
 	if !spare {
 		// Its own namespace: pinned before its enforcer (NET_ADMIN) starts in it.
-		if err := r.pinContainer(ctx, created.ID); err != nil {
+		if started, err = r.pinContainer(ctx, created.ID); err != nil {
 			if withEgress {
 				<-sidecar
 			}
@@ -535,7 +537,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 				inst = r.startedInstance(spec, labels, h.addr)
 				err = r.startSandbox(ctx, spec, created.ID, &inst, steps)
 			} else {
-				inst, err = r.startEgress(ctx, spec, created.ID, p.id, steps)
+				inst, err = r.startEgress(ctx, spec, created.ID, p.id, started, steps)
 			}
 		}
 		if err != nil {

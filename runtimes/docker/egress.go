@@ -155,18 +155,24 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 
 // startEgress starts the prepared enforcer sidecar of a started workload container,
 // waits until its rules are installed and then starts the sandbox's entrypoint through
-// the agent. It returns the workload as it was once started, complete: Create needs no
-// Inspect after it (three engine calls: the two containers and the start marker).
-func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string, steps *createSteps) (runtimes.Instance, error) {
+// the agent. started is the workload as inspected after its start (by the pinning of
+// its bridge port), or nil: then it is inspected here. It returns the workload as it was
+// once started, complete: Create needs no Inspect after it.
+func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string, started *container.InspectResponse, steps *createSteps) (runtimes.Instance, error) {
 	// The sidecar joins the namespace of the running workload by its id: it can start
 	// while the workload's address is read.
 	inspected := make(chan error, 1)
-	var res client.ContainerInspectResult
-	go func() {
-		var err error
-		res, err = r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
-		inspected <- err
-	}()
+	var workload container.InspectResponse
+	if started != nil {
+		workload = *started
+		inspected <- nil
+	} else {
+		go func() {
+			res, err := r.cli.ContainerInspect(ctx, workloadID, client.ContainerInspectOptions{})
+			workload = res.Container
+			inspected <- err
+		}()
+	}
 	_, startErr := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{})
 	inspectErr := <-inspected
 	steps.done("inspect workload + start enforcer")
@@ -178,7 +184,7 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 		r.removeEgress(ctx, spec.ID)
 		return runtimes.Instance{}, fmt.Errorf("inspect workload: %w", inspectErr)
 	}
-	inst := r.instance(res.Container)
+	inst := r.instance(workload)
 	if inst.Address == "" {
 		r.removeEgress(ctx, spec.ID)
 		return runtimes.Instance{}, fmt.Errorf("workload container has no address on network %s", r.opts.Network)

@@ -29,7 +29,8 @@ const (
 // image on the same network, 8 at a time. The two alternate, in turn first; between
 // them everything is removed and the runtime's spare namespaces are made again, so that
 // neither side runs beside the other's clean-up. The figure is the wall time of one
-// round of 50.
+// round of 50. With SANDGATE_E2E_CPU_SPLIT=1 and -v it logs each round's CPU per
+// sandbox by process group (cpusplit_test.go).
 func BenchmarkCreateThroughput50x8(b *testing.B) {
 	e := newEnv(b, startRedis(b))
 	g := e.startGateway()
@@ -81,6 +82,10 @@ func BenchmarkCreateThroughput50x8(b *testing.B) {
 	}
 	viaGateway := func() time.Duration {
 		ids := make([]string, throughputCreates)
+		var before cpuLook
+		if cpuSplitOn() {
+			before = lookAtCPU()
+		}
 		took := fanOut(throughputCreates, throughputParallel, func(i int) {
 			id, err := create()
 			ids[i] = id
@@ -88,6 +93,10 @@ func BenchmarkCreateThroughput50x8(b *testing.B) {
 				b.Error(err)
 			}
 		})
+		if cpuSplitOn() {
+			after := lookAtCPU()
+			splitCPU(before, after, g.proc.Pid(), sandboxRoles(b, cli, e.Network, ids)).log(b, "sandgate", throughputCreates)
+		}
 		fanOut(len(ids), throughputParallel, func(i int) {
 			if ids[i] != "" {
 				g.do("DELETE", "/v1/sandboxes/"+ids[i], nil)
@@ -98,6 +107,10 @@ func BenchmarkCreateThroughput50x8(b *testing.B) {
 	}
 	rawDocker := func() time.Duration {
 		ids := make([]string, throughputCreates)
+		var before cpuLook
+		if cpuSplitOn() {
+			before = lookAtCPU()
+		}
 		took := fanOut(throughputCreates, throughputParallel, func(i int) {
 			c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 				Config:     &container.Config{Image: baseImage, Cmd: []string{"tail", "-f", "/dev/null"}},
@@ -112,6 +125,14 @@ func BenchmarkCreateThroughput50x8(b *testing.B) {
 				b.Error(err)
 			}
 		})
+		if cpuSplitOn() {
+			after := lookAtCPU()
+			roles := map[string]string{}
+			for _, id := range ids {
+				roles[id] = "container"
+			}
+			splitCPU(before, after, 0, roles).log(b, "raw", throughputCreates)
+		}
 		fanOut(len(ids), throughputParallel, func(i int) {
 			if ids[i] != "" {
 				_, _ = cli.ContainerRemove(ctx, ids[i], client.ContainerRemoveOptions{Force: true})
