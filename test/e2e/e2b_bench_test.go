@@ -3,10 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +92,53 @@ func (s *e2bSandbox) run(tb testing.TB, command string) {
 		}
 	}
 	tb.Fatalf("e2b run %q: the stream ended without an end event: %v", command, stream.Err())
+}
+
+// runWire is run without a Connect client: envd's process.Start of `bash -l -c command`
+// written as the SDKs put it on the wire (one Connect envelope of the request's JSON),
+// the answer's envelopes read to the end event. The OpenSandbox side of the benchmark
+// is plain HTTP too, so that the two doors are compared without either client
+// library's own cost.
+func (s *e2bSandbox) runWire(tb testing.TB, command string) {
+	tb.Helper()
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", command}}})
+	body := make([]byte, 5+len(msg))
+	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))
+	copy(body[5:], msg)
+	req, _ := http.NewRequest("POST", s.base+"/process.Process/Start", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	resp, err := s.http.Do(req)
+	if err != nil {
+		tb.Fatalf("e2b run %q: %v", command, err)
+	}
+	defer resp.Body.Close()
+	stream, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Fatalf("e2b run %q: %d %v %.300s", command, resp.StatusCode, err, stream)
+	}
+	for len(stream) >= 5 {
+		n := int(binary.BigEndian.Uint32(stream[1:5]))
+		if 5+n > len(stream) {
+			break
+		}
+		var ev struct {
+			Event struct {
+				End *struct {
+					ExitCode int  `json:"exitCode"`
+					Exited   bool `json:"exited"`
+				} `json:"end"`
+			} `json:"event"`
+		}
+		if stream[0] == 0 && json.Unmarshal(stream[5:5+n], &ev) == nil && ev.Event.End != nil {
+			if ev.Event.End.ExitCode != 0 || !ev.Event.End.Exited {
+				tb.Fatalf("e2b run %q: %s", command, stream[5:5+n])
+			}
+			return
+		}
+		stream = stream[5+n:]
+	}
+	tb.Fatalf("e2b run %q: the stream ended without an end event", command)
 }
 
 // files sends a /files request of the door's envd (octet-stream upload, or download).
@@ -236,7 +285,11 @@ func BenchmarkE2BDoor(b *testing.B) {
 		body := []byte(`{"command":"true"}`)
 		door, base := alternate(b, func() time.Duration {
 			t0 := time.Now()
-			s.run(b, "true")
+			if os.Getenv("SANDGATE_E2B_BENCH_CONNECT_CLIENT") != "" {
+				s.run(b, "true")
+			} else {
+				s.runWire(b, "true")
+			}
 			return time.Since(t0)
 		}, func() time.Duration {
 			t0 := time.Now()
