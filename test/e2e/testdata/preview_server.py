@@ -1,5 +1,6 @@
 """A test web server run inside a sandbox: a page whose script opens a WebSocket, SSE,
-a hashing upload sink, a WebSocket echo and a header echo. Standard library only."""
+a hashing upload sink, a streaming echo of a body as it arrives, a WebSocket echo and a
+header echo. Standard library only."""
 import base64, hashlib, json, socket, struct, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -47,29 +48,56 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, "text/plain", b"no such page\n")
 
     def do_POST(self):
-        if self.path.split("?")[0] != "/upload":
+        path = self.path.split("?")[0]
+        if path == "/duplex":
+            self.duplex()
+            return
+        if path != "/upload":
             self.reply(404, "text/plain", b"no\n")
             return
         h, n = hashlib.sha256(), 0
+        for chunk in self.body_parts():
+            h.update(chunk); n += len(chunk)
+        self.reply(200, "application/json", json.dumps({"sha256": h.hexdigest(), "bytes": n}).encode())
+
+    def body_parts(self):
+        """The request's body, part by part as it arrives (chunked or of a known length)."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             while True:
                 size = int(self.rfile.readline().strip().split(b";")[0], 16)
                 if size == 0:
                     self.rfile.readline()
-                    break
+                    return
                 left = size
                 while left:
                     chunk = self.rfile.read(min(left, 1 << 20))
-                    h.update(chunk); n += len(chunk); left -= len(chunk)
+                    if not chunk:
+                        return
+                    left -= len(chunk)
+                    yield chunk
                 self.rfile.readline()
         else:
             left = int(self.headers.get("Content-Length", "0"))
             while left:
-                chunk = self.rfile.read(min(left, 1 << 20))
+                chunk = self.rfile.read1(min(left, 1 << 20))
                 if not chunk:
-                    break
-                h.update(chunk); n += len(chunk); left -= len(chunk)
-        self.reply(200, "application/json", json.dumps({"sha256": h.hexdigest(), "bytes": n}).encode())
+                    return
+                left -= len(chunk)
+                yield chunk
+
+    def duplex(self):
+        """Answers before reading anything, then sends back each part of the body as it
+        arrives: a server that streams while it reads."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        for chunk in self.body_parts():
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def reply(self, code, ctype, body):
         self.send_response(code)
