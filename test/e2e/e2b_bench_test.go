@@ -250,7 +250,7 @@ func BenchmarkE2BDoor(b *testing.B) {
 			t0 := time.Now()
 			s := g.e2bCreate(b, "pooled")
 			claimOnly = append(claimOnly, time.Since(t0))
-			s.run(b, "true")
+			s.runWire(b, "true")
 			took := time.Since(t0)
 			s.kill(g)
 			return took
