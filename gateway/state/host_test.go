@@ -138,7 +138,10 @@ type snapshottingRuntime struct {
 	images    map[string]map[string]string
 	commitErr error
 	removeErr error
-	gate      chan struct{} // when set, a commit waits for it to close
+	// removeInUse is how many removals more answer ErrInUse: an engine that lets an
+	// image go a moment after the container that used it.
+	removeInUse int
+	gate        chan struct{} // when set, a commit waits for it to close
 	discarded []string
 }
 
@@ -170,6 +173,10 @@ func (r *snapshottingRuntime) RemoveSnapshot(_ context.Context, ref string) erro
 	defer r.mu.Unlock()
 	if r.removeErr != nil {
 		return r.removeErr
+	}
+	if r.removeInUse > 0 {
+		r.removeInUse--
+		return runtimes.ErrInUse
 	}
 	delete(r.images, ref)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -302,14 +303,69 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, caller principal.Caller, i
 		if err != nil {
 			return err
 		}
-		if err := sn.RemoveSnapshot(ctx, snap.Image); err != nil {
-			if errors.Is(err, runtimes.ErrInUse) {
-				return fault.Errorf(fault.KindConflict, CodeSnapshotInUse, "snapshot %s: sandboxes created from it still exist; delete them first", id)
-			}
-			return &fault.Error{Kind: fault.KindInternal, Code: codeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
+		if err := m.removeSnapshotImage(ctx, sn, snap); err != nil {
+			return err
 		}
 	}
 	return m.store.DeleteSnapshot(ctx, snap.Tenant, snap.ID)
+}
+
+// snapshotRemovalSettle bounds how long a snapshot's delete waits for the runtime to
+// let its image go once no sandbox record names it: a container whose delete has just
+// answered may still hold the image for a moment on a busy engine.
+const snapshotRemovalSettle = 5 * time.Second
+
+// removeSnapshotImage removes snap's image. While the runtime says the image is in use,
+// the sandboxes of snap's tenant created from it are named in a 409; when none is left
+// (their deletes answered, the engine not yet done), the removal is tried again for up
+// to snapshotRemovalSettle.
+func (m *Manager) removeSnapshotImage(ctx context.Context, sn runtimes.Snapshotter, snap *store.Snapshot) error {
+	deadline := time.Now().Add(snapshotRemovalSettle)
+	for {
+		err := sn.RemoveSnapshot(ctx, snap.Image)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, runtimes.ErrInUse) {
+			return &fault.Error{Kind: fault.KindInternal, Code: codeRuntimeError, Message: "the runtime could not remove the snapshot's image", Cause: err}
+		}
+		users, lerr := m.sandboxesFromSnapshot(ctx, snap)
+		if lerr != nil || len(users) > 0 || time.Now().After(deadline) {
+			msg := fmt.Sprintf("snapshot %s: sandboxes created from it still exist; delete them first", snap.ID)
+			if len(users) > 0 {
+				msg = fmt.Sprintf("snapshot %s: sandboxes created from it still exist (%s); delete them first", snap.ID, strings.Join(users, ", "))
+			}
+			return fault.Errorf(fault.KindConflict, CodeSnapshotInUse, "%s", msg)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// maxNamedSnapshotUsers bounds how many sandboxes a snapshot's 409 names.
+const maxNamedSnapshotUsers = 5
+
+// sandboxesFromSnapshot names (up to maxNamedSnapshotUsers, then "…") the sandboxes of
+// snap's tenant whose records say they were created from it.
+func (m *Manager) sandboxesFromSnapshot(ctx context.Context, snap *store.Snapshot) ([]string, error) {
+	all, err := m.store.ListSandboxes(ctx, snap.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, sb := range all {
+		if sb.SnapshotID != snap.ID {
+			continue
+		}
+		if len(ids) == maxNamedSnapshotUsers {
+			return append(ids, "…"), nil
+		}
+		ids = append(ids, sb.ID)
+	}
+	return ids, nil
 }
 
 // ReadySnapshot is the snapshot a create names by snapshotId: the caller's own, and

@@ -230,13 +230,36 @@ func TestSnapshotCommitOutcomes(t *testing.T) {
 	})
 	t.Run("in use", func(t *testing.T) {
 		id := s.readySnapshot(t, alice, sb, "")
+		copy := s.runningSandbox(t, "alice", nil)
+		if _, err := s.d.Store.ModifySandbox(ctx, copy.ID, func(r *store.Sandbox) error { r.SnapshotID = id; return nil }); err != nil {
+			t.Fatal(err)
+		}
 		s.runtime.set(func(r *snapshottingRuntime) { r.removeErr = runtimes.ErrInUse })
-		wantCode(t, s.m.DeleteSnapshot(ctx, alice, id), fault.KindConflict, CodeSnapshotInUse)
+		err := s.m.DeleteSnapshot(ctx, alice, id)
+		wantCode(t, err, fault.KindConflict, CodeSnapshotInUse)
+		if !strings.Contains(err.Error(), copy.ID) {
+			t.Errorf("the 409 does not name the sandbox created from the snapshot: %v", err)
+		}
+		if err := s.d.Store.DeleteSandbox(ctx, copy.ID); err != nil {
+			t.Fatal(err)
+		}
 		s.runtime.set(func(r *snapshottingRuntime) { r.removeErr = errors.New("engine down") })
 		wantCode(t, s.m.DeleteSnapshot(ctx, alice, id), fault.KindInternal, codeRuntimeError)
 		s.runtime.set(func(r *snapshottingRuntime) { r.removeErr = nil })
 		if stateOf(id) == nil {
 			t.Error("a snapshot whose image was not removed is gone")
+		}
+	})
+	t.Run("released a moment after its last sandbox", func(t *testing.T) {
+		// No record names the snapshot any more, and the engine still holds its image
+		// for three tries: the delete waits for it instead of answering 409.
+		id := s.readySnapshot(t, alice, sb, "")
+		s.runtime.set(func(r *snapshottingRuntime) { r.removeInUse = 3 })
+		if err := s.m.DeleteSnapshot(ctx, alice, id); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+		if stateOf(id) != nil || s.runtime.hasImage(snapshotImage("cluster-1", "alice", id)) {
+			t.Error("the snapshot or its image is kept")
 		}
 	})
 }
