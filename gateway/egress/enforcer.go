@@ -104,8 +104,14 @@ func (m *Manager) restore(ctx context.Context, rr runtimes.EnforcerRestorer, id 
 	if err != nil || rec.State != stateRunning || m.host.Expiring(rec, time.Now()) {
 		return
 	}
-	if _, err := m.runtime.Inspect(ctx, id); err != nil {
+	inst, err := m.runtime.Inspect(ctx, id)
+	if err != nil {
 		return // gone meanwhile (a delete in progress): nothing to restore
+	}
+	if inst.EnforcerRunning {
+		// The pass's list was taken before its records were read: a create or a restore
+		// that finished in between left a running enforcer the list did not show.
+		return
 	}
 	m.log.Warn("the sandbox's egress enforcer is not running; restoring it", "sandbox", id)
 	policyJSON := []byte(rec.EgressPolicy)
