@@ -17,7 +17,8 @@ import (
 // usageFacts is what a usage reading needs of a sandbox beyond its stats and what does
 // not change in the sandbox's life: its workload container's id, its CPU limit and
 // whether it is in a holder's namespace (holders.go). One inspect learns them; every
-// later reading is a stats call alone (and one of the holder's, for a sandbox in one).
+// later reading is a stats call alone (and one of the holder's, for a sandbox in one
+// whose own stats show no network).
 type usageFacts struct {
 	containerID string
 	cpuLimit    float64
@@ -122,9 +123,9 @@ func (r *Runtime) Usage(ctx context.Context, id string, withDisk bool) (runtimes
 		}
 	}
 	addNetUsage(st, &u)
-	if facts.inHolder {
-		// In a holder's namespace the engine counts the traffic on the holder, whose
-		// interface it is, and none on the workload.
+	if !u.NetKnown && facts.inHolder {
+		// In a holder's namespace an engine may count the traffic on the holder only,
+		// whose interface it is.
 		if hst, err := r.stats(ctx, holderName(id)); err == nil {
 			addNetUsage(hst, &u)
 		}
