@@ -30,7 +30,8 @@ type CredentialProxyRuntime interface {
 // EnforcerRestorer runs the enforcer as a part of a sandbox that can die alone (Docker's
 // sidecar). Without it a sandbox's enforcer lives and dies with the sandbox.
 type EnforcerRestorer interface {
-	// MissingEnforcers returns the ids among instances whose enforcer is not running.
+	// MissingEnforcers returns the ids among instances (as List returned them) whose
+	// enforcer is not running.
 	MissingEnforcers(ctx context.Context, instances []Instance) ([]string, error)
 	// RestoreEnforcer starts a new enforcer for a running sandbox with egress and token.
 	RestoreEnforcer(ctx context.Context, id, egressToken string, egress EgressSpec) error

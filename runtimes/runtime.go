@@ -226,6 +226,11 @@ type Instance struct {
 	// is not complete was left half-made by a create that died, and must never be
 	// adopted as it is.
 	Complete bool
+	// EnforcerRunning reports that the sandbox's egress enforcer runs, for a runtime that
+	// runs it apart from the workload (an EnforcerRestorer): List reads it from the same
+	// listing as State, so that MissingEnforcers needs no engine call of its own, and
+	// Inspect from its own look at the enforcer.
+	EnforcerRunning bool
 	// Settled is set by Create when the runtime has already seen the entrypoint past its
 	// start (running and asleep waiting for something, or alive for a settle window):
 	// the caller need not wait out a settle of its own to tell an entrypoint that exits

@@ -4,7 +4,8 @@ package egress
 // operator's `docker kill`); its drop rules stay (they belong to the workload's network
 // namespace), so the sandbox is cut off rather than open, but its policy API and DNS
 // proxy are gone for good. On every reconcile pass the core hands CheckEnforcers what it
-// read, and the runtime says which Running sandboxes lack a running enforcer; each is
+// read, and the runtime says which Running sandboxes lack a running enforcer (from the
+// pass's list, older than its records: the restore looks again first); each is
 // restored with the policy it last installed (kept in the record, see recordPolicy, or
 // read back from the enforcer when the sandbox was adopted, see PolicyInForce) and the
 // platform's deny list as Rego decides it now. A restore that fails three passes in a
@@ -104,8 +105,14 @@ func (m *Manager) restore(ctx context.Context, rr runtimes.EnforcerRestorer, id 
 	if err != nil || rec.State != stateRunning || m.host.Expiring(rec, time.Now()) {
 		return
 	}
-	if _, err := m.runtime.Inspect(ctx, id); err != nil {
+	inst, err := m.runtime.Inspect(ctx, id)
+	if err != nil {
 		return // gone meanwhile (a delete in progress): nothing to restore
+	}
+	if inst.EnforcerRunning {
+		// The pass's list was taken before its records were read: a create or a restore
+		// that finished in between left a running enforcer the list did not show.
+		return
 	}
 	m.log.Warn("the sandbox's egress enforcer is not running; restoring it", "sandbox", id)
 	policyJSON := []byte(rec.EgressPolicy)

@@ -82,6 +82,38 @@ func TestCheckEnforcers(t *testing.T) {
 	}
 }
 
+// TestCheckEnforcersListOlderThanRecords: a sandbox a pass's list showed without its
+// enforcer, whose enforcer runs by the time the restore looks (a create or a restore
+// finished between the list and the records), keeps that enforcer.
+func TestCheckEnforcersListOlderThanRecords(t *testing.T) {
+	ctx := context.Background()
+	s := startManager(t, true)
+	sb, _ := s.runningSandbox(t, "t1")
+	records, err := s.d.Store.ListSandboxes(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.runtime.mu.Lock()
+	s.runtime.missing = []string{sb.ID}
+	s.runtime.runningNow = map[string]bool{sb.ID: true}
+	s.runtime.mu.Unlock()
+	s.m.CheckEnforcers(ctx, nil, records, time.Now())
+	waitFor(t, "the restore's check", func() bool { return !s.restoring(sb.ID) })
+	s.runtime.mu.Lock()
+	restored := len(s.runtime.restored)
+	s.runtime.mu.Unlock()
+	if restored != 0 || len(s.host.events("sandbox.enforcer.restored")) != 0 {
+		t.Fatalf("a running enforcer was replaced (%d restores)", restored)
+	}
+
+	// Its enforcer gone by then too: restored.
+	s.runtime.mu.Lock()
+	s.runtime.runningNow = nil
+	s.runtime.mu.Unlock()
+	s.m.CheckEnforcers(ctx, nil, records, time.Now())
+	waitFor(t, "the restore", func() bool { return len(s.host.events("sandbox.enforcer.restored")) == 1 })
+}
+
 // TestPolicyInForce: an adopted sandbox's record keeps the policy its enforcer reports;
 // an enforcer that does not answer, or reports none, leaves it without one.
 func TestPolicyInForce(t *testing.T) {

@@ -102,6 +102,17 @@ type enforcingRuntime struct {
 	missing    []string
 	restoreErr error
 	restored   []runtimes.EgressSpec
+	// runningNow are sandboxes whose enforcer Inspect finds running, though missing may
+	// name them: a list older than the records, as a reconcile pass hands over.
+	runningNow map[string]bool
+}
+
+func (r *enforcingRuntime) Inspect(ctx context.Context, id string) (runtimes.Instance, error) {
+	inst, err := r.Runtime.Inspect(ctx, id)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	inst.EnforcerRunning = r.runningNow[id]
+	return inst, err
 }
 
 func (r *enforcingRuntime) EnforcesEgress() bool      { return true }

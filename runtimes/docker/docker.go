@@ -145,6 +145,9 @@ type Runtime struct {
 	// antiSpoof pins sandbox ports on the bridge (antispoof.go); nil with NoAntiSpoof.
 	antiSpoof *antiSpoof
 
+	// usage keeps what each sandbox's usage readings need besides its stats (usage.go).
+	usage usageCache
+
 	// hostDNS are the servers the engine forwards sandboxes' queries to without
 	// SandboxDNS, read from the host's resolver files at start (dns.go).
 	hostDNS []netip.Addr
@@ -627,7 +630,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (runtimes.Instance, er
 	live := inst.State == runtimes.StateRunning || inst.State == runtimes.StatePaused
 	if inst.Labels[labelEgress] != "" {
 		var complete bool
-		complete, inst.EgressToken = r.enforcement(ctx, id)
+		complete, inst.EnforcerRunning, inst.EgressToken = r.enforcement(ctx, id)
 		inst.Complete = live && complete
 	} else {
 		// Without an enforcer the entrypoint is the container's command: it runs when
@@ -706,7 +709,8 @@ func fillFromLabels(inst *runtimes.Instance, labels map[string]string) {
 }
 
 // List implements runtimes.Runtime. It returns the engine's summaries: Instance tokens
-// are empty (Inspect one sandbox for them).
+// are empty (Inspect one sandbox for them). Enforcer sidecars carry the sandbox id label
+// too, so the same listing tells each sandbox's EnforcerRunning (MissingEnforcers).
 func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -714,6 +718,12 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	enforcerRunning := make(map[string]bool)
+	for _, c := range res.Items {
+		if c.Labels[labelRole] == roleEgress && c.State == "running" {
+			enforcerRunning[c.Labels[runtimes.LabelID]] = true
+		}
 	}
 	out := make([]runtimes.Instance, 0, len(res.Items))
 	for _, c := range res.Items {
@@ -746,8 +756,10 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 			}
 		}
 		holderAddress(&inst)
+		inst.EnforcerRunning = enforcerRunning[inst.ID]
 		out = append(out, inst)
 	}
+	r.usage.keepOnly(out)
 	return out, nil
 }
 
@@ -774,6 +786,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	err := r.removeGone(ctx, containerName(id), true)
 	<-egressRemoved
 	<-holderRemoved
+	r.usage.drop(id)
 	if err != nil {
 		return fmt.Errorf("remove container: %w", err)
 	}

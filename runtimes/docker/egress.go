@@ -257,23 +257,24 @@ func (r *Runtime) markStarted(ctx context.Context, workloadID string) error {
 }
 
 // enforcement reports whether a workload with an enforcer is complete: its enforcer
-// sidecar runs and its entrypoint was started; it also returns the enforcer's token.
-func (r *Runtime) enforcement(ctx context.Context, id string) (complete bool, token string) {
+// sidecar runs and its entrypoint was started; it also returns whether the sidecar runs
+// and the enforcer's token.
+func (r *Runtime) enforcement(ctx context.Context, id string) (complete, running bool, token string) {
 	res, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
 	if err != nil || res.Container.Config == nil {
-		return false, ""
+		return false, false, ""
 	}
 	for _, kv := range res.Container.Config.Env {
 		if v, ok := strings.CutPrefix(kv, envEgressToken+"="); ok {
 			token = v
 		}
 	}
-	running := res.Container.State != nil && res.Container.State.Running
+	running = res.Container.State != nil && res.Container.State.Running
 	if !running {
-		return false, token
+		return false, false, token
 	}
 	_, err = r.cli.ContainerStatPath(ctx, containerName(id), client.ContainerStatPathOptions{Path: startedMarker})
-	return err == nil, token
+	return err == nil, true, token
 }
 
 // RestoreEgress gives a running workload a new enforcer sidecar (removing the old one,
@@ -516,34 +517,13 @@ func (r *Runtime) GatewayAddresses(ctx context.Context) ([]string, error) {
 
 // MissingEnforcers returns the sandboxes among instances (as List returned them) whose
 // workload runs behind an enforcer that is not running: killed, crashed without its
-// restart loop, or removed. It costs one engine call, and none when no instance has an
-// enforcer.
-func (r *Runtime) MissingEnforcers(ctx context.Context, instances []runtimes.Instance) ([]string, error) {
-	var enforced []string
-	for _, inst := range instances {
-		if inst.State == runtimes.StateRunning && inst.Labels[labelEgress] != "" && inst.ID != "" {
-			enforced = append(enforced, inst.ID)
-		}
-	}
-	if len(enforced) == 0 {
-		return nil, nil
-	}
-	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All: true, Filters: make(client.Filters).Add("label", labelRole+"="+roleEgress),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list egress enforcers: %w", err)
-	}
-	running := make(map[string]bool, len(res.Items))
-	for _, c := range res.Items {
-		if c.State == "running" {
-			running[c.Labels[runtimes.LabelID]] = true
-		}
-	}
+// restart loop, or removed. It makes no engine call: List read each sandbox's enforcer
+// from the same listing as its workload (Instance.EnforcerRunning).
+func (r *Runtime) MissingEnforcers(_ context.Context, instances []runtimes.Instance) ([]string, error) {
 	var missing []string
-	for _, id := range enforced {
-		if !running[id] {
-			missing = append(missing, id)
+	for _, inst := range instances {
+		if inst.State == runtimes.StateRunning && inst.Labels[labelEgress] != "" && inst.ID != "" && !inst.EnforcerRunning {
+			missing = append(missing, inst.ID)
 		}
 	}
 	return missing, nil
