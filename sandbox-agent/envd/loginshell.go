@@ -66,7 +66,18 @@ type loginProbe struct {
 	// hashed are the programs the profile files hashed, by name.
 	hashed map[string]string
 	stamp  string
+	// at is when the probe ran: one that failed is run again once loginProbeRetry has
+	// passed (its shell may have been slow, the machine busy), not kept until a profile
+	// file changes.
+	at time.Time
 }
+
+// loginProbeTimeout is how long a probe may run before it is killed (and has failed).
+var loginProbeTimeout = 5 * time.Second
+
+// loginProbeRetry is how long a failed probe is kept before the next command of its
+// user and directory probes again.
+var loginProbeRetry = 30 * time.Second
 
 // loginProbes caches probes by user, working directory and environment.
 type loginProbes struct {
@@ -85,7 +96,7 @@ func (l *loginProbes) get(shell *exec.Cmd) *loginProbe {
 	key := loginKey(shell)
 	l.mu.Lock()
 	probe := l.m[key]
-	if probe != nil && probe.stamp == stamp {
+	if probe != nil && probe.stamp == stamp && !probe.retryDue() {
 		l.mu.Unlock()
 		<-probe.done
 		return probe
@@ -98,8 +109,20 @@ func (l *loginProbes) get(shell *exec.Cmd) *loginProbe {
 	l.mu.Unlock()
 	// Without env every command goes through bash until a profile file changes.
 	probe.env, probe.hashed, _ = probeLogin(shell)
+	probe.at = time.Now()
 	close(probe.done)
 	return probe
+}
+
+// retryDue reports whether probe ended without an environment long enough ago to run
+// again (one still running is not due).
+func (p *loginProbe) retryDue() bool {
+	select {
+	case <-p.done:
+		return p.env == nil && time.Since(p.at) >= loginProbeRetry
+	default:
+		return false
+	}
 }
 
 // loginScript returns the script of a `bash -l -c script` process config.
@@ -226,7 +249,7 @@ func probeLogin(shell *exec.Cmd) ([]string, map[string]string, error) {
 	if err := procs.Start(cmd); err != nil {
 		return nil, nil, err
 	}
-	timer := time.AfterFunc(5*time.Second, func() { _ = procs.KillGroup(cmd.Process.Pid, syscall.SIGKILL) })
+	timer := time.AfterFunc(loginProbeTimeout, func() { _ = procs.KillGroup(cmd.Process.Pid, syscall.SIGKILL) })
 	err := procs.Wait(cmd)
 	timer.Stop()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sandgate/sandgate/sandbox-agent/envd"
 	pb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/process"
 )
 
@@ -89,5 +90,34 @@ func TestLoginShellDirect(t *testing.T) {
 		if env := login("noshebang", nil); !slices.Contains(env, "FROM_SCRIPT=two") {
 			t.Errorf("script without #!: %q", env)
 		}
+	})
+}
+
+// TestLoginShellProbeRetried: a probe that failed (here its profile was too slow once,
+// and the probe was killed) is run again after loginProbeRetry, and commands skip the
+// login shell from then on instead of paying for it until a profile file changes.
+func TestLoginShellProbeRetried(t *testing.T) {
+	t.Cleanup(envd.SetLoginProbeTimes(300*time.Millisecond, 500*time.Millisecond))
+	sb := newSandbox(t)
+	runs := filepath.Join(sb.home, "profile-runs")
+	// The first run of the profile is slow; every run leaves a line in profile-runs.
+	writeFile(t, filepath.Join(sb.home, ".profile"),
+		"echo run >> \"$HOME/profile-runs\"\nif [ ! -e \"$HOME/slow-once\" ]; then : > \"$HOME/slow-once\"; sleep 2; fi\n")
+	countRuns := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run\n")
+	}
+	login := func() {
+		t.Helper()
+		r := sb.run("user", &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"}})
+		if r.err != nil || r.end.GetExitCode() != 0 {
+			t.Fatalf("bash -l -c true: %v, exit %d, stderr %q", r.err, r.end.GetExitCode(), r.stderr)
+		}
+	}
+	eventually(t, 15*time.Second, "a command to skip the login shell after the failed probe", func() bool {
+		login()
+		before := countRuns()
+		login()
+		return countRuns() == before
 	})
 }

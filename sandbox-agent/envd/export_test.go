@@ -1,0 +1,11 @@
+package envd
+
+import "time"
+
+// SetLoginProbeTimes sets how long a login shell probe may run and how long a failed
+// one is kept, for a test; it returns what restores them.
+func SetLoginProbeTimes(timeout, retry time.Duration) (restore func()) {
+	oldTimeout, oldRetry := loginProbeTimeout, loginProbeRetry
+	loginProbeTimeout, loginProbeRetry = timeout, retry
+	return func() { loginProbeTimeout, loginProbeRetry = oldTimeout, oldRetry }
+}
