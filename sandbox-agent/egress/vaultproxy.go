@@ -51,11 +51,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/crypto/x509roots/fallback/bundle"
 	"golang.org/x/sys/unix"
-
-	// Upstream roots when the sidecar's image has none (the agent image on Kubernetes is
-	// one file); a system bundle, when there is one, wins.
-	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // Environment of a sandbox with the credential proxy (set by the runtime, read once).
@@ -142,6 +139,7 @@ func newVaultProxy(enf *enforcer, caCertPEM, caKeyPEM, upstreamCA []byte, mark u
 	if err != nil {
 		return nil, err
 	}
+	useBundledRootsWhereNone()
 	roots, err := x509.SystemCertPool()
 	if err != nil || roots == nil {
 		roots = x509.NewCertPool()
@@ -161,6 +159,27 @@ func newVaultProxy(enf *enforcer, caCertPEM, caKeyPEM, upstreamCA []byte, mark u
 	}
 	return p, nil
 }
+
+// useBundledRootsWhereNone gives upstream TLS the roots bundled with the binary when
+// the sidecar's image has none (the agent image is one file); a system bundle, when
+// there is one, wins. It is done when the credential proxy starts, not at every start
+// of the binary: parsing the bundle takes milliseconds, and the agent starts in every
+// sandbox and enforcer.
+var useBundledRootsWhereNone = sync.OnceFunc(func() {
+	pool := x509.NewCertPool()
+	for root := range bundle.Roots() {
+		cert, err := x509.ParseCertificate(root.Certificate)
+		if err != nil {
+			continue
+		}
+		if root.Constraint != nil {
+			pool.AddCertWithConstraint(cert, root.Constraint)
+		} else {
+			pool.AddCert(cert)
+		}
+	}
+	x509.SetFallbackRoots(pool)
+})
 
 // markControl sets SO_MARK, which lets the proxy's own connections past the redirect.
 func markControl(mark uint32) func(_, _ string, c syscall.RawConn) error {
