@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 // TestProxyStreamsWhileTheSandboxReads: a sandbox's server that answers before it has
@@ -18,39 +19,15 @@ import (
 // waiting, and the echo is cut short.
 func TestProxyStreamsWhileTheSandboxReads(t *testing.T) {
 	f := startPreviewFixture(t)
-	half := bytes.Repeat([]byte("0123456789abcdef"), 2<<10) // 32 KiB
-	second := bytes.ToUpper(half)
-
+	first, second := testenv.Halves()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	body, send := io.Pipe()
-	answered := make(chan struct{})
-	req, _ := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("%s/sandboxes/%s/proxy/%d/duplex", f.Gateway, f.ID, benchPreviewPort), body)
+	header := http.Header{"Content-Type": {"application/octet-stream"}}
 	for k, v := range f.Header {
-		req.Header.Set(k, v)
+		header.Set(k, v)
 	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	go func() {
-		if _, err := send.Write(half); err != nil {
-			return
-		}
-		select {
-		case <-answered:
-		case <-ctx.Done():
-			_ = send.CloseWithError(ctx.Err()) // the transport waits for its body to end
-			return
-		}
-		_, _ = send.Write(second)
-		_ = send.Close()
-	}()
-	resp, err := http.DefaultClient.Do(req)
-	close(answered)
-	if err != nil {
-		t.Fatalf("the answer's head never came: %v", err)
-	}
-	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
-	if want := append(append([]byte{}, half...), second...); resp.StatusCode != http.StatusOK || !bytes.Equal(got, want) {
-		t.Fatalf("echo: status %d, %d of %d bytes (%v)", resp.StatusCode, len(got), len(want), err)
+	status, got, err := testenv.PostAfterAnswer(ctx, fmt.Sprintf("%s/sandboxes/%s/proxy/%d/duplex", f.Gateway, f.ID, benchPreviewPort), header, first, second)
+	if want := append(append([]byte{}, first...), second...); status != http.StatusOK || !bytes.Equal(got, want) {
+		t.Fatalf("echo: status %d, %d of %d bytes (%v)", status, len(got), len(want), err)
 	}
 }

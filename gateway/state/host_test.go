@@ -142,7 +142,7 @@ type snapshottingRuntime struct {
 	// image go a moment after the container that used it.
 	removeInUse int
 	gate        chan struct{} // when set, a commit waits for it to close
-	discarded []string
+	discarded   []string
 }
 
 func (r *snapshottingRuntime) Snapshot(ctx context.Context, id, ref string, labels map[string]string) error {

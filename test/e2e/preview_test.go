@@ -22,6 +22,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
+
+	"github.com/sandgate/sandgate/test/testenv"
 )
 
 const previewPort = 8000
@@ -147,36 +149,12 @@ func TestPreview(t *testing.T) {
 	t.Run("a server that answers before it has read the body gets all of it", func(t *testing.T) {
 		// The body's second half is sent only once the answer has begun: a gateway that
 		// stops forwarding a body when the answer starts leaves both sides waiting.
-		half := bytes.Repeat([]byte("0123456789abcdef"), 2<<10)
-		second := bytes.ToUpper(half)
+		first, second := testenv.Halves()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		body, send := io.Pipe()
-		answered := make(chan struct{})
-		go func() {
-			if _, err := send.Write(half); err != nil {
-				return
-			}
-			select {
-			case <-answered:
-			case <-ctx.Done():
-				_ = send.CloseWithError(ctx.Err())
-				return
-			}
-			_, _ = send.Write(second)
-			_ = send.Close()
-		}()
-		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+g.Addr+pathMode+"/duplex", body)
-		req.Header.Set("X-Sandgate-Access-Token", access)
-		resp, err := http.DefaultClient.Do(req)
-		close(answered)
-		if err != nil {
-			t.Fatalf("the answer's head never came: %v", err)
-		}
-		got, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if want := append(append([]byte{}, half...), second...); resp.StatusCode != 200 || !bytes.Equal(got, want) {
-			t.Fatalf("echo: status %d, %d of %d bytes (%v)", resp.StatusCode, len(got), len(want), err)
+		status, got, err := testenv.PostAfterAnswer(ctx, "http://"+g.Addr+pathMode+"/duplex", http.Header{"X-Sandgate-Access-Token": {access}}, first, second)
+		if want := append(append([]byte{}, first...), second...); status != 200 || !bytes.Equal(got, want) {
+			t.Fatalf("echo: status %d, %d of %d bytes (%v)", status, len(got), len(want), err)
 		}
 	})
 
