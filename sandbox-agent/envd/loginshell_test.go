@@ -45,8 +45,10 @@ func TestLoginShellDirect(t *testing.T) {
 	}
 
 	// The agent probes its shell at start-up; until then every command goes through bash.
+	// On a busy machine that probe may be killed for time: the next is run after
+	// loginProbeRetry (TestLoginShellProbeRetried), which the wait outlasts.
 	var direct []string
-	eventually(t, 10*time.Second, "a plain command to skip the login shell", func() bool {
+	eventually(t, 45*time.Second, "a plain command to skip the login shell", func() bool {
 		before := countRuns()
 		direct = login("env", nil)
 		return countRuns() == before
