@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	pb "github.com/sandgate/sandgate/sandbox-agent/envd/spec/process"
 	"github.com/sandgate/sandgate/sandbox-agent/procs"
 )
@@ -270,6 +272,9 @@ func probeLogin(shell *exec.Cmd) ([]string, map[string]string, error) {
 		case line == "":
 		case len(f) == 5 && f[0] == "builtin" && f[1] == "hash" && f[2] == "-p":
 			hashed[f[4]] = f[3]
+		case len(f) == 4 && f[0] == "trap" && f[1] == "--" && f[2] == "''" && inheritedIgnored(f[3]):
+			// A signal ignored when the shell started (the agent runs under nohup, say):
+			// bash lists it, and a program the agent execs inherits it ignored alike.
 		default:
 			return nil, nil, fmt.Errorf("login shell probe: the profile left %q", line)
 		}
@@ -283,6 +288,27 @@ func probeLogin(shell *exec.Cmd) ([]string, map[string]string, error) {
 		return nil, nil, errors.New("login shell probe: malformed environment")
 	}
 	return env, hashed, nil
+}
+
+// inheritedIgnored reports whether the signal named sig (SIGHUP) is ignored in the
+// agent's process: the probe, and every program the agent starts, begins with it
+// ignored too.
+func inheritedIgnored(sig string) bool {
+	num := unix.SignalNum(sig)
+	if num == 0 {
+		return false
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			return err == nil && num <= 64 && bits&(1<<(uint(num)-1)) != 0
+		}
+	}
+	return false
 }
 
 func sameDir(a, b string) bool {

@@ -2,9 +2,11 @@ package envd_test
 
 import (
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +122,30 @@ func TestLoginShellProbeRetried(t *testing.T) {
 		login()
 		before := countRuns()
 		login()
+		return countRuns() == before
+	})
+}
+
+// TestLoginShellDirectWithHangupIgnored: an agent started with SIGHUP ignored (under
+// nohup) still skips the login shell: bash lists the inherited ignored signal as a
+// trap, which is not the profile's doing, and the program the agent execs inherits it
+// ignored as bash's would.
+func TestLoginShellDirectWithHangupIgnored(t *testing.T) {
+	signal.Ignore(syscall.SIGHUP)
+	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
+	sb := newSandbox(t)
+	runs := filepath.Join(sb.home, "profile-runs")
+	writeFile(t, filepath.Join(sb.home, ".profile"), "echo run >> \"$HOME/profile-runs\"\n")
+	countRuns := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run\n")
+	}
+	eventually(t, 15*time.Second, "a plain command to skip the login shell", func() bool {
+		before := countRuns()
+		r := sb.run("user", &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"}})
+		if r.err != nil || r.end.GetExitCode() != 0 {
+			t.Fatalf("bash -l -c true: %v, exit %d, stderr %q", r.err, r.end.GetExitCode(), r.stderr)
+		}
 		return countRuns() == before
 	})
 }
