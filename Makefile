@@ -87,10 +87,10 @@ run: deps
 	@scripts/run-build.sh
 	@scripts/run.sh
 
-## test: unit tests, Rego tests and the end-to-end suite against real Docker and Redis; what
-## they need is built side by side (the Go builds beside the images' debootstrap)
+## test: unit tests, Rego tests, the end-to-end suite against real Docker and Redis and the
+## Kubernetes suite; what they need is built side by side, the Kubernetes binaries and Helm
+## while the other packages are tested (scripts/test.sh)
 test: deps
-	@$(MAKE) --no-print-directory -j4 build images plugins k8s registry helm
 	@scripts/test.sh
 
 ## bench: hot-path figures, each beside its raw baseline; one table, and bench/results.json

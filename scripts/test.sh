@@ -1,11 +1,51 @@
 #!/usr/bin/env bash
 # `make test`: every Go test — unit tests, Rego tests (run by policy's Go tests), netns
-# egress tests and the end-to-end suite against real Docker and Redis — with the binaries
-# that `make build` just produced.
+# egress tests, the end-to-end suite against real Docker and Redis, and the Kubernetes
+# suite on a local control plane — with the binaries built here first.
+#
+# What each suite needs is built as early as it can be, side by side:
+#   - the gateway and agent binaries, the images, the WASM examples and the registry that
+#     the main suites need, and, beside them, what every package's tests import, compiled
+#     by `go vet ./...` with both cores into the build cache (`go test -p 1` would compile
+#     it one package at a time);
+#   - in the background, at a lower CPU priority, the Kubernetes binaries and Helm, which
+#     only `test/k8s` and `deploy` use: on a fresh machine they are the longest builds, so
+#     the other packages are tested while they still build, and those two packages last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SANDGATE_E2E_BIN=$PWD/bin
-mkdir -p test/e2e/artifacts
+# The tests build as the binaries do (static, no cgo), so that they share the compiled
+# packages of the build cache instead of compiling the dependency tree a second time.
+export CGO_ENABLED=0
+artifacts=test/e2e/artifacts
+mkdir -p "$artifacts"
+make=(make --no-print-directory)
+
+# The packages that need the Kubernetes binaries or Helm.
+late_packages=(./deploy ./test/k8s)
+
+# Background: the Kubernetes binaries and Helm, niced so that the tests running beside
+# them come first; its output (phase lines included) goes to a log printed when it ends.
+late_log=$artifacts/build-k8s-helm.log
+# It runs in a session of its own, so that stopping `make test` stops all of it.
+setsid nice -n 10 "${make[@]}" -j2 k8s helm >"$late_log" 2>&1 &
+late_build=$!
+stop_late_build() {
+	if kill -0 "$late_build" 2>/dev/null; then
+		kill -TERM -- "-$late_build" 2>/dev/null || true
+	fi
+}
+trap stop_late_build EXIT
+
+# Foreground: what the main suites need, and the tests' imports compiled beside it. A
+# finding of vet's is printed, not fatal here: `go test` reports what breaks a test.
+compile_log=$artifacts/compile-test-imports.log
+scripts/timed.sh "compile test imports (go vet ./...)" go vet ./... >"$compile_log" 2>&1 &
+compile_imports=$!
+"${make[@]}" -j4 build images plugins registry
+wait "$compile_imports" || true
+cat "$compile_log" >&2
+
 # The JavaScript SDK client suite (test/e2e TestSDKJS runs it) uses the SDK version its
 # package-lock.json pins, installed afresh.
 scripts/timed.sh "npm ci test/sdk-js" sh -c 'cd test/sdk-js && npm ci --no-audit --no-fund'
@@ -16,7 +56,21 @@ scripts/timed.sh "npm ci test/sdk-e2b-js" sh -c 'cd test/sdk-e2b-js && npm ci --
 scripts/timed.sh "venv test/sdk-py" test/sdk-py/install.sh
 # The E2B Python SDK client suite (TestSDKE2BPy), likewise (test/sdk-e2b-py/.venv).
 scripts/timed.sh "venv test/sdk-e2b-py" test/sdk-e2b-py/install.sh
+
 # Packages run one at a time: the e2e, agent and egress suites each start containers and
 # namespaces, and two cores are better spent on one of them at a time.
 # Each package prints its own time (`ok <package> <seconds>`); the phase line, the whole.
-scripts/timed.sh "go test ./..." bash -c 'set -o pipefail; go test -count=1 -p 1 -timeout 75m ./... 2>&1 | tee test/e2e/artifacts/go-test.log'
+mapfile -t main_packages < <(go list ./... | grep -v -x -F -e "$(go list ./deploy)" -e "$(go list ./test/k8s)")
+status=0
+scripts/timed.sh "go test (all but ${late_packages[*]})" bash -c 'set -o pipefail; go test -count=1 -p 1 -timeout 75m "$@" 2>&1 | tee "$0"' \
+	"$artifacts/go-test.log" "${main_packages[@]}" || status=$?
+
+if ! wait "$late_build"; then
+	cat "$late_log" >&2
+	echo "make test: building the Kubernetes binaries or Helm failed (log above)" >&2
+	exit 1
+fi
+grep '^phase ' "$late_log" >&2 || true
+scripts/timed.sh "go test ${late_packages[*]}" bash -c 'set -o pipefail; go test -count=1 -p 1 -timeout 30m "$@" 2>&1 | tee -a "$0"' \
+	"$artifacts/go-test.log" "${late_packages[@]}" || status=$?
+exit "$status"
