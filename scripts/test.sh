@@ -24,18 +24,35 @@ make=(make --no-print-directory)
 # The packages that need the Kubernetes binaries or Helm.
 late_packages=(./deploy ./test/k8s)
 
-# Background: the Kubernetes binaries and Helm, niced so that the tests running beside
-# them come first; its output (phase lines included) goes to a log printed when it ends.
-late_log=$artifacts/build-k8s-helm.log
-# It runs in a session of its own, so that stopping `make test` stops all of it.
-setsid nice -n 10 "${make[@]}" -j2 k8s helm >"$late_log" 2>&1 &
-late_build=$!
-stop_late_build() {
-	if kill -0 "$late_build" 2>/dev/null; then
-		kill -TERM -- "-$late_build" 2>/dev/null || true
+# The Kubernetes lane, in the background: the Kubernetes binaries and Helm, niced so that
+# the tests running beside them come first; then, once the binaries and images of the
+# foreground are made too, the tests of those two packages (a control plane and a node
+# of their own, beside the other packages' tests). It runs in a session of its own, so
+# that stopping `make test` stops all of it; its output goes to logs printed at the end.
+late_build_log=$artifacts/build-k8s-helm.log
+late_test_log=$artifacts/go-test-k8s.log
+foreground_ready=$artifacts/.foreground-built
+rm -f "$foreground_ready"
+kubernetes_lane() {
+	if ! nice -n 10 "${make[@]}" -j2 k8s helm >"$late_build_log" 2>&1; then
+		echo "make test: building the Kubernetes binaries or Helm failed: $late_build_log" >"$late_test_log"
+		return 1
+	fi
+	while [ ! -e "$foreground_ready" ]; do sleep 2; done
+	scripts/timed.sh "go test ${late_packages[*]}" go test -count=1 -p 1 -timeout 30m "${late_packages[@]}" >"$late_test_log" 2>&1
+}
+export -f kubernetes_lane
+export late_build_log late_test_log foreground_ready
+late_packages_list=${late_packages[*]}
+setsid bash -c 'make=(make --no-print-directory); read -ra late_packages <<<"$0"; kubernetes_lane' "$late_packages_list" &
+late_lane=$!
+stop_late_lane() {
+	rm -f "$foreground_ready"
+	if kill -0 "$late_lane" 2>/dev/null; then
+		kill -TERM -- "-$late_lane" 2>/dev/null || true
 	fi
 }
-trap stop_late_build EXIT
+trap stop_late_lane EXIT
 
 # Foreground: what the main suites need, and the tests' imports compiled beside it. A
 # finding of vet's is printed, not fatal here: `go test` reports what breaks a test.
@@ -57,6 +74,8 @@ scripts/timed.sh "venv test/sdk-py" test/sdk-py/install.sh
 # The E2B Python SDK client suite (TestSDKE2BPy), likewise (test/sdk-e2b-py/.venv).
 scripts/timed.sh "venv test/sdk-e2b-py" test/sdk-e2b-py/install.sh
 
+touch "$foreground_ready"
+
 # Packages run one at a time: the e2e, agent and egress suites each start containers and
 # namespaces, and two cores are better spent on one of them at a time.
 # Each package prints its own time (`ok <package> <seconds>`); the phase line, the whole.
@@ -65,12 +84,7 @@ status=0
 scripts/timed.sh "go test (all but ${late_packages[*]})" bash -c 'set -o pipefail; go test -count=1 -p 1 -timeout 75m "$@" 2>&1 | tee "$0"' \
 	"$artifacts/go-test.log" "${main_packages[@]}" || status=$?
 
-if ! wait "$late_build"; then
-	cat "$late_log" >&2
-	echo "make test: building the Kubernetes binaries or Helm failed (log above)" >&2
-	exit 1
-fi
-grep '^phase ' "$late_log" >&2 || true
-scripts/timed.sh "go test ${late_packages[*]}" bash -c 'set -o pipefail; go test -count=1 -p 1 -timeout 30m "$@" 2>&1 | tee -a "$0"' \
-	"$artifacts/go-test.log" "${late_packages[@]}" || status=$?
+wait "$late_lane" || status=1
+grep '^phase ' "$late_build_log" >&2 || true
+cat "$late_test_log" >&2
 exit "$status"
