@@ -31,6 +31,11 @@ late_packages=(./deploy ./test/k8s)
 # that stopping `make test` stops all of it; its output goes to logs printed at the end.
 late_build_log=$artifacts/build-k8s-helm.log
 late_test_log=$artifacts/go-test-k8s.log
+# Each `go test` writes its events (go-test*.json) and every test's time (*.times.tsv)
+# beside its log; scripts/testreport prints them as plain `go test` would, with the
+# slowest tests last.
+test_report=$PWD/bin/testreport
+go build -o "$test_report" ./scripts/testreport
 foreground_ready=$artifacts/.foreground-built
 rm -f "$foreground_ready"
 kubernetes_lane() {
@@ -39,10 +44,11 @@ kubernetes_lane() {
 		return 1
 	fi
 	while [ ! -e "$foreground_ready" ]; do sleep 2; done
-	scripts/timed.sh "go test ${late_packages[*]}" go test -count=1 -p 1 -timeout 30m "${late_packages[@]}" >"$late_test_log" 2>&1
+	scripts/timed.sh "go test ${late_packages[*]}" bash -c 'set -o pipefail; report=$1; shift; go test -json -count=1 -p 1 -timeout 30m "$@" 2>&1 |
+		tee "$0.json" | "$report" -times "$0.times.tsv"' "$artifacts/go-test-k8s" "$test_report" "${late_packages[@]}" >"$late_test_log" 2>&1
 }
 export -f kubernetes_lane
-export late_build_log late_test_log foreground_ready
+export late_build_log late_test_log foreground_ready artifacts test_report
 late_packages_list=${late_packages[*]}
 setsid bash -c 'make=(make --no-print-directory); read -ra late_packages <<<"$0"; kubernetes_lane' "$late_packages_list" &
 late_lane=$!
@@ -81,8 +87,8 @@ touch "$foreground_ready"
 # Each package prints its own time (`ok <package> <seconds>`); the phase line, the whole.
 mapfile -t main_packages < <(go list ./... | grep -v -x -F -e "$(go list ./deploy)" -e "$(go list ./test/k8s)")
 status=0
-scripts/timed.sh "go test (all but ${late_packages[*]})" bash -c 'set -o pipefail; go test -count=1 -p 1 -timeout 75m "$@" 2>&1 | tee "$0"' \
-	"$artifacts/go-test.log" "${main_packages[@]}" || status=$?
+scripts/timed.sh "go test (all but ${late_packages[*]})" bash -c 'set -o pipefail; report=$1; shift; go test -json -count=1 -p 1 -timeout 75m "$@" 2>&1 |
+	tee "$0.json" | "$report" -times "$0.times.tsv" | tee "$0.log"' "$artifacts/go-test" "$test_report" "${main_packages[@]}" || status=$?
 
 wait "$late_lane" || status=1
 grep '^phase ' "$late_build_log" >&2 || true
