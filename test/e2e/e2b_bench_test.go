@@ -193,8 +193,12 @@ func (s *e2bSandbox) kill(g *gateway) { g.do("DELETE", "/e2b/sandboxes/"+s.id, n
 func BenchmarkE2BDoor(b *testing.B) {
 	e := newEnv(b, startRedis(b), "SANDGATE_E2B_TEMPLATES=base="+baseImage+",pooled=pool:e2bbench")
 	g := e.startGateway()
-	g.createPool("e2bbench", 4, 8, 0, 16, nil)
-	g.waitAvailable("e2bbench", 8, 5*time.Minute)
+	// bufferMin = bufferMax: each claim is replaced at once, one create, so that every
+	// claim of either door runs beside the same refill (a lower bufferMin would let a few
+	// claims run beside none and the next beside a refill of several).
+	const warmMembers = 8
+	g.createPool("e2bbench", warmMembers, warmMembers, 0, 16, nil)
+	g.waitAvailable("e2bbench", warmMembers, 5*time.Minute)
 
 	// Each sub-benchmark runs more than once (b.N grows); its figure is of its last run,
 	// recorded when every sub-benchmark is done.
@@ -241,9 +245,8 @@ func BenchmarkE2BDoor(b *testing.B) {
 		figure("e2b_cold_create_first_command", door, base)
 	})
 	b.Run("claim-first-command", func(b *testing.B) {
-		warm := func() {
-			waitFor(b, 2*time.Minute, func() bool { _, _, a := g.poolStatus("e2bbench"); return a >= 2 }, "warm members")
-		}
+		// Each claim starts from a full pool: the previous claim's refill is done.
+		warm := func() { g.waitAvailable("e2bbench", warmMembers, 2*time.Minute) }
 		var claimOnly, osClaimOnly latencies
 		e2bSide := func() time.Duration {
 			warm()
