@@ -54,6 +54,7 @@ type Service struct {
 	processes *processTable
 	watchers  *watcherTable
 	logins    loginProbes
+	accounts  accountCache
 
 	closeOnce sync.Once
 }
@@ -76,6 +77,7 @@ func New(cfg Config) *Service {
 		cfg.DefaultUser = "user"
 	}
 	s := &Service{cfg: cfg, mux: http.NewServeMux(), processes: newProcessTable(), watchers: newWatcherTable()}
+	s.logins.files.etc = "/etc"
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxMessageBytes)}
 	s.mux.Handle(processconnect.NewProcessHandler(processService{s}, opts...))
 	s.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{s}, opts...))

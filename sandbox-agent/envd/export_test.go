@@ -9,3 +9,7 @@ func SetLoginProbeTimes(timeout, retry time.Duration) (restore func()) {
 	loginProbeTimeout, loginProbeRetry = timeout, retry
 	return func() { loginProbeTimeout, loginProbeRetry = oldTimeout, oldRetry }
 }
+
+// SettleTime is how long after a change to a file a login shell reads the agent waits
+// before probing the login shell again.
+const SettleTime = settleTime

@@ -35,6 +35,7 @@ type sandbox struct {
 	t       *testing.T
 	url     string // the envd base URL: the agent's plus /envd
 	home    string // user's home
+	passwd  string // the sandbox's passwd file
 	client  *http.Client
 	process processconnect.ProcessClient
 	fs      filesystemconnect.FilesystemClient
@@ -88,6 +89,7 @@ func newSandbox(t *testing.T) *sandbox {
 		t:       t,
 		url:     base,
 		home:    home,
+		passwd:  passwd,
 		client:  client,
 		process: processconnect.NewProcessClient(client, base, connect.WithProtoJSON()),
 		fs:      filesystemconnect.NewFilesystemClient(client, base, connect.WithProtoJSON()),

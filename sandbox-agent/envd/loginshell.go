@@ -40,7 +40,9 @@ import (
 //   - the probe is current: none of /etc/profile, /etc/profile.d and its files,
 //     /etc/bash.bashrc, /etc/bashrc, ~/.bash_profile, ~/.bash_login, ~/.profile,
 //     ~/.bashrc, ~/bin and ~/.local/bin (the directories the stock ~/.profile adds to
-//     PATH when they exist) changed size, mtime or inode since it ran;
+//     PATH when they exist) changed size, mtime, ctime or inode since it ran. No probe
+//     runs while one of them changed within settleTime (a further change in the same
+//     clock tick would not show in their times): until then commands go through bash;
 //   - the program starts: an exec failing in the child (a script without #!, a program
 //     the user may not run) starts the login shell instead, before anything ran.
 //
@@ -67,7 +69,9 @@ type loginProbe struct {
 	env []string
 	// hashed are the programs the profile files hashed, by name.
 	hashed map[string]string
-	stamp  string
+	// stamp is the version of the files the login shell read (loginFiles.stamp), taken
+	// settled: while it is current, they are unchanged.
+	stamp string
 	// at is when the probe ran: one that failed is run again once loginProbeRetry has
 	// passed (its shell may have been slow, the machine busy), not kept until a profile
 	// file changes.
@@ -83,6 +87,8 @@ var loginProbeRetry = 30 * time.Second
 
 // loginProbes caches probes by user, working directory and environment.
 type loginProbes struct {
+	files loginFiles
+
 	mu sync.Mutex
 	m  map[string]*loginProbe
 }
@@ -94,7 +100,7 @@ const maxLoginProbes = 64
 // that come together) when there is none or a file it read has changed.
 func (l *loginProbes) get(shell *exec.Cmd) *loginProbe {
 	home, _ := procs.Lookup(shell.Env, "HOME")
-	stamp := loginStamp(home)
+	stamp, settled := l.files.stamp(home)
 	key := loginKey(shell)
 	l.mu.Lock()
 	probe := l.m[key]
@@ -102,6 +108,12 @@ func (l *loginProbes) get(shell *exec.Cmd) *loginProbe {
 		l.mu.Unlock()
 		<-probe.done
 		return probe
+	}
+	if !settled {
+		// A file changed too recently for its times to show a further change: a probe
+		// run now could not be trusted later. The command goes through bash.
+		l.mu.Unlock()
+		return &loginProbe{}
 	}
 	if l.m == nil || len(l.m) >= maxLoginProbes {
 		l.m = map[string]*loginProbe{}
@@ -201,30 +213,131 @@ func loginKey(shell *exec.Cmd) string {
 	return b.String()
 }
 
-// loginStamp identifies the current version of every file a login shell of the user
-// whose HOME is home reads.
-func loginStamp(home string) string {
-	files := []string{"/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/bashrc"}
-	if entries, err := os.ReadDir("/etc/profile.d"); err == nil {
-		for _, e := range entries {
-			files = append(files, "/etc/profile.d/"+e.Name())
-		}
+// loginDirs are the directories whose files a login shell reads: /etc/profile sources
+// /etc/profile.d/*, and the stock ~/.profile adds ~/bin and ~/.local/bin to PATH when
+// they exist.
+func loginDirs(etc, home string) []loginDir {
+	dirs := []loginDir{
+		{path: etc, names: []string{"profile", "bash.bashrc", "bashrc"}},
+		{path: filepath.Join(etc, "profile.d")},
 	}
 	if home != "" {
-		for _, f := range []string{".bash_profile", ".bash_login", ".profile", ".bashrc", "bin", ".local/bin"} {
-			files = append(files, filepath.Join(home, f))
-		}
+		dirs = append(dirs,
+			loginDir{path: home, names: []string{".bash_profile", ".bash_login", ".profile", ".bashrc", "bin"}},
+			loginDir{path: filepath.Join(home, ".local"), names: []string{"bin"}})
 	}
-	var b strings.Builder
-	for _, f := range files {
-		var st syscall.Stat_t
-		if err := syscall.Stat(f, &st); err != nil {
-			b.WriteString("-;")
+	return dirs
+}
+
+// loginDir is a directory a login shell reads files from.
+type loginDir struct {
+	path string
+	// names are the files read there; nil means every entry.
+	names []string
+}
+
+// loginFiles stamps the files a login shell reads, and keeps, per directory, which of
+// them exist: a stamp stats every directory and every file that exists, and lists a
+// directory again only when its version changed. A name absent from a directory cannot
+// appear without changing the directory's mtime and ctime; a file that exists is
+// stat'ed every time, since writing it changes only the file.
+type loginFiles struct {
+	// etc is /etc, or a test's own.
+	etc string
+
+	mu       sync.Mutex
+	listings map[string]dirListing
+}
+
+// dirListing is which names of a directory existed when its version was version.
+type dirListing struct {
+	version fileVersion
+	// settled is whether version proves the listing current (fileVersion.settledBy).
+	settled bool
+	present []string
+}
+
+// maxDirListings bounds the listings kept; they are dropped when full.
+const maxDirListings = 64
+
+// stamp identifies the current version of every file a login shell of the user whose
+// HOME is home reads. settled is whether the stamp being unchanged later proves those
+// files unchanged: false when one of them changed too recently for its ctime to tell
+// a further change apart (settleTime).
+func (l *loginFiles) stamp(home string) (stamp string, settled bool) {
+	at := time.Now()
+	settled = true
+	b := make([]byte, 0, 512)
+	for _, dir := range loginDirs(l.etc, home) {
+		b = append(b, dir.path...)
+		dirVersion, err := statVersion(dir.path)
+		if err != nil {
+			// Its creation shows in this stat next time.
+			b = append(b, "=-;"...)
 			continue
 		}
-		fmt.Fprintf(&b, "%d.%d.%d.%d.%d;", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+		b = appendVersion(b, dirVersion)
+		settled = settled && dirVersion.settledBy(at)
+		l.mu.Lock()
+		listing, ok := l.listings[dir.path]
+		l.mu.Unlock()
+		if !ok || listing.version != dirVersion || !listing.settled {
+			present, ok := listDir(dir)
+			listing = dirListing{version: dirVersion, settled: ok && dirVersion.settledBy(at), present: present}
+			settled = settled && ok
+			l.mu.Lock()
+			if l.listings == nil || len(l.listings) >= maxDirListings {
+				l.listings = map[string]dirListing{}
+			}
+			l.listings[dir.path] = listing
+			l.mu.Unlock()
+		}
+		for _, name := range listing.present {
+			b = append(b, name...)
+			v, err := statVersion(filepath.Join(dir.path, name))
+			if err != nil {
+				b = append(b, "=-;"...)
+				continue
+			}
+			b = appendVersion(b, v)
+			settled = settled && v.settledBy(at)
+		}
 	}
-	return b.String()
+	return string(b), settled
+}
+
+// listDir returns the names of dir that exist; ok is false when dir could not be
+// listed. A name counts as existing unless lstat finds nothing: a dangling symbolic
+// link is stat'ed every time, as its target may appear elsewhere.
+func listDir(dir loginDir) (present []string, ok bool) {
+	if dir.names == nil {
+		entries, err := os.ReadDir(dir.path)
+		if err != nil {
+			return nil, false
+		}
+		names := make([]string, len(entries))
+		for i, e := range entries {
+			names[i] = e.Name()
+		}
+		return names, true
+	}
+	for _, name := range dir.names {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(dir.path, name), &st); !errors.Is(err, syscall.ENOENT) {
+			present = append(present, name)
+		}
+	}
+	return present, true
+}
+
+func appendVersion(b []byte, v fileVersion) []byte {
+	b = append(b, '=')
+	for _, n := range []int64{int64(v.dev), int64(v.ino), v.size, v.mtime.Sec, v.mtime.Nsec, v.ctime.Sec, v.ctime.Nsec} {
+		b = strconv.AppendInt(b, n, 10)
+		b = append(b, '.')
+	}
+	b[len(b)-1] = ';'
+	return b
 }
 
 // probeScript lists what would make the login shell do more than exec a program (each

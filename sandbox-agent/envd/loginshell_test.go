@@ -78,7 +78,12 @@ func TestLoginShellDirect(t *testing.T) {
 		}
 	})
 	t.Run("not plain", func(t *testing.T) {
-		login("env", nil) // probed
+		// Probed once the profile change has settled.
+		eventually(t, 15*time.Second, "a plain command to skip the login shell", func() bool {
+			before := countRuns()
+			login("env", nil)
+			return countRuns() == before
+		})
 		before := countRuns()
 		login("env | cat", nil)
 		if got := countRuns() - before; got != 1 {
@@ -107,6 +112,8 @@ func TestLoginShellProbeRetried(t *testing.T) {
 	// The first run of the profile is slow; every run leaves a line in profile-runs.
 	writeFile(t, filepath.Join(sb.home, ".profile"),
 		"echo run >> \"$HOME/profile-runs\"\nif [ ! -e \"$HOME/slow-once\" ]; then : > \"$HOME/slow-once\"; sleep 2; fi\n")
+	// Until the profile has settled, commands go through bash and none probes.
+	time.Sleep(envd.SettleTime)
 	countRuns := func() int {
 		b, _ := os.ReadFile(runs)
 		return strings.Count(string(b), "run\n")
@@ -148,4 +155,66 @@ func TestLoginShellDirectWithHangupIgnored(t *testing.T) {
 		}
 		return countRuns() == before
 	})
+}
+
+// TestLoginShellSeesProfileChanges: a profile file created, edited in place, replaced
+// by rename or removed between two commands changes what the next plain command gets,
+// though plain commands skip the login shell once it was probed.
+func TestLoginShellSeesProfileChanges(t *testing.T) {
+	sb := newSandbox(t)
+	runs := filepath.Join(sb.home, "profile-runs")
+	bashProfile := filepath.Join(sb.home, ".bash_profile")
+	const countRun = "echo run >> \"$HOME/profile-runs\"\n"
+	writeFile(t, filepath.Join(sb.home, ".profile"), "export FROM=profile\n"+countRun)
+	countRuns := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run\n")
+	}
+	from := func() string {
+		t.Helper()
+		r := sb.run("user", &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "printenv FROM"}})
+		if r.err != nil || r.end.GetExitCode() != 0 || r.stderr != "" {
+			t.Fatalf("bash -l -c 'printenv FROM': %v, exit %d, stderr %q", r.err, r.end.GetExitCode(), r.stderr)
+		}
+		return strings.TrimSuffix(r.stdout, "\n")
+	}
+	probed := func(want string) {
+		t.Helper()
+		eventually(t, 45*time.Second, "a plain command to skip the login shell", func() bool {
+			before := countRuns()
+			return from() == want && countRuns() == before
+		})
+	}
+	probed("profile")
+
+	steps := []struct {
+		name   string
+		change func()
+		want   string
+	}{
+		// bash reads ~/.bash_profile instead of ~/.profile when it exists.
+		{"bash_profile created", func() { writeFile(t, bashProfile, "export FROM=bash_profile_1\n"+countRun) }, "bash_profile_1"},
+		{"bash_profile edited, same size", func() { writeFile(t, bashProfile, "export FROM=bash_profile_2\n"+countRun) }, "bash_profile_2"},
+		{"bash_profile replaced by rename", func() {
+			writeFile(t, bashProfile+".new", "export FROM=bash_profile_3\n"+countRun)
+			if err := os.Rename(bashProfile+".new", bashProfile); err != nil {
+				t.Fatal(err)
+			}
+		}, "bash_profile_3"},
+		{"bash_profile removed", func() {
+			if err := os.Remove(bashProfile); err != nil {
+				t.Fatal(err)
+			}
+		}, "profile"},
+	}
+	last := "profile"
+	for _, step := range steps {
+		// Commands skip the login shell: the probe is the one the next command would use.
+		probed(last)
+		step.change()
+		if got := from(); got != step.want {
+			t.Errorf("%s: FROM=%q, want %q", step.name, got, step.want)
+		}
+		last = step.want
+	}
 }

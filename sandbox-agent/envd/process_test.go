@@ -3,8 +3,10 @@ package envd_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -515,5 +517,43 @@ func TestCloseKillsProcesses(t *testing.T) {
 	}
 	if alive(pid) || alive(child) {
 		t.Errorf("after Close: process %d alive %t, its child %d alive %t", pid, alive(pid), child, alive(child))
+	}
+}
+
+// TestStartSeesPasswdChanges: a user added to the passwd file, or a home changed there,
+// counts for the next process started.
+func TestStartSeesPasswdChanges(t *testing.T) {
+	sb := newSandbox(t)
+	printenv := func(user string) result {
+		t.Helper()
+		stream, err := sb.process.Start(context.Background(),
+			request(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/usr/bin/printenv", Args: []string{"HOME"}}}, user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return collect(stream)
+	}
+	if r := printenv("user"); r.err != nil || r.stdout != sb.home+"\n" {
+		t.Fatalf("user's HOME: %q, %v", r.stdout, r.err)
+	}
+	wantCode(t, printenv("third").err, connect.CodeInvalidArgument)
+
+	newHome := filepath.Join(filepath.Dir(sb.home), "moved")
+	if err := os.MkdirAll(newHome, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passwd, err := os.ReadFile(sb.passwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(passwd), ":"+sb.home+":", ":"+newHome+":", 1) +
+		fmt.Sprintf("third:x:%d:%d::%s:/bin/bash\n", testUID+2, testUID+2, newHome)
+	writeFile(t, sb.passwd, edited)
+
+	if r := printenv("user"); r.err != nil || r.stdout != newHome+"\n" {
+		t.Errorf("user's HOME after it changed: %q, %v", r.stdout, r.err)
+	}
+	if r := printenv("third"); r.err != nil || r.stdout != newHome+"\n" {
+		t.Errorf("added user's HOME: %q, %v", r.stdout, r.err)
 	}
 }

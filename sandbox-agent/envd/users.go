@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // account is a user of the sandbox, read from its passwd and group files.
@@ -52,20 +55,22 @@ func (s *Service) userFromHeader(h http.Header) (*account, error) {
 // user (Config.DefaultUser) when the sandbox has one, else the agent's own user: an
 // image made for E2B has `user`, any other image still gets an answer.
 func (s *Service) lookupUser(name string) (*account, error) {
+	users, err := s.accounts.read(s.cfg.PasswdFile, s.cfg.GroupFile)
+	if err != nil {
+		return nil, err
+	}
 	if name != "" {
-		a, err := readAccount(s.cfg.PasswdFile, s.cfg.GroupFile, func(e passwdEntry) bool { return e.name == name })
-		if errors.Is(err, errUnknownUser) {
+		a := users.find(func(e passwdEntry) bool { return e.name == name })
+		if a == nil {
 			return nil, fmt.Errorf("user %q: %w", name, errUnknownUser)
 		}
-		return a, err
+		return a, nil
 	}
-	a, err := readAccount(s.cfg.PasswdFile, s.cfg.GroupFile, func(e passwdEntry) bool { return e.name == s.cfg.DefaultUser })
-	if err == nil {
+	if a := users.find(func(e passwdEntry) bool { return e.name == s.cfg.DefaultUser }); a != nil {
 		return a, nil
 	}
 	uid := uint32(os.Getuid())
-	a, err = readAccount(s.cfg.PasswdFile, s.cfg.GroupFile, func(e passwdEntry) bool { return e.uid == uid })
-	if err == nil {
+	if a := users.find(func(e passwdEntry) bool { return e.uid == uid }); a != nil {
 		return a, nil
 	}
 	home, _ := os.UserHomeDir()
@@ -81,13 +86,90 @@ type passwdEntry struct {
 	home     string
 }
 
-// readAccount returns the first passwd entry that match accepts, with its groups.
-func readAccount(passwdFile, groupFile string, match func(passwdEntry) bool) (*account, error) {
+type groupEntry struct {
+	gid     uint32
+	members []string
+}
+
+// accountFiles is the sandbox's passwd and group files, parsed.
+type accountFiles struct {
+	users  []passwdEntry
+	groups []groupEntry
+}
+
+// accountCache keeps the parsed passwd and group files while both keep their version
+// (fileVersion): every process start looks its user up, and the files rarely change.
+type accountCache struct {
+	mu                          sync.Mutex
+	passwdVersion, groupVersion fileVersion
+	// settled is whether the versions prove the parsed files current
+	// (fileVersion.settledBy).
+	settled bool
+	files   *accountFiles
+}
+
+// read returns the parsed files, reading them again when either has changed.
+func (c *accountCache) read(passwdFile, groupFile string) (*accountFiles, error) {
+	at := time.Now()
+	passwdVersion, err := statVersion(passwdFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the sandbox's users: %w", err)
+	}
+	// A group file that cannot be read lists no one; its appearance changes its version.
+	groupVersion, _ := statVersion(groupFile)
+	c.mu.Lock()
+	files := c.files
+	current := files != nil && c.settled && c.passwdVersion == passwdVersion && c.groupVersion == groupVersion
+	c.mu.Unlock()
+	if current {
+		return files, nil
+	}
+	users, err := readPasswd(passwdFile)
+	if err != nil {
+		return nil, err
+	}
+	files = &accountFiles{users: users, groups: readGroups(groupFile)}
+	c.mu.Lock()
+	c.files, c.passwdVersion, c.groupVersion = files, passwdVersion, groupVersion
+	c.settled = passwdVersion.settledBy(at) && (groupVersion == fileVersion{} || groupVersion.settledBy(at))
+	c.mu.Unlock()
+	return files, nil
+}
+
+// find returns the first user that match accepts, with its groups, or nil.
+func (f *accountFiles) find(match func(passwdEntry) bool) *account {
+	for _, e := range f.users {
+		if !match(e) {
+			continue
+		}
+		home := e.home
+		if home == "" {
+			home = "/"
+		}
+		return &account{Name: e.name, UID: e.uid, GID: e.gid, Home: home, Groups: f.memberGroups(e.name, e.gid)}
+	}
+	return nil
+}
+
+// memberGroups lists the groups other than primary whose member list names user.
+func (f *accountFiles) memberGroups(user string, primary uint32) []uint32 {
+	var out []uint32
+	for _, g := range f.groups {
+		if g.gid != primary && slices.Contains(g.members, user) {
+			out = append(out, g.gid)
+		}
+	}
+	return out
+}
+
+// readPasswd parses a passwd file.
+func readPasswd(passwdFile string) ([]passwdEntry, error) {
 	f, err := os.Open(passwdFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the sandbox's users: %w", err)
 	}
 	defer f.Close()
+	var users []passwdEntry
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// name:password:uid:gid:gecos:home:shell
@@ -100,30 +182,22 @@ func readAccount(passwdFile, groupFile string, match func(passwdEntry) bool) (*a
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		e := passwdEntry{name: fields[0], uid: uint32(uid), gid: uint32(gid), home: fields[5]}
-		if !match(e) {
-			continue
-		}
-		home := e.home
-		if home == "" {
-			home = "/"
-		}
-		return &account{Name: e.name, UID: e.uid, GID: e.gid, Home: home, Groups: memberGroups(groupFile, e.name, e.gid)}, nil
+		users = append(users, passwdEntry{name: fields[0], uid: uint32(uid), gid: uint32(gid), home: fields[5]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read the sandbox's users: %w", err)
 	}
-	return nil, errUnknownUser
+	return users, nil
 }
 
-// memberGroups lists the groups other than primary whose member list names user.
-func memberGroups(groupFile, user string, primary uint32) []uint32 {
+// readGroups parses a group file; one that cannot be read lists no groups.
+func readGroups(groupFile string) []groupEntry {
 	f, err := os.Open(groupFile)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []uint32
+	var groups []groupEntry
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// name:password:gid:member,member
@@ -132,17 +206,12 @@ func memberGroups(groupFile, user string, primary uint32) []uint32 {
 			continue
 		}
 		gid, err := strconv.ParseUint(fields[2], 10, 32)
-		if err != nil || uint32(gid) == primary {
+		if err != nil {
 			continue
 		}
-		for _, m := range strings.Split(fields[3], ",") {
-			if m == user {
-				out = append(out, uint32(gid))
-				break
-			}
-		}
+		groups = append(groups, groupEntry{gid: uint32(gid), members: strings.Split(fields[3], ",")})
 	}
-	return out
+	return groups
 }
 
 // idNames names the owners and groups of entries: the sandbox's passwd and group
