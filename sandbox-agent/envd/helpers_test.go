@@ -32,7 +32,7 @@ const testUID = 1000
 // its own: root, `user` (uid 1000, home under the test's temp dir, also in group
 // `extra`) and `other` (uid 1001).
 type sandbox struct {
-	t       *testing.T
+	t       testing.TB
 	url     string // the envd base URL: the agent's plus /envd
 	home    string // user's home
 	passwd  string // the sandbox's passwd file
@@ -41,7 +41,7 @@ type sandbox struct {
 	fs      filesystemconnect.FilesystemClient
 }
 
-func newSandbox(t *testing.T) *sandbox {
+func newSandbox(t testing.TB) *sandbox {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("the envd tests switch users: they run as root")
