@@ -142,7 +142,7 @@ const fillerStale = 2 * time.Minute
 // createFiller creates the one filler container of vol (its fixed name makes fills of
 // several gateways on one engine take turns: two at once could interleave their writes),
 // waiting while another process's filler exists, and removing one left by a killed
-// process.
+// process or by a create of its own that failed.
 func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.ContainerCreateResult, error) {
 	name := vol + "-filler"
 	deadline := time.Now().Add(30 * time.Second)
@@ -162,14 +162,27 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 		if err == nil {
 			return created, nil
 		}
-		if !cerrdefs.IsConflict(err) || time.Now().After(deadline) {
+		if !cerrdefs.IsConflict(err) {
+			// The engine may have made it all the same (the answer lost to a deadline or
+			// a broken connection): a filler of this runtime's is never in use once its
+			// create returned, so it is removed, not left for other fills to wait on.
+			r.removeOwnFiller(name)
+			return client.ContainerCreateResult{}, fmt.Errorf("create the agent volume's filler: %w", err)
+		}
+		if time.Now().After(deadline) {
 			return client.ContainerCreateResult{}, fmt.Errorf("create the agent volume's filler: %w", err)
 		}
 		if other, ierr := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); ierr == nil {
-			// The filler of a process of this host that is gone (killed while filling:
-			// every gateway fills at its start, for its spare holders) is removed at
-			// once; one of another host's process only once it is stale.
-			gone := other.Container.Config != nil && ownerGone(other.Container.Config.Labels[labelSpareOwner])
+			// This runtime's own (a create answered with an error that the engine made
+			// nonetheless: it fills one volume at a time, under agentMu) and the filler
+			// of a process of this host that is gone (killed while filling: every gateway
+			// fills at its start, for its spare holders) are removed at once; one of
+			// another process only once it is stale.
+			owner := ""
+			if other.Container.Config != nil {
+				owner = other.Container.Config.Labels[labelSpareOwner]
+			}
+			gone := owner == r.owner || ownerGone(owner)
 			if at, perr := time.Parse(time.RFC3339Nano, other.Container.Created); gone || (perr == nil && time.Since(at) > fillerStale) {
 				_, _ = r.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 				continue
@@ -181,6 +194,18 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// removeOwnFiller removes the filler container name if this runtime made it, without
+// waiting on the caller's context (whose deadline may be what failed the create).
+func (r *Runtime) removeOwnFiller(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil || res.Container.Config == nil || res.Container.Config.Labels[labelSpareOwner] != r.owner {
+		return
+	}
+	_, _ = r.cli.ContainerRemove(ctx, res.Container.ID, client.ContainerRemoveOptions{Force: true})
 }
 
 // agentVolumeGrace is how old an agent binary volume must be before the sweep may remove

@@ -23,8 +23,40 @@ import (
 // next process on the host removes it at once instead of waiting for it to go stale
 // (two minutes; creates failed meanwhile with "the container name is already in use").
 func TestFillerOfKilledProcess(t *testing.T) {
+	r, image, vol := runtimeWithUnfilledAgentVolume(t)
+	// The filler a killed gateway left: made just now, by a process of this host that
+	// is gone (pid 1 never had this start time).
+	filler := vol + "-filler"
+	if out, err := exec.Command("docker", "create", "--name", filler, "--network", "none",
+		"--label", labelRole+"="+roleAgentVolume, "--label", labelSpareOwner+"="+hostname(t)+"/1/0/x",
+		"--mount", "type=volume,source="+vol+",target=/agent", image, "/nonexistent").CombinedOutput(); err != nil {
+		t.Fatalf("docker create: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", filler).Run() })
+	fillsDespiteLeftover(t, r, image, vol, filler)
+}
+
+// TestFillerOfOwnFailedCreate: a filler this runtime itself left, its create made by the
+// engine but answered with an error (the client's deadline passed first, the engine's
+// connection broke), is removed at the next fill: the runtime fills one volume at a
+// time, so a filler with its own owner is never one a fill of its still uses.
+func TestFillerOfOwnFailedCreate(t *testing.T) {
+	r, image, vol := runtimeWithUnfilledAgentVolume(t)
+	filler := vol + "-filler"
+	if out, err := exec.Command("docker", "create", "--name", filler, "--network", "none",
+		"--label", labelRole+"="+roleAgentVolume, "--label", labelSpareOwner+"="+r.owner,
+		"--mount", "type=volume,source="+vol+",target=/agent", image, "/nonexistent").CombinedOutput(); err != nil {
+		t.Fatalf("docker create: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", filler).Run() })
+	fillsDespiteLeftover(t, r, image, vol, filler)
+}
+
+// runtimeWithUnfilledAgentVolume returns a runtime whose agent binary is one of its own
+// (the test binary's agent and one more byte), so that its volume, vol, is one nobody
+// has filled yet, and an image to make containers of.
+func runtimeWithUnfilledAgentVolume(t *testing.T) (*Runtime, string, string) {
 	r0, image := testRuntime(t)
-	// An agent binary of its own (one more byte): a volume that nobody has filled yet.
 	bin, err := os.ReadFile(r0.opts.AgentBinary)
 	if err != nil {
 		t.Fatal(err)
@@ -46,20 +78,19 @@ func TestFillerOfKilledProcess(t *testing.T) {
 		r.Close()
 		_ = exec.Command("docker", "network", "rm", network).Run()
 	})
-	// The filler a killed gateway left: made just now, by a process of this host that
-	// is gone (pid 1 never had this start time).
-	filler := vol + "-filler"
-	if out, err := exec.Command("docker", "create", "--name", filler, "--network", "none",
-		"--label", labelRole+"="+roleAgentVolume, "--label", labelSpareOwner+"="+hostname(t)+"/1/0/x",
-		"--mount", "type=volume,source="+vol+",target=/agent", image, "/nonexistent").CombinedOutput(); err != nil {
-		t.Fatalf("docker create: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", filler).Run() })
+	return r, image, vol
+}
+
+// fillsDespiteLeftover fills vol with filler left over (well within the 30 s a fill
+// waits for another process's filler), and checks that the leftover is gone and the
+// volume filled.
+func fillsDespiteLeftover(t *testing.T, r *Runtime, image, vol, filler string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	got, err := r.agentVolume(ctx, image)
 	if err != nil {
-		t.Fatalf("agent volume with a killed process's filler left: %v", err)
+		t.Fatalf("agent volume with a leftover filler: %v", err)
 	}
 	if got != vol {
 		t.Fatalf("volume %q, want %q", got, vol)
