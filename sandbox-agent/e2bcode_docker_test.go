@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -68,6 +70,52 @@ func (c *container) e2bContext(t *testing.T, body map[string]any) map[string]any
 		t.Fatalf("create context: %d %s", resp.StatusCode, b)
 	}
 	return ctx
+}
+
+// TestDockerE2BCodeRunAfterAFailedRun: a run that fails does not cost the next one
+// anything. ipykernel aborts the execute requests that reach it within
+// stop_on_error_timeout of a cell that failed with stop_on_error (0 s by default, which
+// still aborts one sent the moment the failure was answered, before the kernel's loop
+// ends the abort): the agent sends every cell, its own included (a run's env_vars are
+// set by one), without stop_on_error. The kernel here holds the window open for 10 s,
+// so that a cell sent after a failure is aborted every time, not only on a busy machine.
+func TestDockerE2BCodeRunAfterAFailedRun(t *testing.T) {
+	bin := requireDocker(t)
+	ipython := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ipython, "profile_default"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ipython, "profile_default", "ipython_kernel_config.py"),
+		[]byte("c.Kernel.stop_on_error_timeout = 10.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{ipython, filepath.Join(ipython, "profile_default")} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startContainerWith(t, bin, []string{"-v", ipython + ":/sandgate-ipython", "-e", "IPYTHONDIR=/sandgate-ipython"}, "sleep", "infinity")
+	c.waitReady(t)
+	fail := func(t *testing.T) {
+		t.Helper()
+		if errs := linesOf(c.e2bExecute(t, map[string]any{"code": "undefined_name"}), "error"); len(errs) != 1 {
+			t.Fatalf("the failing run reported %v", errs)
+		}
+	}
+	t.Run("a run", func(t *testing.T) {
+		fail(t)
+		lines := c.e2bExecute(t, map[string]any{"code": "1 + 1"})
+		if r := linesOf(lines, "result"); len(r) != 1 || r[0].str("text") != "2" {
+			t.Fatalf("the run after a failed one: %v", lines)
+		}
+	})
+	t.Run("a run with env vars", func(t *testing.T) {
+		fail(t)
+		lines := c.e2bExecute(t, map[string]any{"code": "import os\nos.environ.get('E2B_RUN_VAR')", "env_vars": map[string]string{"E2B_RUN_VAR": "set"}})
+		if r := linesOf(lines, "result"); len(r) != 1 || r[0].str("text") != "'set'" {
+			t.Fatalf("the run with env vars after a failed one: %v", lines)
+		}
+	})
 }
 
 // TestDockerE2BCodeInterpreter drives the agent's E2B code-interpreter API in the code

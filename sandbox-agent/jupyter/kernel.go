@@ -218,12 +218,17 @@ type Output struct {
 // Execute runs code and calls fn for each output until the kernel reports the
 // execution finished. When ctx ends first, Execute returns ctx.Err() without waiting
 // (the caller interrupts the kernel if the code should stop).
+//
+// Every cell is sent without stop_on_error: each run stands alone (one at a time,
+// execMu), and a kernel told to stop on an error aborts the requests that reach it
+// until its loop ends the abort, which can be the next run, sent the moment the
+// failure was answered.
 func (k *Kernel) Execute(ctx context.Context, code string, silent bool, fn func(Output)) error {
 	k.execMu.Lock()
 	defer k.execMu.Unlock()
 	id, ch, err := k.send(ctx, "shell", "execute_request", map[string]any{
 		"code": code, "silent": silent, "store_history": !silent,
-		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true,
+		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": false,
 	})
 	if err != nil {
 		return err
