@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds sandgate's sandbox images without a registry: a Debian bookworm minbase rootfs by
-# debootstrap, then `docker import`. Each image is skipped when it is already present.
+# Builds sandgate's sandbox images without a registry: sandgate/base from a Debian bookworm
+# minbase rootfs by debootstrap, then `docker import`; the others from sandgate/base's
+# rootfs with packages added (images/code-interpreter.sh, images/e2b.sh), side by side.
+# Each image is skipped when it is already present.
 # The rootfs tarballs are cached outside the repo (SANDGATE_CACHE, default /var/cache/sandgate).
 set -euo pipefail
 # Usage: images/build.sh [VERSION] [base]   (base: only sandgate/base, what `make run`
@@ -46,22 +48,47 @@ import_image() {
 }
 
 BASE_PACKAGES=bash,coreutils,python3,ca-certificates,curl,procps,iproute2
-if ! docker image inspect "sandgate/base:$VERSION" >/dev/null 2>&1; then
-	build_rootfs base "$BASE_PACKAGES"
-	import_image base "sandgate/base:$VERSION"
-else
-	echo "images: sandgate/base:$VERSION present"
+if [[ $ONLY == base ]]; then
+	if ! docker image inspect "sandgate/base:$VERSION" >/dev/null 2>&1; then
+		build_rootfs base "$BASE_PACKAGES"
+		import_image base "sandgate/base:$VERSION"
+	else
+		echo "images: sandgate/base:$VERSION present"
+	fi
+	exit 0
 fi
 
-[[ $ONLY == base ]] && exit 0
+# The other images are each made from sandgate/base's root filesystem, so once it exists
+# two chains build side by side: the code interpreter, then what is made from it (the
+# name OpenSandbox's SDKs default to, the E2B door's code interpreter template); and the
+# E2B door's base template. Each image prints its time (scripts/timed.sh), and each
+# chain's lines carry the chain's name so that the two stay readable.
+TIMED="$HERE/../scripts/timed.sh"
+"$TIMED" "image sandgate/base" "$HERE/build.sh" "$VERSION" base
 
-# The code interpreter image (Jupyter) is built by its own script when present.
-if [ -x "$HERE/code-interpreter.sh" ]; then
-	"$HERE/code-interpreter.sh" "$VERSION"
-	# The same image under the name OpenSandbox's code-interpreter SDKs default to
+code_interpreter_chain() {
+	# The code interpreter image (Jupyter) is built by its own script when present, and
+	# tagged under the name OpenSandbox's code-interpreter SDKs default to
 	# (SANDGATE_OPENSANDBOX_ALIAS=off skips it).
-	"$HERE/opensandbox-alias.sh" "$VERSION"
-fi
+	[ -x "$HERE/code-interpreter.sh" ] || return 0
+	"$TIMED" "image sandgate/code-interpreter" "$HERE/code-interpreter.sh" "$VERSION" &&
+		"$TIMED" "image opensandbox alias" "$HERE/opensandbox-alias.sh" "$VERSION" &&
+		"$TIMED" "image sandgate/e2b-code-interpreter" "$HERE/e2b.sh" "$VERSION" code-interpreter
+}
+e2b_base_chain() {
+	"$TIMED" "image sandgate/e2b-base" "$HERE/e2b.sh" "$VERSION" base
+}
 
-# The images of the E2B door's templates (base and code-interpreter-v1).
-"$HERE/e2b.sh" "$VERSION"
+# prefixed NAME FUNCTION: FUNCTION's output, each line led by [NAME].
+prefixed() {
+	"$2" 2>&1 | sed -u "s/^/[$1] /" >&2
+}
+
+prefixed code-interpreter code_interpreter_chain &
+code_interpreter_pid=$!
+prefixed e2b-base e2b_base_chain &
+e2b_base_pid=$!
+failed=0
+wait "$code_interpreter_pid" || failed=1
+wait "$e2b_base_pid" || failed=1
+exit "$failed"

@@ -23,6 +23,8 @@ wanted=("$@")
 [[ ${#wanted[@]} -gt 0 ]] || wanted=(base code-interpreter)
 mirror="${SANDGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 cache_dir="${SANDGATE_IMAGE_CACHE:-${SANDGATE_CACHE:-/var/cache/sandgate}}"
+# Where images/build.sh caches the base's root filesystem.
+base_tarball="${SANDGATE_CACHE:-/var/cache/sandgate}/base-rootfs.tar"
 extra_packages="sudo git nodejs"
 log() { printf 'e2b images: %s\n' "$*" >&2; }
 
@@ -31,7 +33,7 @@ log() { printf 'e2b images: %s\n' "$*" >&2; }
 source_tarball() {
 	local found=""
 	case "$1" in
-	base) [[ -s "$cache_dir/base-rootfs.tar" ]] && found="$cache_dir/base-rootfs.tar" ;;
+	base) [[ -s "$base_tarball" ]] && found="$base_tarball" ;;
 	code-interpreter) found=$(ls -t "$cache_dir"/code-interpreter-bookworm-*.tar 2>/dev/null | head -n 1) ;;
 	esac
 	if [[ -n "$found" ]]; then
@@ -41,7 +43,7 @@ source_tarball() {
 	local exported="$cache_dir/$1-export-$version.tar" id
 	if [[ ! -s "$exported" ]]; then
 		id=$(docker create "sandgate/$1:$version" /bin/true)
-		docker export "$id" >"$exported.tmp" && mv "$exported.tmp" "$exported"
+		docker export "$id" >"$exported.$$.tmp" && mv "$exported.$$.tmp" "$exported"
 		docker rm -f "$id" >/dev/null
 	fi
 	echo "$exported"
