@@ -24,6 +24,10 @@ build_rootfs() {
 	local dir
 	dir=$(mktemp -d "$CACHE/$name.XXXXXX")
 	trap 'rm -rf "$dir"' RETURN
+	if ! command -v debootstrap >/dev/null 2>&1; then
+		echo "images: installing debootstrap"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
+	fi
 	echo "images: debootstrap $name (bookworm minbase + $packages)…"
 	debootstrap --variant=minbase --include="$packages" bookworm "$dir" "$MIRROR" >"$CACHE/$name-debootstrap.log" 2>&1 || {
 		tail -20 "$CACHE/$name-debootstrap.log" >&2
