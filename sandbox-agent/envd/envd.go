@@ -14,6 +14,7 @@
 package envd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -79,7 +80,8 @@ func New(cfg Config) *Service {
 	s := &Service{cfg: cfg, mux: http.NewServeMux(), processes: newProcessTable(), watchers: newWatcherTable()}
 	s.logins.files.etc = "/etc"
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxMessageBytes)}
-	s.mux.Handle(processconnect.NewProcessHandler(processService{s}, opts...))
+	s.mux.Handle(processconnect.NewProcessHandler(processService{s},
+		append(opts, connect.WithCodec(jsonCodec{"json"}), connect.WithCodec(jsonCodec{"json; charset=utf-8"}))...))
 	s.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{s}, opts...))
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.mux.HandleFunc("GET /files", s.handleDownload)
@@ -91,7 +93,43 @@ func New(cfg Config) *Service {
 }
 
 // ServeHTTP serves the envd routes, relative to where the Service is mounted.
-func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == processconnect.ProcessStartProcedure || r.URL.Path == processconnect.ProcessConnectProcedure {
+		sw := &streamWriter{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), streamWriterKey{}, sw))
+		w = sw
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// streamWriter is the response of a process stream. Connect flushes every message it
+// sends, and the end of the stream too; once the process's end event is on its way the
+// handler returns right after, and net/http writes what is left together with the end
+// of the response: one write where the flushes would make three.
+type streamWriter struct {
+	http.ResponseWriter
+	// finishing is set before the stream's last event: no flush from then on.
+	finishing bool
+}
+
+type streamWriterKey struct{}
+
+// finishStream tells the response of ctx's process stream that what comes next is the
+// last of it.
+func finishStream(ctx context.Context) {
+	if sw, ok := ctx.Value(streamWriterKey{}).(*streamWriter); ok {
+		sw.finishing = true
+	}
+}
+
+func (w *streamWriter) Flush() {
+	if !w.finishing {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Close kills every process the Service started and stops every watcher.
 func (s *Service) Close() error {

@@ -207,11 +207,11 @@ func startProcess(cmd, shell *exec.Cmd, config *pb.ProcessConfig, tag *string, s
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
 		}
 	} else {
-		stdoutR, stdoutW, err := os.Pipe()
+		stdoutR, stdoutW, err := childPipe(true)
 		if err != nil {
 			return nil, nil, err
 		}
-		stderrR, stderrW, err := os.Pipe()
+		stderrR, stderrW, err := childPipe(true)
 		if err != nil {
 			stdoutR.Close()
 			stdoutW.Close()
@@ -219,7 +219,7 @@ func startProcess(cmd, shell *exec.Cmd, config *pb.ProcessConfig, tag *string, s
 		}
 		var stdinR, stdinW *os.File
 		if withStdin {
-			if stdinR, stdinW, err = os.Pipe(); err != nil {
+			if stdinW, stdinR, err = childPipe(false); err != nil {
 				closeAll(stdoutR, stdoutW, stderrR, stderrW)
 				return nil, nil, err
 			}
@@ -256,6 +256,34 @@ func startProcess(cmd, shell *exec.Cmd, config *pb.ProcessConfig, tag *string, s
 	return p, first, nil
 }
 
+// childPipe makes a pipe between the agent and a child it is about to start: the
+// child's end (the write end when childWrites) is a plain blocking file, the agent's is
+// in the runtime's poller (read and write deadlines work on it). os.Pipe makes both ends
+// non-blocking for the poller, and exec makes the child's blocking again: system calls
+// for nothing.
+func childPipe(childWrites bool) (agentEnd, childEnd *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	agentFD, childFD := fds[0], fds[1]
+	if !childWrites {
+		agentFD, childFD = fds[1], fds[0]
+	}
+	if err := unix.SetNonblock(agentFD, true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	name := func(fd int) string {
+		if fd == fds[0] {
+			return "|0"
+		}
+		return "|1"
+	}
+	return os.NewFile(uintptr(agentFD), name(agentFD)), os.NewFile(uintptr(childFD), name(childFD)), nil
+}
+
 // closeAll closes the files that are not nil.
 func closeAll(files ...*os.File) {
 	for _, f := range files {
@@ -289,7 +317,7 @@ func (p *process) run(outputs []*os.File, dataEvent func([]byte) *pb.ProcessEven
 	// a pid the kernel has handed out again.
 	awaitExit(p.cmd.Process.Pid)
 	p.mu.Lock()
-	waitErr := procs.Wait(p.cmd)
+	waitErr := procs.WaitExited(p.cmd)
 	p.reaped = true
 	p.mu.Unlock()
 	if timer != nil {
@@ -347,9 +375,16 @@ func awaitExit(pid int) {
 	}
 }
 
+// pumpBuffers keeps pump's read buffers between processes: allocating (and zeroing)
+// one per output of every process, and the collections that follow, cost more than a
+// short command's whole stream.
+var pumpBuffers = sync.Pool{New: func() any { return new([outputChunk]byte) }}
+
 // pump sends what f yields as data events until f ends.
 func (p *process) pump(f io.Reader, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
-	buf := make([]byte, outputChunk)
+	array := pumpBuffers.Get().(*[outputChunk]byte)
+	defer pumpBuffers.Put(array)
+	buf := array[:]
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {

@@ -107,10 +107,14 @@ func streamProcess(ctx context.Context, p *process, sub *subscriber, interval ti
 	for {
 		select {
 		case ev := <-sub.events:
+			_, end := ev.Event.(*pb.ProcessEvent_End)
+			if end {
+				finishStream(ctx)
+			}
 			if err := send(ev); err != nil {
 				return err
 			}
-			if _, end := ev.Event.(*pb.ProcessEvent_End); end {
+			if end {
 				return nil
 			}
 			ka.reset()

@@ -70,6 +70,12 @@ func Starting(fn func() error) error {
 // batch pays that for each command, a hundred agents at once on a loaded machine.
 func Wait(cmd *exec.Cmd) error {
 	awaitExit(cmd.Process.Pid)
+	return WaitExited(cmd)
+}
+
+// WaitExited is Wait for a cmd whose process is known to have exited (AwaitExit and a
+// waitid that found it so returned): it reaps the process at once and forgets its pid.
+func WaitExited(cmd *exec.Cmd) error {
 	err := cmd.Wait()
 	Untrack(cmd.Process.Pid)
 	return err
