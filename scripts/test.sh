@@ -24,33 +24,17 @@ make=(make --no-print-directory)
 # The packages that need the Kubernetes binaries or Helm.
 late_packages=(./deploy ./test/k8s)
 
-# The Kubernetes lane, in the background: the Kubernetes binaries and Helm, niced so that
-# the tests running beside them come first; then, once the binaries and images of the
-# foreground are made too, the tests of those two packages (a control plane and a node
-# of their own, beside the other packages' tests). It runs in a session of its own, so
-# that stopping `make test` stops all of it; its output goes to logs printed at the end.
-late_build_log=$artifacts/build-k8s-helm.log
-late_test_log=$artifacts/go-test-k8s.log
-# Each `go test` writes its events (go-test*.json) and every test's time (*.times.tsv)
-# beside its log; scripts/testreport prints them as plain `go test` would, with the
-# slowest tests last.
-test_report=$PWD/bin/testreport
-go build -o "$test_report" ./scripts/testreport
+# The Kubernetes lane, in the background (scripts/test-kubernetes.sh): the Kubernetes
+# binaries and Helm, then, once the binaries and images of the foreground are made too,
+# the tests of the packages that need them (a control plane and a node of their own,
+# beside the other packages' tests). It runs in a session of its own, so that stopping
+# `make test` stops all of it; its output goes to logs printed at the end.
+# scripts/testreport prints each `go test -json` as plain `go test` would, with the
+# slowest tests last, and writes every test's time (go-test*.times.tsv).
+go build -o bin/testreport ./scripts/testreport
 foreground_ready=$artifacts/.foreground-built
 rm -f "$foreground_ready"
-kubernetes_lane() {
-	if ! nice -n 10 "${make[@]}" -j2 k8s helm >"$late_build_log" 2>&1; then
-		echo "make test: building the Kubernetes binaries or Helm failed: $late_build_log" >"$late_test_log"
-		return 1
-	fi
-	while [ ! -e "$foreground_ready" ]; do sleep 2; done
-	scripts/timed.sh "go test ${late_packages[*]}" bash -c 'set -o pipefail; report=$1; shift; go test -json -count=1 -p 1 -timeout 30m "$@" 2>&1 |
-		tee "$0.json" | "$report" -times "$0.times.tsv"' "$artifacts/go-test-k8s" "$test_report" "${late_packages[@]}" >"$late_test_log" 2>&1
-}
-export -f kubernetes_lane
-export late_build_log late_test_log foreground_ready artifacts test_report
-late_packages_list=${late_packages[*]}
-setsid bash -c 'make=(make --no-print-directory); read -ra late_packages <<<"$0"; kubernetes_lane' "$late_packages_list" &
+setsid scripts/test-kubernetes.sh "$artifacts" "$foreground_ready" "${late_packages[@]}" &
 late_lane=$!
 stop_late_lane() {
 	rm -f "$foreground_ready"
@@ -88,9 +72,9 @@ touch "$foreground_ready"
 mapfile -t main_packages < <(go list ./... | grep -v -x -F -e "$(go list ./deploy)" -e "$(go list ./test/k8s)")
 status=0
 scripts/timed.sh "go test (all but ${late_packages[*]})" bash -c 'set -o pipefail; report=$1; shift; go test -json -count=1 -p 1 -timeout 75m "$@" 2>&1 |
-	tee "$0.json" | "$report" -times "$0.times.tsv" | tee "$0.log"' "$artifacts/go-test" "$test_report" "${main_packages[@]}" || status=$?
+	tee "$0.json" | "$report" -times "$0.times.tsv" | tee "$0.log"' "$artifacts/go-test" "$PWD/bin/testreport" "${main_packages[@]}" || status=$?
 
 wait "$late_lane" || status=1
-grep '^phase ' "$late_build_log" >&2 || true
-cat "$late_test_log" >&2
+grep '^phase ' "$artifacts/build-k8s-helm.log" >&2 || true
+cat "$artifacts/go-test-k8s.log" >&2
 exit "$status"
