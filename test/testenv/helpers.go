@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,14 +20,49 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, for a process the
+// test starts to listen on. It is picked at random below the kernel's ephemeral range
+// (ip_local_port_range), from which the kernel hands out the ports of every bind to
+// port 0 and of every outgoing connection: a port from that range, free when picked,
+// can be taken by any of those before the process binds it (a gateway's embedded store
+// took its own HTTP port so). Below it, only another test picking likewise can, at
+// random among thousands. When the range leaves no room below it, the kernel picks.
 func FreePort() (int, error) {
+	low, high := pickablePorts()
+	for attempt := 0; attempt < 50 && high > low; attempt++ {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		port := low + int(uint16(b[0])<<8|uint16(b[1]))%(high-low)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// pickablePorts is the range [low, high) FreePort picks from: from 10000 up to the first
+// port of the ephemeral range.
+func pickablePorts() (low, high int) {
+	const lowest = 10000
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lowest, lowest
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return lowest, lowest
+	}
+	first, err := strconv.Atoi(fields[0])
+	if err != nil || first <= lowest {
+		return lowest, lowest
+	}
+	return lowest, first
 }
 
 // WaitFor polls cond every 50 ms and fails the test when it is not true within d.
