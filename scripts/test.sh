@@ -66,13 +66,39 @@ scripts/timed.sh "venv test/sdk-e2b-py" test/sdk-e2b-py/install.sh
 
 touch "$foreground_ready"
 
-# Packages run one at a time: the e2e, agent and egress suites each start containers and
-# namespaces, and two cores are better spent on one of them at a time.
-# Each package prints its own time (`ok <package> <seconds>`); the phase line, the whole.
-mapfile -t main_packages < <(go list ./... | grep -v -x -F -e "$(go list ./deploy)" -e "$(go list ./test/k8s)")
+# Two lanes of packages, side by side, each testing its packages one at a time:
+#   - the engine lane: the packages whose tests start containers, networks and network
+#     namespaces on the machine's engine and host (the e2e suite, the Docker runtime, the
+#     agent's and the enforcer's Docker and netns suites). They share the engine's agent
+#     volumes, helper image, spare namespace holders and the sandgate networks, so they
+#     never run at the same time as each other;
+#   - the unit lane: every other package (Redis, the in-process runtime, Rego, WASM,
+#     processes), none of which touches the engine.
+# The e2e suite mostly waits on the engine and the sandboxes (load average about 1 on
+# its own), so the unit lane's CPU work fits beside it. Each package prints its own time
+# (`ok <package> <seconds>`); each lane's phase line, its whole. The engine lane prints as
+# it goes; the unit lane's output (go-test-unit.log) is printed once both are done.
+engine_packages=(./test/e2e ./runtimes/docker ./sandbox-agent ./sandbox-agent/egress)
+except=()
+for p in "${late_packages[@]}" "${engine_packages[@]}"; do
+	except+=(-e "$(go list "$p")")
+done
+mapfile -t unit_packages < <(go list ./... | grep -v -x -F "${except[@]}")
+# lane NAME TIMEOUT PACKAGE…: `go test -json` of the packages through scripts/testreport,
+# into $artifacts/go-test-NAME.{json,times.tsv,log}.
+lane() {
+	local name=$1 timeout=$2
+	shift 2
+	scripts/timed.sh "go test, $name lane ($# packages)" bash -c 'set -o pipefail; report=$1 timeout=$2; shift 2; go test -json -count=1 -p 1 -timeout "$timeout" "$@" 2>&1 |
+	tee "$0.json" | "$report" -times "$0.times.tsv" | tee "$0.log"' "$artifacts/go-test-$name" "$PWD/bin/testreport" "$timeout" "$@"
+}
 status=0
-scripts/timed.sh "go test (all but ${late_packages[*]})" bash -c 'set -o pipefail; report=$1; shift; go test -json -count=1 -p 1 -timeout 75m "$@" 2>&1 |
-	tee "$0.json" | "$report" -times "$0.times.tsv" | tee "$0.log"' "$artifacts/go-test" "$PWD/bin/testreport" "${main_packages[@]}" || status=$?
+lane unit 45m "${unit_packages[@]}" >/dev/null 2>"$artifacts/go-test-unit.phase" &
+unit_lane=$!
+lane engine 75m "${engine_packages[@]}" || status=$?
+wait "$unit_lane" || status=1
+cat "$artifacts/go-test-unit.log"
+cat "$artifacts/go-test-unit.phase" >&2
 
 wait "$late_lane" || status=1
 grep '^phase ' "$artifacts/build-k8s-helm.log" >&2 || true
