@@ -71,16 +71,14 @@ touch "$foreground_ready"
 #     namespaces on the machine's engine and host (the e2e suite, the Docker runtime, the
 #     agent's and the enforcer's Docker and netns suites). They share the engine's agent
 #     volumes, helper image, spare namespace holders and the sandgate networks, so they
-#     never run at the same time as each other. The agent's init package runs there too:
-#     its freezer stops and continues processes it finds by session in the host's /proc,
-#     and was seen to miss its window with the unit lane's tests beside it;
+#     never run at the same time as each other;
 #   - the unit lane: every other package (Redis, the in-process runtime, Rego, WASM,
 #     processes), none of which touches the engine.
 # The e2e suite mostly waits on the engine and the sandboxes (load average about 1 on
 # its own), so the unit lane's CPU work fits beside it. Each package prints its own time
 # (`ok <package> <seconds>`); each lane's phase line, its whole. The engine lane prints as
 # it goes; the unit lane's output (go-test-unit.log) is printed once both are done.
-engine_packages=(./test/e2e ./runtimes/docker ./sandbox-agent ./sandbox-agent/egress ./sandbox-agent/initproc)
+engine_packages=(./test/e2e ./runtimes/docker ./sandbox-agent ./sandbox-agent/egress)
 except=()
 for p in "${late_packages[@]}" "${engine_packages[@]}"; do
 	except+=(-e "$(go list "$p")")

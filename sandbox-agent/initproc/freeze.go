@@ -42,12 +42,12 @@ type Freezer struct {
 // window; the processes it had stopped are continued.
 var ErrStillStarting = errors.New("processes kept starting while the sandbox was being frozen")
 
-// procEntry is what Freeze reads of one process: /proc/<pid>/stat's state, session and
-// start time.
+// procEntry is what Freeze reads of one process: /proc/<pid>/stat's state, parent,
+// session and start time.
 type procEntry struct {
-	pid, sid int
-	state    byte
-	start    uint64
+	pid, ppid, sid int
+	state          byte
+	start          uint64
 }
 
 // Freeze stops the sandbox's processes and returns how many it holds stopped. Freezing
@@ -69,9 +69,18 @@ func (f *Freezer) Freeze(ctx context.Context) (int, error) {
 			return len(f.stopped), err
 		}
 		settled := true
+		// A parent whose vfork child is stopped before its exec waits, uninterruptibly
+		// (D), until the child goes on: it runs no code and takes its stop only once
+		// thawed, so it counts as stopped (a SIGCONT of Thaw's cancels that stop).
+		stoppedChild := map[int]bool{}
+		for _, p := range entries {
+			if isStopped(p.state) {
+				stoppedChild[p.ppid] = true
+			}
+		}
 		for _, p := range entries {
 			if start, ours := f.stopped[p.pid]; ours && start == p.start {
-				if !isStopped(p.state) && !isDead(p.state) {
+				if !isStopped(p.state) && !isDead(p.state) && !(p.state == 'D' && stoppedChild[p.pid]) {
 					settled = false // the signal is not taken yet
 				}
 				continue
@@ -164,7 +173,7 @@ func (f *Freezer) scan() ([]procEntry, error) {
 	return out, nil
 }
 
-// parseStat reads state (field 3), session (field 6) and start time (field 22) of a
+// parseStat reads state (field 3), parent (field 4), session (field 6) and start time (field 22) of a
 // /proc/<pid>/stat line. The command name (field 2) may hold spaces and parentheses,
 // so the fields are counted from its last ')'.
 func parseStat(pid int, stat string) (procEntry, bool) {
@@ -177,12 +186,13 @@ func parseStat(pid int, stat string) (procEntry, bool) {
 	if len(fields) < 20 {
 		return procEntry{}, false
 	}
+	ppid, err0 := strconv.Atoi(fields[1])
 	sid, err1 := strconv.Atoi(fields[3])
 	start, err2 := strconv.ParseUint(fields[19], 10, 64)
-	if err1 != nil || err2 != nil || len(fields[0]) != 1 {
+	if err0 != nil || err1 != nil || err2 != nil || len(fields[0]) != 1 {
 		return procEntry{}, false
 	}
-	return procEntry{pid: pid, sid: sid, state: fields[0][0], start: start}, true
+	return procEntry{pid: pid, ppid: ppid, sid: sid, state: fields[0][0], start: start}, true
 }
 
 // isDead reports a process that exited (a zombie until its parent, maybe stopped, reaps it).

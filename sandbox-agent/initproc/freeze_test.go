@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -173,4 +174,90 @@ func procStat(pid int) (sid int, state byte, ok bool) {
 	}
 	p, ok := parseStat(pid, string(b))
 	return p.sid, p.state, ok
+}
+
+// vforkParentEnv makes the test binary the parent of a vfork child that stops before
+// its exec (TestFreezerCountsAVforkParentOfAStoppedChild).
+const vforkParentEnv = "SANDGATE_VFORK_PARENT_TEST"
+
+func init() {
+	if os.Getenv(vforkParentEnv) != "" {
+		// In init the main goroutine is on the main thread, whose state /proc/<pid>/stat
+		// shows: the vfork is made from it.
+		runtime.LockOSThread()
+	}
+}
+
+// vforkParent makes a vfork child (clone with CLONE_VFORK, as posix_spawn and shells
+// do) that stops itself before any exec, the way a child caught by a SIGSTOP between its
+// fork and its exec is: this thread then waits, uninterruptibly, until the child goes
+// on. It exits once the child has.
+func vforkParent() {
+	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.CLONE_VFORK|syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if errno != 0 {
+		os.Exit(2)
+	}
+	if pid == 0 {
+		self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
+		_, _, _ = syscall.RawSyscall(syscall.SYS_KILL, self, uintptr(syscall.SIGSTOP), 0)
+		_, _, _ = syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
+	}
+	os.Exit(0)
+}
+
+// TestFreezerCountsAVforkParentOfAStoppedChild: a parent waiting on a vfork child that
+// is stopped before its exec never reaches the stopped state (it waits in D), yet runs
+// no code: Freeze counts it as frozen instead of scanning until its window ends, and
+// Thaw leaves it free to go on once its child does.
+func TestFreezerCountsAVforkParentOfAStoppedChild(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), vforkParentEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-sid, syscall.SIGKILL)
+		_ = syscall.Kill(-sid, syscall.SIGCONT)
+		<-exited
+	})
+	var child int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		states := sessionStates(t, sid)
+		child = 0
+		for pid, state := range states {
+			if pid != sid && state == 'T' {
+				child = pid
+			}
+		}
+		if states[sid] == 'D' && child != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no vfork parent waiting on a stopped child: %v", states)
+		}
+	}
+	f := &Freezer{Includes: func(_, s int) bool { return s == sid }, Window: 2 * time.Second}
+	if _, err := f.Freeze(context.Background()); err != nil {
+		t.Fatalf("freeze of a vfork parent whose child is stopped: %v", err)
+	}
+	if _, err := f.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	// The child goes on (and exits): the parent, thawed, must not be left stopped.
+	if err := syscall.Kill(child, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("the vfork parent: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the vfork parent did not go on once thawed and its child went on: state %c", sessionStates(t, sid)[sid])
+	}
 }

@@ -18,6 +18,9 @@ import (
 const threadsChildEnv = "SANDGATE_THREADS_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(vforkParentEnv) != "" {
+		vforkParent()
+	}
 	if mode := os.Getenv(threadsChildEnv); mode != "" {
 		os.Exit(threadsChild(mode == "reserve"))
 	}
