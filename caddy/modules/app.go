@@ -85,6 +85,10 @@ type App struct {
 	// and MAC the engine gave it, so that no sandbox sends frames with a neighbour's
 	// addresses; the gateway refuses to start when it cannot. "off" runs without.
 	AntiSpoof string `json:"antispoof,omitempty"`
+	// Enforcer says how the Docker runtime runs each sandbox's egress enforcer:
+	// "process" (a host process in the sandbox's network namespace), "container" (a
+	// sidecar) or "auto" (default: a process where the host allows it).
+	Enforcer string `json:"enforcer,omitempty"`
 	// Kubeconfig is the kubeconfig of the Kubernetes runtime; empty uses the in-cluster
 	// config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
@@ -292,7 +296,7 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		}
 		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-			NoAntiSpoof: a.AntiSpoof == "off", Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA,
+			NoAntiSpoof: a.AntiSpoof == "off", Enforcer: a.Enforcer, Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA,
 			SandboxDNS: sandboxDNS, Logger: log})
 	},
 }

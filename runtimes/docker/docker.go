@@ -111,6 +111,13 @@ type Options struct {
 	// ParseSandboxDNS): set as HostConfig.DNS on the container that owns the sandbox's
 	// network namespace and handed to its enforcer (dns.go). Empty: the engine's choice.
 	SandboxDNS []netip.Addr
+	// Enforcer says how a sandbox's egress enforcer runs: EnforcerProcess, a host process
+	// in the sandbox's network namespace (enforcerprocess.go); EnforcerContainer, a
+	// sidecar container (egress.go); EnforcerAuto or empty, a process where the gateway
+	// is root on the engine's host and the host's cgroups are version 1, else a sidecar.
+	Enforcer string
+	// EnforcerDir holds the enforcer processes' directories (empty: defaultEnforcerDir).
+	EnforcerDir string
 	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
 	// of the runtime's own). The gateway uses the same one (AgentClient).
 	Agents *agentclient.Client
@@ -147,6 +154,9 @@ type Runtime struct {
 
 	// usage keeps what each sandbox's usage readings need besides its stats (usage.go).
 	usage usageCache
+
+	// procs runs enforcers as host processes (enforcerprocess.go); nil: sidecars.
+	procs *processEnforcers
 
 	// hostDNS are the servers the engine forwards sandboxes' queries to without
 	// SandboxDNS, read from the host's resolver files at start (dns.go).
@@ -211,6 +221,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", opts.AgentBinary, err)
 	}
+	if err := r.chooseEnforcer(host); err != nil {
+		cli.Close()
+		return nil, err
+	}
 	if n := r.spareCount(); n > 0 {
 		r.spares = make(chan holder, n)
 		r.bg, r.cancelBg = context.WithCancel(context.Background())
@@ -236,6 +250,9 @@ func (r *Runtime) Client() *client.Client { return r.cli }
 // Close implements runtimes.Runtime. It removes the runtime's spare namespace holders.
 func (r *Runtime) Close() error {
 	r.closeSpares()
+	if r.procs != nil {
+		r.procs.close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r.closeAntiSpoof(ctx)
@@ -470,7 +487,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 			}
 			id, err := r.prepareEgress(ctx, spec, netns, agentVol, ca)
 			if err == nil && spare {
-				err = r.startEnforcer(ctx, spec, id, h.addr)
+				err = r.startEnforcer(ctx, spec, ca, id, h)
 			}
 			sidecar <- prepared{id, err}
 		}()
@@ -540,7 +557,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 				inst = r.startedInstance(spec, labels, h.addr)
 				err = r.startSandbox(ctx, spec, created.ID, &inst, steps)
 			} else {
-				inst, err = r.startEgress(ctx, spec, created.ID, p.id, started, steps)
+				inst, err = r.startEgress(ctx, spec, ca, created.ID, p.id, started, steps)
 			}
 		}
 		if err != nil {
@@ -723,6 +740,13 @@ func (r *Runtime) List(ctx context.Context) ([]runtimes.Instance, error) {
 	for _, c := range res.Items {
 		if c.Labels[labelRole] == roleEgress && c.State == "running" {
 			enforcerRunning[c.Labels[runtimes.LabelID]] = true
+		}
+	}
+	if r.procs != nil {
+		for _, c := range res.Items {
+			if id := c.Labels[runtimes.LabelID]; c.Labels[labelEgress] != "" && c.Labels[labelRole] == "" && r.procs.runningOrRestarting(id) {
+				enforcerRunning[id] = true
+			}
 		}
 	}
 	out := make([]runtimes.Instance, 0, len(res.Items))

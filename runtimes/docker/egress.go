@@ -2,7 +2,13 @@ package docker
 
 // Egress enforcement on Docker.
 //
-// A sandbox with an EgressSpec is two containers. The workload container owns the
+// A sandbox's enforcer is a host process in its network namespace where the runtime can
+// run one (enforcerprocess.go), else the sidecar container this file describes; either
+// way the workload starts with only the agent, the entrypoint once the enforcer has
+// answered (signed) with its rules in place, and the enforcer owes nothing to the
+// workload's image.
+//
+// With a sidecar, a sandbox with an EgressSpec is two containers. The workload container owns the
 // network namespace (it is the one on the sandbox network, so its address, listing and
 // cleanup work exactly as without enforcement), or, when the create found a spare ready,
 // a third container does: a namespace holder that both join (holders.go), so that
@@ -49,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -100,24 +107,16 @@ func (r *Runtime) EnforcesEgress() bool { return !r.opts.NoEgress }
 // (helperimage.go), never from the workload's, with an environment written here whole.
 // It returns the sidecar's container id.
 func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, agentVol string, ca *vaultCA) (string, error) {
+	if r.procs != nil {
+		return "", nil // a process, started once the namespace runs (startEnforcerProcess)
+	}
 	image, err := r.helperImage(ctx)
 	if err != nil {
 		return "", err
 	}
-	args := []string{"egress", "--log-level", "info", "--state-file", egressStateFile}
-	env := []string{"PATH=" + agentBinDir, envEgressToken + "=" + spec.EgressToken}
-	env = append(env, r.enforcerDNSEnv()...)
-	if ca != nil {
-		args = append(args, "--credential-proxy")
-		env = append(env, ca.enforcerEnv(r.opts.VaultUpstreamCA)...)
-	}
-	if len(spec.Egress.PlatformDeny) > 0 {
-		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
-	}
-	policy := spec.Egress.Policy
-	if len(policy) == 0 {
-		policy = []byte(`{"defaultAction":"deny"}`)
-	}
+	args, env := r.enforcerArgsEnv(spec, ca, egressStateFile)
+	args = append([]string{"egress"}, args...)
+	env = append([]string{"PATH=" + agentBinDir}, env...)
 	pids := int64(64)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: egressContainerName(spec.ID),
@@ -128,7 +127,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 			Entrypoint: append([]string{agentPath, "supervise", "--", agentPath}, args...),
 			User:       "0:0",
 			WorkingDir: "/",
-			Env:        append(env, envEgressPolicy+"="+string(policy)),
+			Env:        env,
 			Labels: map[string]string{
 				runtimes.LabelID: spec.ID, runtimes.LabelTenant: spec.Tenant, labelRole: roleEgress,
 			},
@@ -153,14 +152,50 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 	return created.ID, nil
 }
 
+// enforcerArgsEnv are the enforcer's arguments (after "egress") and its whole
+// environment, the same for a sidecar and a process: its token, the sandbox's DNS
+// servers, the vault's CA, the platform's denials and the initial policy. stateFile is
+// where it keeps the policy in force, seen from its own filesystem.
+func (r *Runtime) enforcerArgsEnv(spec runtimes.Spec, ca *vaultCA, stateFile string) (args, env []string) {
+	args = []string{"--log-level", "info", "--state-file", stateFile}
+	env = []string{envEgressToken + "=" + spec.EgressToken}
+	env = append(env, r.enforcerDNSEnv()...)
+	if ca != nil {
+		args = append(args, "--credential-proxy")
+		env = append(env, ca.enforcerEnv(r.opts.VaultUpstreamCA)...)
+	}
+	if len(spec.Egress.PlatformDeny) > 0 {
+		args = append(args, "--platform-deny", strings.Join(spec.Egress.PlatformDeny, ","))
+	}
+	policy := spec.Egress.Policy
+	if len(policy) == 0 {
+		policy = []byte(`{"defaultAction":"deny"}`)
+	}
+	env = append(env, envEgressPolicy+"="+string(policy))
+	return args, env
+}
+
+// startEnforcerProcess starts sandbox spec's enforcer as a host process in the network
+// namespace of container owner (the workload, or its holder), whose main process is
+// pid and whose resolv.conf (on the host) names the upstream resolver.
+func (r *Runtime) startEnforcerProcess(spec runtimes.Spec, ca *vaultCA, owner string, pid int, resolvConf string) error {
+	args, env := r.enforcerArgsEnv(spec, ca, enforcerStateDir+"/policy.json")
+	upstream, err := nameservers(resolvConf)
+	if err != nil || len(upstream) == 0 {
+		return fmt.Errorf("the sandbox's resolver: %s names no IPv4 nameserver", resolvConf)
+	}
+	args = append(args, "--upstream", netip.AddrPortFrom(upstream[0], 53).String())
+	return r.procs.start(spec.ID, pid, owner, spec.EgressToken, args, env)
+}
+
 // startEgress starts the prepared enforcer sidecar of a started workload container,
 // waits until its rules are installed and then starts the sandbox's entrypoint through
 // the agent. started is the workload as inspected after its start (by the pinning of
 // its bridge port), or nil: then it is inspected here. It returns the workload as it was
 // once started, complete: Create needs no Inspect after it.
-func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadID, sidecarID string, started *container.InspectResponse, steps *createSteps) (runtimes.Instance, error) {
+func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, ca *vaultCA, workloadID, sidecarID string, started *container.InspectResponse, steps *createSteps) (runtimes.Instance, error) {
 	// The sidecar joins the namespace of the running workload by its id: it can start
-	// while the workload's address is read.
+	// while the workload's address is read. A process needs the workload's pid first.
 	inspected := make(chan error, 1)
 	var workload container.InspectResponse
 	if started != nil {
@@ -173,8 +208,18 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 			inspected <- err
 		}()
 	}
-	_, startErr := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{})
+	var startErr error
+	if r.procs == nil {
+		_, startErr = r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{})
+	}
 	inspectErr := <-inspected
+	if r.procs != nil && inspectErr == nil {
+		pid := 0
+		if workload.State != nil {
+			pid = workload.State.Pid
+		}
+		startErr = r.startEnforcerProcess(spec, ca, workloadID, pid, workload.ResolvConfPath)
+	}
 	steps.done("inspect workload + start enforcer")
 	if startErr != nil {
 		r.removeEgress(ctx, spec.ID)
@@ -200,14 +245,18 @@ func (r *Runtime) startEgress(ctx context.Context, spec runtimes.Spec, workloadI
 	return inst, nil
 }
 
-// startEnforcer starts the prepared enforcer sidecar in a holder's namespace (holders.go)
-// and waits until its rules are installed; the workload may be starting meanwhile, its
-// entrypoint not (startSandbox runs after this).
-func (r *Runtime) startEnforcer(ctx context.Context, spec runtimes.Spec, sidecarID, addr string) error {
-	if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
+// startEnforcer starts the enforcer (the prepared sidecar, or a process) in holder h's
+// namespace (holders.go) and waits until its rules are installed; the workload may be
+// starting meanwhile, its entrypoint not (startSandbox runs after this).
+func (r *Runtime) startEnforcer(ctx context.Context, spec runtimes.Spec, ca *vaultCA, sidecarID string, h holder) error {
+	if r.procs != nil {
+		if err := r.startEnforcerProcess(spec, ca, h.id, h.pid, h.resolvConf); err != nil {
+			return fmt.Errorf("start egress enforcer: %w", err)
+		}
+	} else if _, err := r.cli.ContainerStart(ctx, sidecarID, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("start egress enforcer: %w", err)
 	}
-	return r.waitEgressHealthy(ctx, spec, addr)
+	return r.waitEgressHealthy(ctx, spec, h.addr)
 }
 
 // startSandbox starts the entrypoint of a started workload whose enforcer is healthy
@@ -260,6 +309,16 @@ func (r *Runtime) markStarted(ctx context.Context, workloadID string) error {
 // sidecar runs and its entrypoint was started; it also returns whether the sidecar runs
 // and the enforcer's token.
 func (r *Runtime) enforcement(ctx context.Context, id string) (complete, running bool, token string) {
+	if r.procs != nil {
+		if token = r.procs.token(id); token != "" {
+			if running = r.procs.runningOrRestarting(id); !running {
+				return false, false, token
+			}
+			_, err := r.cli.ContainerStatPath(ctx, containerName(id), client.ContainerStatPathOptions{Path: startedMarker})
+			return err == nil, true, token
+		}
+		// No process record: a sandbox made with a sidecar (the mode changed since).
+	}
 	res, err := r.cli.ContainerInspect(ctx, egressContainerName(id), client.ContainerInspectOptions{})
 	if err != nil || res.Container.Config == nil {
 		return false, false, ""
@@ -314,6 +373,24 @@ func (r *Runtime) RestoreEgress(ctx context.Context, spec runtimes.Spec) error {
 		}
 	}
 	r.removeEgress(ctx, spec.ID)
+	if r.procs != nil {
+		// The workload's process is in the namespace, its own or its holder's.
+		pid := 0
+		if res.Container.State != nil {
+			pid = res.Container.State.Pid
+		}
+		resolvConf := res.Container.ResolvConfPath
+		if holderID := res.Container.Config.Labels[labelHolder]; holderID != "" {
+			if hres, err := r.cli.ContainerInspect(ctx, holderID, client.ContainerInspectOptions{}); err == nil {
+				resolvConf = hres.Container.ResolvConfPath
+			}
+		}
+		if err := r.startEnforcerProcess(spec, ca, res.Container.ID, pid, resolvConf); err != nil {
+			r.removeEgress(ctx, spec.ID)
+			return fmt.Errorf("start egress enforcer: %w", err)
+		}
+		return r.waitEgressHealthy(ctx, spec, addr)
+	}
 	// Joining the workload's namespace by the workload's id works in a holder's namespace
 	// too: the engine resolves it to the namespace the workload is in.
 	sidecarID, err := r.prepareEgress(ctx, spec, res.Container.ID, agentVol, ca)
@@ -350,7 +427,11 @@ func (r *Runtime) waitEgressHealthy(ctx context.Context, spec runtimes.Spec, add
 		} else if r.agents.EnforcerHealthy(ctx, addr, egressCallTimeout) == nil {
 			return nil
 		}
-		if attempt%50 == 49 {
+		if attempt%50 == 49 && r.procs != nil {
+			if r.procs.exitedNow(spec.ID) {
+				return errors.New("the egress enforcer exited before its rules were installed")
+			}
+		} else if attempt%50 == 49 {
 			if _, err := r.cli.ContainerInspect(ctx, egressContainerName(spec.ID), client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
 				return errors.New("the egress enforcer exited before its rules were installed")
 			}
@@ -429,6 +510,11 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Enforcer processes' directories likewise (enforcerprocess.go).
+	var procCandidates []string
+	if r.procs != nil {
+		procCandidates = r.procs.sweepCandidates()
+	}
 	// Namespace holders likewise (holders.go): renamed for a sandbox after its workload
 	// is made, so listed before the workloads too.
 	holders, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
@@ -460,6 +546,13 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 		return live, nil
 	}
 	removed := 0
+	if len(procCandidates) > 0 {
+		alive, err := liveIDs()
+		if err != nil {
+			return 0, err
+		}
+		removed += r.procs.sweep(procCandidates, alive)
+	}
 	if len(sidecars.Items) > 0 || len(holders.Items) > 0 {
 		alive, err := liveIDs()
 		if err != nil {
@@ -483,6 +576,9 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 
 // removeEgress removes a sandbox's enforcer sidecar, if any.
 func (r *Runtime) removeEgress(ctx context.Context, id string) {
+	if r.procs != nil && r.procs.remove(id) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = r.removeGone(ctx, egressContainerName(id), false)

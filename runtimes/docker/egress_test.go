@@ -25,10 +25,38 @@ import (
 // $SANDGATE_E2E_BIN) on a network of the test's own, removed in cleanup.
 func testRuntime(t *testing.T) (*Runtime, string) {
 	t.Helper()
+	return testRuntimeWith(t, EnforcerAuto)
+}
+
+// testRuntimeWith is testRuntime with its enforcers run as mode says; the test is skipped
+// when this host cannot run enforcer processes and mode asks for them.
+func testRuntimeWith(t *testing.T, mode string) (*Runtime, string) {
+	t.Helper()
 	image := baseImage(t)
 	network := "sg-rt-" + testenv.RandomHex(4)
 	t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", network).Run() })
-	return testRuntimeOn(t, Options{Network: network}), image
+	return testRuntimeOn(t, Options{Network: network, Enforcer: mode}), image
+}
+
+// killEnforcerForGood kills sandbox id's enforcer so that only the reconciler's restore
+// brings one back: the sidecar with `docker kill`, the process after its record is
+// removed (its runtime then does not start it again).
+func killEnforcerForGood(t *testing.T, r *Runtime, id string) {
+	t.Helper()
+	if r.procs != nil {
+		rec, err := readEnforcerRecord(r.procs.sandboxDir(id))
+		if err != nil {
+			t.Fatalf("no enforcer process of %s: %v", id, err)
+		}
+		if err := os.Remove(filepath.Join(r.procs.sandboxDir(id), enforcerRecordFile)); err != nil {
+			t.Fatal(err)
+		}
+		killProcess(rec.PID, rec.Start)
+		return
+	}
+	if out, err := exec.Command("docker", "kill", egressContainerName(id)).CombinedOutput(); err != nil {
+		t.Fatalf("kill the enforcer: %v: %s", err, out)
+	}
 }
 
 // baseImage is the built sandgate/base image of this version; the test is skipped
@@ -117,7 +145,7 @@ func signedPolicy(t *testing.T, addr, token string) string {
 // RestoreEgress gives a workload whose sidecar is gone a new one with the policy it is
 // handed, and Delete leaves no sidecar behind.
 func TestEgressSidecarLifecycle(t *testing.T) {
-	r, image := testRuntime(t)
+	r, image := testRuntimeWith(t, EnforcerContainer)
 	ctx := context.Background()
 	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)
 	id := spec.ID

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -47,47 +48,97 @@ ENV LD_PRELOAD=/nonexistent/hostile.so SANDGATE_EGRESS_UPSTREAM=127.0.0.1:1 SAND
 
 // TestEnforcerOwesNothingToTheImage attacks the enforcer through the workload's image:
 // a deny-all sandbox made from an image whose /bin/sh, state file and ENV are the
-// tenant's must still come up deny-all, its enforcer running from the helpers' image
-// with no variable of the workload's image, with and without a spare namespace.
+// tenant's must still come up deny-all, with and without a spare namespace, its
+// enforcer owing nothing to that image: a sidecar runs from the helpers' image with no
+// variable of the workload's image and no shell, a process runs the runtime's own copy
+// of the agent in a root of its own with the runtime's environment only.
 func TestEnforcerOwesNothingToTheImage(t *testing.T) {
-	r, base := testRuntime(t)
-	image := hostileImage(t, base)
-	ctx := context.Background()
-	for _, spare := range []bool{false, true} {
-		name := "own namespace"
-		if spare {
-			name = "spare namespace"
-			waitSpare(t, r)
-		}
-		t.Run(name, func(t *testing.T) {
-			spec := enforcedSpec(t, r, image, `{"defaultAction":"deny"}`)
-			inst, err := r.Create(ctx, spec)
-			if err != nil {
-				t.Fatalf("create: %v", err)
+	for _, mode := range []string{EnforcerContainer, EnforcerProcess} {
+		t.Run(mode, func(t *testing.T) {
+			var r *Runtime
+			var base string
+			if mode == EnforcerProcess {
+				r, base = processRuntime(t)
+			} else {
+				r, base = testRuntimeWith(t, mode)
 			}
-			if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, `"defaultAction":"deny"`) {
-				t.Fatalf("a deny-all sandbox of a tampered image enforces %s", got)
-			}
-			sc, err := r.cli.ContainerInspect(ctx, egressContainerName(spec.ID), client.ContainerInspectOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			helper, err := r.helperImage(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sc.Container.Image != helper {
-				t.Fatalf("the enforcer runs from image %s, not the helpers' %s", sc.Container.Image, helper)
-			}
-			for _, kv := range sc.Container.Config.Env {
-				if strings.HasPrefix(kv, "LD_PRELOAD=") || strings.HasPrefix(kv, "SANDGATE_HOSTILE=") || strings.HasPrefix(kv, "SANDGATE_EGRESS_UPSTREAM=") {
-					t.Fatalf("the enforcer's environment holds the image's %s", kv)
+			image := hostileImage(t, base)
+			ctx := context.Background()
+			for _, spare := range []bool{false, true} {
+				name := "own namespace"
+				if spare {
+					name = "spare namespace"
+					waitSpare(t, r)
 				}
-			}
-			if _, err := r.cli.ContainerStatPath(ctx, sc.Container.ID, client.ContainerStatPathOptions{Path: "/bin/sh"}); err == nil {
-				t.Fatal("the enforcer's filesystem has a /bin/sh")
+				t.Run(name, func(t *testing.T) {
+					spec := enforcedSpec(t, r, image, `{"defaultAction":"deny"}`)
+					inst, err := r.Create(ctx, spec)
+					if err != nil {
+						t.Fatalf("create: %v", err)
+					}
+					if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, `"defaultAction":"deny"`) {
+						t.Fatalf("a deny-all sandbox of a tampered image enforces %s", got)
+					}
+					if mode == EnforcerProcess {
+						enforcerOwesNothingAsProcess(t, r, spec.ID)
+						return
+					}
+					sc, err := r.cli.ContainerInspect(ctx, egressContainerName(spec.ID), client.ContainerInspectOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					helper, err := r.helperImage(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sc.Container.Image != helper {
+						t.Fatalf("the enforcer runs from image %s, not the helpers' %s", sc.Container.Image, helper)
+					}
+					for _, kv := range sc.Container.Config.Env {
+						if strings.HasPrefix(kv, "LD_PRELOAD=") || strings.HasPrefix(kv, "SANDGATE_HOSTILE=") || strings.HasPrefix(kv, "SANDGATE_EGRESS_UPSTREAM=") {
+							t.Fatalf("the enforcer's environment holds the image's %s", kv)
+						}
+					}
+					if _, err := r.cli.ContainerStatPath(ctx, sc.Container.ID, client.ContainerStatPathOptions{Path: "/bin/sh"}); err == nil {
+						t.Fatal("the enforcer's filesystem has a /bin/sh")
+					}
+				})
 			}
 		})
+	}
+}
+
+// enforcerOwesNothingAsProcess checks that sandbox id's enforcer process runs the
+// runtime's copy of the agent (the same file), in a root holding nothing of the
+// workload's image, with none of the image's variables.
+func enforcerOwesNothingAsProcess(t *testing.T, r *Runtime, id string) {
+	t.Helper()
+	rec := enforcerRecordOf(t, r, id)
+	exe, err := os.Stat("/proc/" + strconv.Itoa(rec.PID) + "/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyOf, err := os.Stat(r.procs.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(exe, copyOf) {
+		t.Fatalf("the enforcer process runs %v, not the runtime's copy of the agent %s", exe.Name(), r.procs.agent)
+	}
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Split(string(environ), "\x00") {
+		if strings.HasPrefix(kv, "LD_PRELOAD=") || strings.HasPrefix(kv, "SANDGATE_HOSTILE=") || strings.HasPrefix(kv, "SANDGATE_EGRESS_UPSTREAM=") {
+			t.Fatalf("the enforcer's environment holds the image's %s", kv)
+		}
+	}
+	root := filepath.Join(r.procs.sandboxDir(id), "root")
+	for _, path := range []string{"bin/sh", "var/lib/sandgate-egress/policy.json"} {
+		if _, err := os.Lstat(filepath.Join(root, path)); err == nil {
+			t.Fatalf("the enforcer's root has the image's /%s", path)
+		}
 	}
 }
 

@@ -142,9 +142,7 @@ func TestEngineCallsOfAReconcilePassAndAUsageSample(t *testing.T) {
 		t.Fatalf("the first enforced sandbox is not in a holder's namespace")
 	}
 	killed := ids[1]
-	if out, err := exec.Command("docker", "kill", egressContainerName(killed)).CombinedOutput(); err != nil {
-		t.Fatalf("kill the enforcer: %v: %s", err, out)
-	}
+	killEnforcerForGood(t, r, killed)
 
 	proxy.take()
 	listed, err := counted.List(ctx)

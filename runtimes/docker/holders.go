@@ -82,9 +82,12 @@ func holderName(id string) string { return containerName(id) + "-net" }
 
 const sparePrefix = "sandgate-spare-"
 
-// holder is a started namespace holder.
+// holder is a started namespace holder: its container id, address, main process (an
+// enforcer process enters its namespace through it) and resolv.conf on the host.
 type holder struct {
-	id, addr string
+	id, addr   string
+	pid        int
+	resolvConf string
 }
 
 // spareOwnerID identifies this process among those on this host: host name, pid and
@@ -250,7 +253,7 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 		r.removeContainer(created.ID)
 		return holder{}, fmt.Errorf("pin namespace holder's bridge port: %w", err)
 	}
-	return holder{id: created.ID, addr: addr}, nil
+	return holder{id: created.ID, addr: addr, pid: res.Container.State.Pid, resolvConf: res.Container.ResolvConfPath}, nil
 }
 
 // removeContainer force-removes a container, ignoring errors (a best-effort cleanup).

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -40,7 +41,13 @@ func TestCreateInSpareNamespace(t *testing.T) {
 	if got := h.Container.NetworkSettings.Networks[r.opts.Network].IPAddress.String(); got != inst.Address {
 		t.Fatalf("sandbox address %s, holder's %s", inst.Address, got)
 	}
-	for _, name := range []string{containerName(id), egressContainerName(id)} {
+	inNamespace := []string{containerName(id)}
+	if r.procs == nil {
+		inNamespace = append(inNamespace, egressContainerName(id))
+	} else if got, want := processNetns(t, r, id), containerNetns(t, h.Container.ID); got != want {
+		t.Fatalf("the enforcer process is in network namespace %s, the holder's is %s", got, want)
+	}
+	for _, name := range inNamespace {
 		c, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -98,6 +105,11 @@ func TestCreateInSpareNamespace(t *testing.T) {
 			t.Fatalf("%s left after Delete", name)
 		}
 	}
+	if r.procs != nil {
+		if _, err := os.Stat(r.procs.sandboxDir(id)); err == nil {
+			t.Fatalf("the enforcer process's directory is left after Delete")
+		}
+	}
 	r.Close()
 	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "network="+r.opts.Network).Output()
 	if left := strings.Fields(string(out)); len(left) != 0 {
@@ -135,6 +147,11 @@ func TestSweepHolders(t *testing.T) {
 	for _, name := range []string{holderName(id), orphan, egressContainerName(id)} {
 		if _, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
 			t.Errorf("%s not swept", name)
+		}
+	}
+	if r.procs != nil {
+		if _, err := os.Stat(r.procs.sandboxDir(id)); err == nil {
+			t.Errorf("the enforcer process of removed workload %s not swept", id)
 		}
 	}
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{Filters: make(client.Filters).Add("label", labelSpareOwner+"="+r.owner)})

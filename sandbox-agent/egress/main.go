@@ -11,11 +11,15 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
@@ -60,6 +64,20 @@ type config struct {
 	credProxy     bool
 	vaultListen   string
 	logLevel      string
+	maxFileBytes  uint64
+}
+
+// noNewPrivs sets no_new_privs on every thread of the process (the flag is a thread's),
+// or, in a build with cgo, which cannot do that, on this one and those it makes.
+func noNewPrivs() error {
+	_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	if errno == syscall.ENOTSUP {
+		return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	}
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 func parseFlags(args []string) (config, error) {
@@ -84,6 +102,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.vaultListen, "vault-listen", "127.0.0.1:"+strconv.Itoa(DefaultVaultPort), "IPv4 loopback address:port of the credential proxy intercepted connections are redirected to")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "delete the nftables table on exit (default: leave it, so the sandbox stays closed)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Uint64Var(&c.maxFileBytes, "max-file-bytes", 0, "largest file the enforcer may write, its log included (RLIMIT_FSIZE; 0: no bound)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -99,12 +118,25 @@ func parseFlags(args []string) (config, error) {
 // in the kernel whatever happens to this process (unless --cleanup).
 func Main(ctx context.Context, args []string) error {
 	startedAt := time.Now()
+	// Nothing the enforcer could exec gains a privilege (a sidecar has this from the
+	// engine already; a host process from here).
+	if err := noNewPrivs(); err != nil {
+		return fmt.Errorf("egress: no_new_privs: %w", err)
+	}
+	// Past --max-file-bytes a write fails instead of the signal ending the enforcer.
+	signal.Ignore(syscall.SIGXFSZ)
 	c, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // the usage is printed already
 	}
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)
+	}
+	if c.maxFileBytes > 0 {
+		limit := unix.Rlimit{Cur: c.maxFileBytes, Max: c.maxFileBytes}
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &limit); err != nil {
+			return fmt.Errorf("egress: --max-file-bytes: %w", err)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {

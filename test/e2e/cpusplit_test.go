@@ -57,10 +57,15 @@ type procCPU struct {
 	shimOf   string // the container a containerd-shim serves
 }
 
+// enforcerProcessKey prefixes a sandbox id among cpuLook.containers: the cgroup of its
+// enforcer process.
+const enforcerProcessKey = "enforcer-process:"
+
 // cpuLook is one look at the machine's CPU accounting.
 type cpuLook struct {
 	procs map[procKey]procCPU
-	// containers is each Docker container's cgroup CPU (ns), by container id.
+	// containers is each Docker container's cgroup CPU (ns), by container id, and each
+	// enforcer process's (enforcerProcessKey + sandbox id).
 	containers map[string]int64
 	busy       int64 // the machine's non-idle ticks (/proc/stat)
 	load       string
@@ -104,13 +109,19 @@ func lookAtCPU() cpuLook {
 		l.procs[procKey{pid, f[19]}] = p
 	}
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/cpuacct/docker/*/cpuacct.usage")
-	for _, path := range dirs {
+	// Enforcer processes' cgroups (runtimes/docker/enforcercgroup.go), by sandbox id.
+	processes, _ := filepath.Glob("/sys/fs/cgroup/cpuacct/sandgate-enforcers/*/cpuacct.usage")
+	for _, path := range append(dirs, processes...) {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			continue
 		}
 		ns, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-		l.containers[filepath.Base(filepath.Dir(path))] = ns
+		key := filepath.Base(filepath.Dir(path))
+		if strings.Contains(path, "/sandgate-enforcers/") {
+			key = enforcerProcessKey + key
+		}
+		l.containers[key] = ns
 	}
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(data), "\n")
@@ -203,6 +214,9 @@ func sandboxRoles(b *testing.B, cli *client.Client, network string, ids []string
 		role["/sandgate-"+id+"-net"] = "holder"
 	}
 	roles := map[string]string{}
+	for _, id := range ids {
+		roles[enforcerProcessKey+id] = "enforcer"
+	}
 	for _, c := range res.Items {
 		for _, name := range c.Names {
 			if r := role[name]; r != "" {

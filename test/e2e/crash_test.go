@@ -10,27 +10,32 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/runtimes/docker"
 )
 
 // sandboxFacts is what Docker itself says about one sandbox: the workload container's
-// state, its enforcer sidecar's state ("" when there is none) and whether the
+// state, its enforcer's state ("running" for a live enforcer process, a sidecar's
+// container state, "" when there is none) and whether the
 // entrypoint process (tail -f /dev/null) runs in the workload.
 type sandboxFacts struct {
 	Workload   string
-	Sidecar    string
+	Enforcer   string
 	Entrypoint bool
 }
 
 // complete says whether the sandbox is running and enforced with its entrypoint started.
 func (f sandboxFacts) complete() bool {
-	return f.Workload == "running" && f.Sidecar == "running" && f.Entrypoint
+	return f.Workload == "running" && f.Enforcer == "running" && f.Entrypoint
 }
 
 // facts reads the facts of every sandbox on the env's network from Docker.
@@ -50,12 +55,18 @@ func (e *env) facts() map[string]sandboxFacts {
 	for _, l := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
 		if id, state, ok := strings.Cut(l, " "); ok {
 			if f, mine := out[id]; mine {
-				f.Sidecar = state
+				f.Enforcer = state
 				out[id] = f
 			}
 		}
 	}
 	for id, f := range out {
+		if rec, ok := docker.EnforcerProcessOf(id); ok {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/stat"); err == nil && !strings.Contains(string(b), ") Z ") {
+				f.Enforcer = "running"
+			}
+			out[id] = f
+		}
 		if f.Workload != "running" {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -121,6 +122,9 @@ type egressSandbox struct {
 	w  *egressWorld
 	id string
 	a  *agent
+	// standIn is the process an enforcer process's record names while stopEnforcer
+	// keeps the enforcer away.
+	standIn *exec.Cmd
 }
 
 func (w *egressWorld) sandbox(networkPolicy any) *egressSandbox {
@@ -470,11 +474,19 @@ func TestEgress(t *testing.T) {
 
 	t.Run("deleting the sandbox removes its enforcer", func(t *testing.T) {
 		d := w.sandbox(nil)
-		if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=sandgate-"+d.id+"-egress").Output(); len(strings.Fields(string(out))) != 1 {
-			t.Fatalf("enforcer sidecar of %s not found", d.id)
+		if !enforcerExists(d.id) {
+			t.Fatalf("enforcer of %s not found", d.id)
 		}
+		pid := d.enforcerPID()
 		if r := w.g.do("DELETE", "/v1/sandboxes/"+d.id, nil); r.Status != 204 {
 			t.Fatalf("delete: %d %s", r.Status, r.Body)
+		}
+		// Delete answers once the enforcer is gone.
+		if enforcerExists(d.id) {
+			t.Fatalf("the enforcer of deleted sandbox %s is still there", d.id)
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			t.Fatalf("the enforcer process %s of deleted sandbox %s still runs", pid, d.id)
 		}
 		waitFor(t, 10*time.Second, func() bool {
 			out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=sandgate.io/id="+d.id).Output()
@@ -497,7 +509,7 @@ func TestEgress(t *testing.T) {
 			return len(strings.Fields(string(out))) == 0
 		}, "the reconciler to remove the leftover enforcer")
 		// A live sandbox keeps its enforcer, and its policy still holds.
-		if out, _ := exec.Command("docker", "ps", "-q", "--filter", "name=^sandgate-"+s.id+"-egress$").Output(); len(strings.Fields(string(out))) != 1 {
+		if !enforcerExists(s.id) {
 			t.Fatalf("the enforcer of live sandbox %s was removed", s.id)
 		}
 		wantPrefix(t, "query denied.test after the sweep", s.query("127.0.0.11", "denied.test", "udp"), "rcode=3")
@@ -604,7 +616,7 @@ func TestEgressOff(t *testing.T) {
 	if got := s.httpStatus("denied.test"); got != "200" {
 		t.Fatalf("GET denied.test with egress off = %s, want 200", got)
 	}
-	if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=sandgate-"+s.id+"-egress").Output(); len(strings.Fields(string(out))) != 0 {
+	if enforcerExists(s.id) {
 		t.Fatalf("an enforcer runs although egress is off")
 	}
 	r := w.g.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": baseImage},

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/runtimes/docker"
 )
 
 // Attacks of a hostile workload on its own egress enforcer,
@@ -96,28 +100,118 @@ func (s *egressSandbox) probe(server string, port int, name, qtype, proto string
 	return s.sh(fmt.Sprintf("python3 /tmp/dnsq.py %s %d %s %s %s", server, port, name, qtype, proto))
 }
 
-// sidecar is the name of the sandbox's enforcer container.
+// sidecar is the name of the sandbox's enforcer container, when its enforcer is one
+// (SANDGATE_ENFORCER=container, or auto where the host cannot run processes).
 func (s *egressSandbox) sidecar() string { return "sandgate-" + s.id + "-egress" }
 
-// sidecarNamespace is the enforcer container's namespace of kind ("pid", "net"…), read
-// from the host (the sidecar's image has no shell to run anything in it).
-func (s *egressSandbox) sidecarNamespace(kind string) string {
+// enforcerProcess is the runtime's record of the sandbox's enforcer process; ok is false
+// when its enforcer is a sidecar.
+func (s *egressSandbox) enforcerProcess() (docker.EnforcerRecord, bool) {
+	return docker.EnforcerProcessOf(s.id)
+}
+
+// enforcerPID is the host pid of the sandbox's enforcer: the process, or the sidecar's
+// main process (its restart loop).
+func (s *egressSandbox) enforcerPID() string {
 	s.w.t.Helper()
-	pid := dockerInspect(s.w.t, "{{.State.Pid}}", s.sidecar())
-	ns, err := os.Readlink("/proc/" + pid + "/ns/" + kind)
+	if rec, ok := s.enforcerProcess(); ok {
+		return strconv.Itoa(rec.PID)
+	}
+	return dockerInspect(s.w.t, "{{.State.Pid}}", s.sidecar())
+}
+
+// enforcerNamespace is the enforcer's namespace of kind ("pid", "net"…), read from the
+// host (neither the sidecar's image nor the process's root has a shell).
+func (s *egressSandbox) enforcerNamespace(kind string) string {
+	s.w.t.Helper()
+	ns, err := os.Readlink("/proc/" + s.enforcerPID() + "/ns/" + kind)
 	if err != nil {
-		s.w.t.Fatalf("namespace of the sidecar: %v", err)
+		s.w.t.Fatalf("namespace of the enforcer: %v", err)
 	}
 	return ns
 }
 
-// stopEnforcer freezes the sidecar's restart loop and kills the enforcer, the way a
-// crash would leave it: the gap stays open until resumeEnforcer. The signals come from
-// the host: the loop is PID 1 of the sidecar's namespace, which ignores SIGSTOP sent from
-// inside it.
+// enforcerToken is the token the enforcer was started with.
+func (s *egressSandbox) enforcerToken() string {
+	s.w.t.Helper()
+	if rec, ok := s.enforcerProcess(); ok {
+		return rec.Token
+	}
+	for _, kv := range strings.Split(dockerInspect(s.w.t, "{{range .Config.Env}}{{println .}}{{end}}", s.sidecar()), "\n") {
+		if v, ok := strings.CutPrefix(kv, "SANDGATE_EGRESS_TOKEN="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// enforcerExists reports whether the sandbox has an enforcer, running or not: a process
+// record or a sidecar container.
+func enforcerExists(id string) bool {
+	if _, ok := docker.EnforcerProcessOf(id); ok {
+		return true
+	}
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^sandgate-"+id+"-egress$").Output()
+	return len(strings.Fields(string(out))) > 0
+}
+
+// killEnforcer kills the enforcer the way a crash or an operator would: the process with
+// SIGKILL (its runtime starts it again a second later), or `docker kill` of the sidecar
+// (the reconciler restores it).
+func (s *egressSandbox) killEnforcer() {
+	s.w.t.Helper()
+	if rec, ok := s.enforcerProcess(); ok {
+		if out, err := exec.Command("kill", "-KILL", strconv.Itoa(rec.PID)).CombinedOutput(); err != nil {
+			s.w.t.Fatalf("kill the enforcer process: %v: %s", err, out)
+		}
+		return
+	}
+	if out, err := exec.Command("docker", "kill", s.sidecar()).CombinedOutput(); err != nil {
+		s.w.t.Fatalf("docker kill the enforcer: %v: %s", err, out)
+	}
+}
+
+// stopEnforcer kills the enforcer and keeps it from being started again, the way a crash
+// with a broken restart would leave it: the gap stays open until resumeEnforcer. A
+// sidecar's restart loop is frozen (the signals come from the host: the loop is PID 1 of
+// the sidecar's namespace, which ignores SIGSTOP sent from inside it). A process's
+// record is made to name a stand-in process (a `sleep` the test starts) first: the
+// runtime then neither starts the enforcer again (its record names another process) nor
+// takes it for missing (the recorded process runs).
 func (s *egressSandbox) stopEnforcer() {
 	t := s.w.t
 	t.Helper()
+	if rec, ok := s.enforcerProcess(); ok {
+		standIn := exec.Command("sleep", "600")
+		if err := standIn.Start(); err != nil {
+			t.Fatal(err)
+		}
+		s.standIn = standIn
+		t.Cleanup(func() { _ = standIn.Process.Kill(); _ = standIn.Wait() })
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(standIn.Process.Pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		rewritten := rec
+		rewritten.PID, rewritten.Start = standIn.Process.Pid, fields[19]
+		b, _ := json.Marshal(rewritten)
+		record := filepath.Join("/var/lib/sandgate/enforcers", s.id, "enforcer.json")
+		if err := os.WriteFile(record+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(record+".tmp", record); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("kill", "-KILL", strconv.Itoa(rec.PID)).CombinedOutput(); err != nil {
+			t.Fatalf("kill the enforcer process: %v: %s", err, out)
+		}
+		waitFor(t, 10*time.Second, func() bool {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/stat")
+			return err != nil || strings.Contains(string(b), ") Z ")
+		}, "the enforcer to be gone")
+		return
+	}
 	loop := dockerInspect(t, "{{.State.Pid}}", s.sidecar())
 	if out, err := exec.Command("kill", "-STOP", loop).CombinedOutput(); err != nil {
 		t.Fatalf("kill -STOP %s: %v: %s", loop, err, out)
@@ -131,13 +225,20 @@ func (s *egressSandbox) stopEnforcer() {
 	}, "the enforcer to be gone")
 }
 
-// resumeEnforcer lets the restart loop start the enforcer again and waits until its
-// DNS proxy answers.
+// resumeEnforcer lets the enforcer come back (the sidecar's restart loop, or, for a
+// process, the reconciler, which finds the recorded stand-in gone and restores the
+// enforcer) and waits until its DNS proxy answers.
 func (s *egressSandbox) resumeEnforcer(allowedName string) {
 	s.w.t.Helper()
-	loop := dockerInspect(s.w.t, "{{.State.Pid}}", s.sidecar())
-	if out, err := exec.Command("kill", "-CONT", loop).CombinedOutput(); err != nil {
-		s.w.t.Fatalf("kill -CONT %s: %v: %s", loop, err, out)
+	if s.standIn != nil {
+		_ = s.standIn.Process.Kill()
+		_ = s.standIn.Wait()
+		s.standIn = nil
+	} else {
+		loop := dockerInspect(s.w.t, "{{.State.Pid}}", s.sidecar())
+		if out, err := exec.Command("kill", "-CONT", loop).CombinedOutput(); err != nil {
+			s.w.t.Fatalf("kill -CONT %s: %v: %s", loop, err, out)
+		}
 	}
 	waitFor(s.w.t, 20*time.Second, func() bool {
 		return strings.HasPrefix(s.probe("127.0.0.11", 53, allowedName, "A", "udp"), "rcode=0 an=1")
@@ -193,7 +294,7 @@ func TestEnforcerAttacks(t *testing.T) {
 			t.Fatalf("pkill of the enforcer from the workload: exit %s, want 1 (no such process)", got)
 		}
 		workloadNS := s.sh("readlink /proc/1/ns/pid")
-		if enforcerNS := s.sidecarNamespace("pid"); enforcerNS == workloadNS {
+		if enforcerNS := s.enforcerNamespace("pid"); enforcerNS == workloadNS {
 			t.Fatalf("the enforcer shares the workload's PID namespace %s", workloadNS)
 		}
 		if got := s.probe("127.0.0.11", 53, "allowed.test", "A", "udp"); got != "rcode=0 an=1 "+ip["allowed"] {
@@ -242,8 +343,11 @@ print(' '.join(out) or 'none')
 		if got := s.httpStatus(ip["removed"]); got != "000" {
 			t.Fatalf("GET %s after kill -9 = %s, want no connection (the create-time policy came back)", ip["removed"], got)
 		}
-		// A restart of the whole container keeps it too.
-		if out, err := exec.Command("docker", "restart", "-t", "1", s.sidecar()).CombinedOutput(); err != nil {
+		// A restart of the whole enforcer keeps it too: the sidecar's container, or the
+		// process, which its runtime starts again.
+		if _, ok := s.enforcerProcess(); ok {
+			s.killEnforcer()
+		} else if out, err := exec.Command("docker", "restart", "-t", "1", s.sidecar()).CombinedOutput(); err != nil {
 			t.Fatalf("docker restart: %v: %s", err, out)
 		}
 		waitFor(t, 30*time.Second, func() bool {
@@ -258,14 +362,9 @@ print(' '.join(out) or 'none')
 	})
 
 	t.Run("a workload holding port 18080 learns nothing and is not believed", func(t *testing.T) {
-		token := ""
-		for _, kv := range strings.Split(dockerInspect(t, "{{range .Config.Env}}{{println .}}{{end}}", s.sidecar()), "\n") {
-			if v, ok := strings.CutPrefix(kv, "SANDGATE_EGRESS_TOKEN="); ok {
-				token = v
-			}
-		}
+		token := s.enforcerToken()
 		if token == "" {
-			t.Fatal("no enforcer token in the sidecar")
+			t.Fatal("no enforcer token")
 		}
 		s.stopEnforcer()
 		s.sh("rm -f /tmp/captured.jsonl; (setsid nohup python3 /tmp/fake.py >/dev/null 2>&1 &); " +
@@ -409,14 +508,15 @@ func TestEgressPolicyRoundTrip(t *testing.T) {
 		}
 	})
 
-	t.Run("a sidecar whose workload was removed by hand is swept", func(t *testing.T) {
+	t.Run("an enforcer whose workload was removed by hand is swept", func(t *testing.T) {
 		d := w.sandbox(nil)
+		pid := d.enforcerPID()
 		if out, err := exec.Command("docker", "rm", "-f", "-v", "sandgate-"+d.id).CombinedOutput(); err != nil {
 			t.Fatalf("docker rm: %v: %s", err, out)
 		}
 		waitFor(t, 60*time.Second, func() bool {
-			out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name=^"+d.sidecar()+"$").Output()
-			return len(strings.Fields(string(out))) == 0
+			_, err := os.Stat("/proc/" + pid)
+			return !enforcerExists(d.id) && err != nil
 		}, "the reconciler to remove the enforcer of a removed workload")
 	})
 }

@@ -144,8 +144,11 @@ func newEnv(t testing.TB, redis *redisServer, extra ...string) *env {
 // removeDockerObjects deletes every container on the test's network (workloads in their
 // own namespace, spare and used namespace holders, test servers), every workload labelled
 // with it (those in a holder's namespace) and the egress enforcers that share their
-// network namespace, then the network.
+// network namespace (processes and sidecars), then the network.
 func (e *env) removeDockerObjects() {
+	// Enforcer processes first (runtimes/docker/enforcerprocess.go): a gateway that was
+	// killed or stopped leaves them running, holding their sandboxes' namespaces.
+	docker.RemoveEnforcerProcesses(e.Network)
 	var ids []string
 	ours := map[string]bool{}
 	for _, filter := range []string{"network=" + e.Network, "label=sandgate.io/network=" + e.Network} {

@@ -429,9 +429,7 @@ func TestEnforcerKilled(t *testing.T) {
 	if got := s.httpStatus("added.test"); got != "200" {
 		t.Fatalf("GET added.test after the PATCH = %s, want 200", got)
 	}
-	if out, err := exec.Command("docker", "kill", "sandgate-"+s.id+"-egress").CombinedOutput(); err != nil {
-		t.Fatalf("docker kill the enforcer: %v: %s", err, out)
-	}
+	s.killEnforcer()
 
 	t.Run("killed_enforcer_restored_with_its_current_policy_within_the_sync_interval", func(t *testing.T) {
 		defer func() {
@@ -534,9 +532,7 @@ func TestAdoptedSandboxKeepsItsEgressPolicy(t *testing.T) {
 		return w.g.do("GET", "/v1/sandboxes/"+s.id, nil).Status == 200
 	}, "the restarted gateway to adopt the sandbox")
 	s.a = w.g.agent(s.id)
-	if out, err := exec.Command("docker", "kill", s.sidecar()).CombinedOutput(); err != nil {
-		t.Fatalf("docker kill the enforcer: %v: %s", err, out)
-	}
+	s.killEnforcer()
 	waitFor(t, time.Minute, func() bool {
 		_, ok := w.g.eventSandboxes("sandbox.enforcer.restored")[s.id]
 		return ok

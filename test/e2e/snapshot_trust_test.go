@@ -30,7 +30,7 @@ func TestSnapshotsCarryNoTrust(t *testing.T) {
 	defer cancel()
 
 	src, srcAgent := w.vaultSandbox(nil)
-	srcCA := pemLine(t, sidecarEnv(t, src, "SANDGATE_VAULT_CA_CERT"))
+	srcCA := pemLine(t, enforcerEnv(t, src, "SANDGATE_VAULT_CA_CERT"))
 	// The source trusts its CA (where the copies must not).
 	if got := trustHolding(srcAgent, srcCA); got == "" {
 		t.Fatal("the source's own trust files do not hold its CA")
@@ -67,7 +67,7 @@ func TestSnapshotsCarryNoTrust(t *testing.T) {
 		}
 		id := r.JSON(t)["id"].(string)
 		checkNoSourceTrust(t, id)
-		own := pemLine(t, sidecarEnv(t, id, "SANDGATE_VAULT_CA_CERT"))
+		own := pemLine(t, enforcerEnv(t, id, "SANDGATE_VAULT_CA_CERT"))
 		if own == srcCA {
 			t.Fatal("the copy's enforcer has the source's CA")
 		}

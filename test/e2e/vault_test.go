@@ -19,9 +19,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/runtimes/docker"
 )
 
 // Credential vault tests. The upstream is an HTTPS echo server (plain HTTP on port 80
@@ -271,21 +274,78 @@ func literalFree(s string) string {
 	return b.String()
 }
 
-// sidecarEnv returns the enforcer sidecar's environment value of key.
-func sidecarEnv(t testing.TB, id, key string) string {
+// enforcerEnv returns the value of key in the environment sandbox id's enforcer was
+// started with: its process's, read from /proc, or its sidecar's configuration.
+func enforcerEnv(t testing.TB, id, key string) string {
 	t.Helper()
-	out, err := exec.Command("docker", "inspect", "-f", "{{json .Config.Env}}", "sandgate-"+id+"-egress").Output()
-	if err != nil {
-		t.Fatalf("inspect sidecar: %v", err)
-	}
 	var env []string
-	_ = json.Unmarshal(out, &env)
+	if rec, ok := docker.EnforcerProcessOf(id); ok {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/environ")
+		if err != nil {
+			t.Fatalf("environment of the enforcer process: %v", err)
+		}
+		env = strings.Split(string(b), "\x00")
+	} else {
+		out, err := exec.Command("docker", "inspect", "-f", "{{json .Config.Env}}", "sandgate-"+id+"-egress").Output()
+		if err != nil {
+			t.Fatalf("inspect sidecar: %v", err)
+		}
+		_ = json.Unmarshal(out, &env)
+	}
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, key+"="); ok {
 			return v
 		}
 	}
 	return ""
+}
+
+// enforcerLogs returns what sandbox id's enforcer logged: its process's log file, or its
+// sidecar's container log.
+func enforcerLogs(id string) string {
+	if _, ok := docker.EnforcerProcessOf(id); ok {
+		b, _ := os.ReadFile(filepath.Join("/var/lib/sandgate/enforcers", id, "enforcer.log"))
+		return string(b)
+	}
+	out, _ := exec.Command("docker", "logs", "sandgate-"+id+"-egress").CombinedOutput()
+	return string(out)
+}
+
+// crashEnforcer kills sandbox id's enforcer the way a crash does, leaving what restarts
+// it in place (its runtime for a process, the restart loop for a sidecar's enforcer).
+func crashEnforcer(t testing.TB, id string) {
+	t.Helper()
+	if rec, ok := docker.EnforcerProcessOf(id); ok {
+		if out, err := exec.Command("kill", "-KILL", strconv.Itoa(rec.PID)).CombinedOutput(); err != nil {
+			t.Fatalf("kill the enforcer process: %v: %s", err, out)
+		}
+		return
+	}
+	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Pid}}", "sandgate-"+id+"-egress").Output()
+	if err != nil {
+		t.Fatalf("inspect the sidecar: %v", err)
+	}
+	loop := strings.TrimSpace(string(out))
+	if out, err := exec.Command("pkill", "-KILL", "-P", loop).CombinedOutput(); err != nil {
+		t.Fatalf("kill the enforcer (children of %s): %v: %s", loop, err, out)
+	}
+}
+
+// removeEnforcer removes sandbox id's enforcer for good, as an operator's mistake would:
+// a process's record goes before the process (its runtime then does not start it again),
+// a sidecar container is removed. The reconciler restores a new one.
+func removeEnforcer(t testing.TB, id string) {
+	t.Helper()
+	if rec, ok := docker.EnforcerProcessOf(id); ok {
+		if err := os.Remove(filepath.Join("/var/lib/sandgate/enforcers", id, "enforcer.json")); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("kill", "-KILL", strconv.Itoa(rec.PID)).CombinedOutput(); err != nil {
+			t.Fatalf("kill the enforcer process: %v: %s", err, out)
+		}
+		return
+	}
+	removeEnforcer(t, id)
 }
 
 func TestCredentialVault(t *testing.T) {
@@ -452,17 +512,10 @@ func TestCredentialVault(t *testing.T) {
 
 	t.Run("the vault survives an enforcer restart", func(t *testing.T) {
 		rev := g.vaultRevision(id)
-		// kill -9 of the enforcer (its restart loop brings it back in the same
-		// container): a crash, without the reconciler's restore of a stopped sidecar
-		// (which would start a new, empty vault: TestCredentialVaultEnforcerRestored).
-		out, err := exec.Command("docker", "inspect", "-f", "{{.State.Pid}}", "sandgate-"+id+"-egress").Output()
-		if err != nil {
-			t.Fatalf("inspect the sidecar: %v", err)
-		}
-		loop := strings.TrimSpace(string(out))
-		if out, err := exec.Command("pkill", "-KILL", "-P", loop).CombinedOutput(); err != nil {
-			t.Fatalf("kill the enforcer (children of %s): %v: %s", loop, err, out)
-		}
+		// kill -9 of the enforcer (what restarts it brings it back with its state): a
+		// crash, without the reconciler's restore of a removed enforcer (which would start
+		// a new, empty vault: TestCredentialVaultEnforcerRestored).
+		crashEnforcer(t, id)
 		waitFor(t, 60*time.Second, func() bool {
 			r := g.vault(id, "GET", "/credential-vault", nil)
 			return r.Status == 200
@@ -478,7 +531,7 @@ func TestCredentialVault(t *testing.T) {
 
 	t.Run("the real value is nowhere the workload or the logs can see", func(t *testing.T) {
 		pattern := literalFree(real)
-		caKey := sidecarEnv(t, id, "SANDGATE_VAULT_CA_KEY")
+		caKey := enforcerEnv(t, id, "SANDGATE_VAULT_CA_KEY")
 		if caKey == "" {
 			t.Fatal("the sidecar has no CA key")
 		}
@@ -508,12 +561,12 @@ func TestCredentialVault(t *testing.T) {
 		if r := g.do("GET", "/v1/events?sandboxId="+id, nil); !strings.Contains(string(r.Body), "sandbox.vault.updated") {
 			t.Errorf("no sandbox.vault.updated event: %s", tail(string(r.Body), 2000))
 		}
-		logs, _ := exec.Command("docker", "logs", "sandgate-"+id+"-egress").CombinedOutput()
-		if strings.Contains(string(logs), real) {
+		logs := enforcerLogs(id)
+		if strings.Contains(logs, real) {
 			t.Error("the enforcer's log holds the credential's value")
 		}
-		if !strings.Contains(string(logs), "vault injection") || !strings.Contains(string(logs), "binding=echo") {
-			t.Errorf("the enforcer logged no injection audit record:\n%s", tail(string(logs), 3000))
+		if !strings.Contains(logs, "vault injection") || !strings.Contains(logs, "binding=echo") {
+			t.Errorf("the enforcer logged no injection audit record:\n%s", tail(logs, 3000))
 		}
 	})
 
@@ -651,15 +704,13 @@ func TestCredentialVaultEnforcerRestored(t *testing.T) {
 	if r := g.vault(id, "POST", "/credential-vault", body); r.Status != 201 {
 		t.Fatalf("POST: %d %s", r.Status, r.Body)
 	}
-	oldCA := sidecarEnv(t, id, "SANDGATE_VAULT_CA_CERT")
-	if out, err := exec.Command("docker", "rm", "-f", "sandgate-"+id+"-egress").CombinedOutput(); err != nil {
-		t.Fatalf("remove the sidecar: %v: %s", err, out)
-	}
+	oldCA := enforcerEnv(t, id, "SANDGATE_VAULT_CA_CERT")
+	removeEnforcer(t, id)
 	waitFor(t, 90*time.Second, func() bool {
 		return g.vault(id, "GET", "/credential-vault", nil).Status == 404
 	}, "the restored enforcer's (empty) vault")
-	if newCA := sidecarEnv(t, id, "SANDGATE_VAULT_CA_CERT"); newCA == "" || newCA == oldCA {
-		t.Fatal("the restored sidecar has no new CA")
+	if newCA := enforcerEnv(t, id, "SANDGATE_VAULT_CA_CERT"); newCA == "" || newCA == oldCA {
+		t.Fatal("the restored enforcer has no new CA")
 	}
 	if r := g.vault(id, "POST", "/credential-vault", body); r.Status != 201 {
 		t.Fatalf("POST after the restore: %d %s", r.Status, r.Body)
@@ -923,7 +974,7 @@ func TestCredentialVaultPlainHTTPAndPinnedAddresses(t *testing.T) {
 	if strings.Contains(g.proc.Logs(), real) {
 		t.Error("the gateway's log holds the credential's value")
 	}
-	if elogs, _ := exec.Command("docker", "logs", "sandgate-"+id+"-egress").CombinedOutput(); strings.Contains(string(elogs), real) {
+	if strings.Contains(enforcerLogs(id), real) {
 		t.Error("the enforcer's log holds the credential's value")
 	}
 }
