@@ -188,27 +188,7 @@ func TestEgressSidecarLifecycle(t *testing.T) {
 	// A workload holding port 18080 while its sidecar is restored is not taken for the
 	// enforcer: RestoreEgress waits for a signed answer and fails.
 	r.removeEgress(ctx, id)
-	fake := `import http.server
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.send_header('Content-Length', '15'); self.end_headers(); self.wfile.write(b'{"status":"ok"}')
-http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()
-`
-	if out, err := exec.Command("docker", "exec", "-d", containerName(id), "python3", "-c", fake).CombinedOutput(); err != nil {
-		t.Fatalf("start the fake: %v: %s", err, out)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + net.JoinHostPort(inst.Address, "18080") + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fake does not answer: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	startFakeEnforcer(t, id, inst.Address)
 	if err := r.RestoreEgress(ctx, spec); err == nil {
 		t.Fatal("RestoreEgress took a fake on port 18080 for the enforcer")
 	}
@@ -219,6 +199,31 @@ http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()
 	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+runtimes.LabelID+"="+id).Output()
 	if ids := strings.Fields(string(out)); len(ids) != 0 {
 		t.Fatalf("containers left after Delete: %v", ids)
+	}
+}
+
+// startFakeEnforcer starts, in sandbox id's workload, an HTTP server on port 18080 that
+// answers as an unsigned enforcer would, and waits until it answers at addr.
+func startFakeEnforcer(t *testing.T, id, addr string) {
+	t.Helper()
+	fake := `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header('Content-Length', '15'); self.end_headers(); self.wfile.write(b'{"status":"ok"}')
+http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()
+`
+	if out, err := exec.Command("docker", "exec", "-d", containerName(id), "python3", "-c", fake).CombinedOutput(); err != nil {
+		t.Fatalf("start the fake: %v: %s", err, out)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + net.JoinHostPort(addr, "18080") + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fake does not answer: %v", err)
+		}
 	}
 }
 

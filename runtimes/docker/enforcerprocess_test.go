@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -315,25 +314,7 @@ func TestEgressProcessLifecycle(t *testing.T) {
 
 	// A workload holding port 18080 while its enforcer is restored is not taken for it.
 	r2.removeEgress(ctx, id)
-	fake := `import http.server
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.send_header('Content-Length', '15'); self.end_headers(); self.wfile.write(b'{"status":"ok"}')
-http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()
-`
-	if out, err := exec.Command("docker", "exec", "-d", containerName(id), "python3", "-c", fake).CombinedOutput(); err != nil {
-		t.Fatalf("start the fake: %v: %s", err, out)
-	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + net.JoinHostPort(inst.Address, "18080") + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fake does not answer: %v", err)
-		}
-	}
+	startFakeEnforcer(t, id, inst.Address)
 	if err := r2.RestoreEgress(ctx, spec); err == nil {
 		t.Fatal("RestoreEgress took a fake on port 18080 for the enforcer")
 	}
