@@ -175,23 +175,7 @@ func TestEgressSidecarLifecycle(t *testing.T) {
 
 	// The sidecar is gone (removed by hand); restore it with the sandbox's current policy.
 	r.removeEgress(ctx, id)
-	current := *spec.Egress
-	current.Policy = []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"current.test"}]}`)
-	spec.Egress = &current
-	if err := r.RestoreEgress(ctx, spec); err != nil {
-		t.Fatalf("RestoreEgress: %v", err)
-	}
-	if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, "current.test") || strings.Contains(got, "created.test") {
-		t.Fatalf("restored policy: %s", got)
-	}
-
-	// A workload holding port 18080 while its sidecar is restored is not taken for the
-	// enforcer: RestoreEgress waits for a signed answer and fails.
-	r.removeEgress(ctx, id)
-	startFakeEnforcer(t, id, inst.Address)
-	if err := r.RestoreEgress(ctx, spec); err == nil {
-		t.Fatal("RestoreEgress took a fake on port 18080 for the enforcer")
-	}
+	restoreThenRefuseFake(t, r, &spec, inst.Address, "created.test")
 
 	if err := r.Delete(ctx, id); err != nil {
 		t.Fatal(err)
@@ -199,6 +183,29 @@ func TestEgressSidecarLifecycle(t *testing.T) {
 	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+runtimes.LabelID+"="+id).Output()
 	if ids := strings.Fields(string(out)); len(ids) != 0 {
 		t.Fatalf("containers left after Delete: %v", ids)
+	}
+}
+
+// restoreThenRefuseFake restores the enforcer of spec's sandbox (gone) with a new
+// current policy and checks that it is in force instead of the one naming stale; then,
+// the enforcer gone again and a workload holding port 18080, that RestoreEgress waits
+// for a signed answer and fails.
+func restoreThenRefuseFake(t *testing.T, r *Runtime, spec *runtimes.Spec, addr, stale string) {
+	t.Helper()
+	ctx := context.Background()
+	current := *spec.Egress
+	current.Policy = []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"current.test"}]}`)
+	spec.Egress = &current
+	if err := r.RestoreEgress(ctx, *spec); err != nil {
+		t.Fatalf("RestoreEgress: %v", err)
+	}
+	if got := signedPolicy(t, addr, spec.EgressToken); !strings.Contains(got, "current.test") || strings.Contains(got, stale) {
+		t.Fatalf("restored policy: %s", got)
+	}
+	r.removeEgress(ctx, spec.ID)
+	startFakeEnforcer(t, spec.ID, addr)
+	if err := r.RestoreEgress(ctx, *spec); err == nil {
+		t.Fatal("RestoreEgress took a fake on port 18080 for the enforcer")
 	}
 }
 

@@ -302,22 +302,7 @@ func TestEgressProcessLifecycle(t *testing.T) {
 	if !slices.Contains(names, id) {
 		t.Fatalf("MissingEnforcers %v lacks %s", names, id)
 	}
-	current := *spec.Egress
-	current.Policy = []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"current.test"}]}`)
-	spec.Egress = &current
-	if err := r2.RestoreEgress(ctx, spec); err != nil {
-		t.Fatalf("RestoreEgress: %v", err)
-	}
-	if got := signedPolicy(t, inst.Address, spec.EgressToken); !strings.Contains(got, "current.test") || strings.Contains(got, "patched.test") {
-		t.Fatalf("restored policy: %s", got)
-	}
-
-	// A workload holding port 18080 while its enforcer is restored is not taken for it.
-	r2.removeEgress(ctx, id)
-	startFakeEnforcer(t, id, inst.Address)
-	if err := r2.RestoreEgress(ctx, spec); err == nil {
-		t.Fatal("RestoreEgress took a fake on port 18080 for the enforcer")
-	}
+	restoreThenRefuseFake(t, r2, &spec, inst.Address, "patched.test")
 	last, err := readEnforcerRecord(r2.procs.sandboxDir(id))
 	if err != nil {
 		t.Fatal(err)
