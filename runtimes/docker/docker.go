@@ -155,6 +155,9 @@ type Runtime struct {
 	// usage keeps what each sandbox's usage readings need besides its stats (usage.go).
 	usage usageCache
 
+	// creating counts the creates in flight: spares are replaced when it drops to zero.
+	creating atomic.Int64
+
 	// procs runs enforcers as host processes (enforcerprocess.go); nil: sidecars.
 	procs *processEnforcers
 
@@ -283,13 +286,20 @@ func containerName(id string) string { return "sandgate-" + id }
 // spare network namespace when one is ready (holders.go); should that fail, it is made
 // again without one.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Instance, error) {
+	// Spares are replaced once no create is in flight, not while creates run: making one
+	// is a network setup, the very cost a spare takes off a create, and during a burst it
+	// would compete with the creates for the engine (which make their own namespaces
+	// once the spares are taken), only to add a container to the sandbox that takes it.
+	r.creating.Add(1)
+	defer func() {
+		if r.creating.Add(-1) == 0 {
+			r.refillSpares()
+		}
+	}()
 	withEgress := spec.Egress != nil && !r.opts.NoEgress
 	if !withEgress || r.spareCount() == 0 {
 		return r.create(ctx, spec, false)
 	}
-	// The spare taken is replaced once this create is done, not while it runs: making
-	// one is a network setup, the very cost the spare takes off this create.
-	defer r.refillSpares()
 	inst, err := r.create(ctx, spec, true)
 	var he holderError
 	if err != nil && errors.As(err, &he) && ctx.Err() == nil {

@@ -13,7 +13,7 @@ package docker
 // takes one, and its workload and its enforcer both join the holder's namespace
 // (NetworkMode container:<holder>) and start at the same time; the entrypoint still
 // starts only once the enforcer has answered with its rules in place, exactly as
-// without a holder. The spare is replaced in the background, after the create.
+// without a holder. The spare is replaced in the background once no create is in flight (Create).
 //
 // Why a third container rather than letting the enforcer own the namespace: the
 // namespace must outlive its enforcer. A killed or removed enforcer is replaced by the

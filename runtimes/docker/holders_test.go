@@ -261,3 +261,47 @@ func TestPauseTwiceIsWrongState(t *testing.T) {
 		t.Fatalf("resume of a running sandbox: %v, want ErrWrongState", err)
 	}
 }
+
+// TestSparesWaitWhileCreatesAreInFlight: a spare taken while another create is in flight
+// is replaced only once no create is, so that the creates of a burst do not compete with
+// spares being made (which would only add a container to the sandboxes that take them).
+func TestSparesWaitWhileCreatesAreInFlight(t *testing.T) {
+	r, image := testRuntime(t)
+	ctx := context.Background()
+	spares := r.spareCount()
+	for deadline := time.Now().Add(60 * time.Second); len(r.spares) < spares; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spares within 60 s, want %d", len(r.spares), spares)
+		}
+	}
+	r.creating.Add(1) // another create in flight
+	var ids []string
+	for range spares {
+		spec := enforcedSpec(t, r, image, `{"defaultAction":"deny"}`)
+		if _, err := r.Create(ctx, spec); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		ids = append(ids, spec.ID)
+	}
+	for _, id := range ids {
+		if err := exec.Command("docker", "inspect", holderName(id)).Run(); err != nil {
+			t.Fatalf("sandbox %s did not take a spare", id)
+		}
+	}
+	time.Sleep(time.Second)
+	r.spareMu.Lock()
+	made := len(r.spares) + r.spareMaking
+	r.spareMu.Unlock()
+	if made != 0 {
+		t.Fatalf("%d spares made or being made while a create was in flight", made)
+	}
+	r.creating.Add(-1)
+	last := enforcedSpec(t, r, image, `{"defaultAction":"deny"}`)
+	if _, err := r.Create(ctx, last); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := exec.Command("docker", "inspect", holderName(last.ID)).Run(); err == nil {
+		t.Fatalf("sandbox %s took a spare that should not have been made", last.ID)
+	}
+	waitSpare(t, r) // replaced once no create is in flight
+}
