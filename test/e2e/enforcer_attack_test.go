@@ -268,10 +268,17 @@ func startResolver(t *testing.T, network string) string {
 }
 
 func TestEnforcerAttacks(t *testing.T) {
+	// Both forms of the enforcer on Docker: the process this host runs by default, and
+	// the sidecar a host that cannot run processes gets.
+	t.Run("process", func(t *testing.T) { enforcerAttacks(t) })
+	t.Run("sidecar", func(t *testing.T) { enforcerAttacks(t, "SANDGATE_ENFORCER=container") })
+}
+
+func enforcerAttacks(t *testing.T, gatewayEnv ...string) {
 	w := newEgressWorld(t, map[string][]string{
 		"allowed": {"allowed.test", "dup.test"},
 		"removed": {"removed.test"},
-	})
+	}, gatewayEnv...)
 	ip := w.servers
 	resolver := startResolver(t, w.e.Network)
 	// The resolver answers on TCP 853 as soon as it runs; wait for that from the host.
