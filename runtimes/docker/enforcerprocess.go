@@ -311,10 +311,11 @@ func (e *processEnforcers) adoptAll() {
 }
 
 // watchExit returns a channel closed once process pid (started at start) has exited:
-// at once when it is gone already.
+// at once when it is gone already. It waits on a pidfd through the runtime's poller, so
+// that a hundred enforcers hold no thread of the gateway's.
 func watchExit(pid int, start string) chan struct{} {
 	exited := make(chan struct{})
-	fd, err := unix.PidfdOpen(pid, 0)
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil || processStart(pid) != start {
 		if err == nil {
 			unix.Close(fd)
@@ -322,15 +323,21 @@ func watchExit(pid int, start string) chan struct{} {
 		close(exited)
 		return exited
 	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	conn, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		close(exited)
+		return exited
+	}
 	go func() {
-		defer unix.Close(fd)
 		defer close(exited)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			if n, err := unix.Poll(fds, -1); n > 0 || (err != nil && err != unix.EINTR) {
-				return
-			}
-		}
+		defer f.Close()
+		// A pidfd is readable once its process has exited.
+		_ = conn.Read(func(uintptr) bool {
+			n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			return n > 0
+		})
 	}()
 	return exited
 }
@@ -436,14 +443,15 @@ func (e *processEnforcers) launch(p *enforcerProcess) error {
 	if err := writeEnforcerRecord(p.dir, rec); err != nil {
 		return fail(err)
 	}
-	exited := make(chan struct{})
+	exited := watchExit(pid, rec.Start)
 	p.mu.Lock()
 	p.pid = pid
 	p.exited = exited
 	p.mu.Unlock()
 	go func() {
+		// Reaped once it has exited, without a thread blocked in the wait meanwhile.
+		<-exited
 		_ = cmd.Wait()
-		close(exited)
 	}()
 	return nil
 }
