@@ -155,15 +155,15 @@ func enforcerExists(id string) bool {
 	return len(strings.Fields(string(out))) > 0
 }
 
-// killEnforcer kills the enforcer the way a crash or an operator would: the process with
-// SIGKILL (its runtime starts it again a second later), or `docker kill` of the sidecar
-// (the reconciler restores it).
+// killEnforcer kills the enforcer for good, as an operator's mistake or a failed restart
+// would, so that only the reconciler brings one back (with the policy the gateway's
+// record keeps): the process after its record is removed (its runtime then does not start
+// it again), or `docker kill` of the sidecar. A crash, which the enforcer survives with
+// its state, is crashEnforcer.
 func (s *egressSandbox) killEnforcer() {
 	s.w.t.Helper()
-	if rec, ok := s.enforcerProcess(); ok {
-		if out, err := exec.Command("kill", "-KILL", strconv.Itoa(rec.PID)).CombinedOutput(); err != nil {
-			s.w.t.Fatalf("kill the enforcer process: %v: %s", err, out)
-		}
+	if _, ok := s.enforcerProcess(); ok {
+		removeEnforcer(s.w.t, s.id)
 		return
 	}
 	if out, err := exec.Command("docker", "kill", s.sidecar()).CombinedOutput(); err != nil {
@@ -351,9 +351,9 @@ print(' '.join(out) or 'none')
 			t.Fatalf("GET %s after kill -9 = %s, want no connection (the create-time policy came back)", ip["removed"], got)
 		}
 		// A restart of the whole enforcer keeps it too: the sidecar's container, or the
-		// process, which its runtime starts again.
+		// process, which its runtime starts again with its state.
 		if _, ok := s.enforcerProcess(); ok {
-			s.killEnforcer()
+			crashEnforcer(t, s.id)
 		} else if out, err := exec.Command("docker", "restart", "-t", "1", s.sidecar()).CombinedOutput(); err != nil {
 			t.Fatalf("docker restart: %v: %s", err, out)
 		}
