@@ -47,8 +47,8 @@ func deathOf(inst runtimes.Instance, exists bool) (reason, message string) {
 
 // markDead marks a sandbox Failed for its death as inst tells it, emits
 // sandbox.failed and releases its helpers. It returns the record as marked, or nil when
-// the sandbox was deleted or is being deleted, is still being created, or was marked by
-// another path first.
+// the sandbox was deleted or is being deleted, is still being created, is past its
+// expiry (the reaper's), or was marked by another path first.
 func (s *Service) markDead(ctx context.Context, id string, inst runtimes.Instance, exists bool) *store.Sandbox {
 	reason, message := deathOf(inst, exists)
 	now := time.Now().UTC()
@@ -56,6 +56,12 @@ func (s *Service) markDead(ctx context.Context, id string, inst runtimes.Instanc
 		if sb.State == StatePending || sb.State == StateFailed || sb.State == StateStopping {
 			// A create's own, marked by another path first, or a delete's (its container
 			// exits and goes because it is being deleted: deleting.go).
+			return errAlreadySettled
+		}
+		if sb.ExpiresAt != nil && !sb.ExpiresAt.After(now) {
+			// Past its expiry it is the reaper's (reaper.go, on whichever gateway holds
+			// its lease): its container may be going because the reaper removes it, and
+			// a pass that judged it before its expiry would report that as a death.
 			return errAlreadySettled
 		}
 		sb.State, sb.Reason, sb.Message, sb.LastTransitionAt = StateFailed, reason, message, now

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/runtimes"
 )
 
 // noTimeout is a create that names no timeout: OpenSandbox's "no expiry".
@@ -165,4 +166,51 @@ func TestClaimTimeout(t *testing.T) {
 		}
 		wantLifetime(t, sb.ExpiresAt, 0)
 	})
+}
+
+// TestExpiredSandboxVanishingIsNotAFailure: a reconciler pass that read a sandbox's
+// record just before its expiry, and finds its container gone because the reaper
+// (of this gateway or another) is removing it, leaves it to the reaper: no
+// sandbox.failed, the record not marked Failed.
+func TestExpiredSandboxVanishingIsNotAFailure(t *testing.T) {
+	c := newTestCore(t, Config{ReapInterval: time.Hour, SyncInterval: time.Hour})
+	ctx := context.Background()
+	resp, err := c.svc.Create(ctx, admin, sleeper(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	judgedAt := time.Now()
+	rec, err := c.store.GetSandbox(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its expiry comes while the pass runs, and the reaper's removal of its container
+	// begins: the pass's list no longer has it.
+	past := judgedAt.Add(-time.Millisecond).UTC()
+	if _, err := c.store.ModifySandbox(ctx, resp.ID, func(sb *store.Sandbox) error {
+		sb.ExpiresAt = &past
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.rt.Delete(ctx, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.svc.syncRecord(ctx, rec, runtimes.Instance{}, false, judgedAt, judgedAt.Add(-time.Second))
+	got, err := c.store.GetSandbox(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State == StateFailed {
+		t.Errorf("an expired sandbox whose container the reaper removes was marked Failed (%s: %s)", got.Reason, got.Message)
+	}
+	events, err := c.store.ReadEvents(ctx, DefaultTenant, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		if ev.Type == "sandbox.failed" {
+			t.Errorf("sandbox.failed for an expired sandbox: %v", ev.Data)
+		}
+	}
 }
