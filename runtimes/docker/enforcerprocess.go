@@ -23,9 +23,12 @@ package docker
 //
 // The policy in force is kept, as in the sidecar, in a state file only the enforcer can
 // write (<dir>/<id>/root/state), so an enforcer that dies is restarted by the runtime
-// that started it, a second later, with the policy last set through the API. A gateway
-// that restarts finds its enforcers still running (the record, <dir>/<id>/enforcer.json:
-// pid and start time, the token, the network); one that died while no gateway watched
+// that started it, a second later, with the policy last set through the API, and by
+// every other gateway of the network on the host, which adopts it at its start or at
+// its next helper sweep (whichever gateway takes the directory's lock first starts it;
+// the others watch the new process). A gateway that restarts finds its enforcers still
+// running (the record, <dir>/<id>/enforcer.json: pid and start time, the token, the
+// network); one that died while no gateway watched
 // is restored by the reconciler (MissingEnforcers, RestoreEnforcer) with the policy its
 // record keeps. Delete, a failed create and SweepHelpers (an enforcer whose workload is
 // gone) kill it and remove its directory and cgroup.
@@ -285,7 +288,7 @@ func withDirLock(dir string, f func() error) error {
 
 // adopt watches sandbox id's enforcer process, started by another runtime (a gateway
 // before a restart, or another gateway on the host), so that this one starts it again
-// when it exits.
+// when it exits; one already watched here is left as it is.
 func (e *processEnforcers) adopt(id string, rec EnforcerRecord) {
 	p := &enforcerProcess{
 		id: id, dir: e.sandboxDir(id), owner: rec.Owner, args: rec.Args, env: rec.Env, token: rec.Token,
@@ -670,11 +673,17 @@ func (e *processEnforcers) sweepCandidates() []string {
 }
 
 // sweep removes the enforcers of candidates (sweepCandidates) whose sandbox has no
-// workload (live: the ids that have one, listed after the candidates were read).
+// workload (live: the ids that have one, listed after the candidates were read), and
+// adopts those of live sandboxes that no runtime here watches yet: started by another
+// gateway of the network after this one started, they are started again by this one
+// too, with their state, should that gateway be gone when they exit.
 func (e *processEnforcers) sweep(candidates []string, live map[string]bool) int {
 	removed := 0
 	for _, id := range candidates {
 		if live[id] {
+			if rec, err := readEnforcerRecord(e.sandboxDir(id)); err == nil && rec.Network == e.network {
+				e.adopt(id, rec)
+			}
 			continue
 		}
 		e.log.Info("removed an egress enforcer process whose sandbox is gone", "id", id)

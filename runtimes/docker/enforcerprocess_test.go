@@ -333,3 +333,58 @@ func TestEgressProcessLifecycle(t *testing.T) {
 		t.Fatal("a sidecar exists for a sandbox whose enforcer is a process")
 	}
 }
+
+// TestEnforcerProcessAdoptedByAnotherGateway: a gateway of the network that started
+// before a sandbox was made adopts its enforcer at its next helper sweep, so that when
+// the gateway that made it is gone and the enforcer dies, this one starts it again with
+// the policy it had.
+func TestEnforcerProcessAdoptedByAnotherGateway(t *testing.T) {
+	r, image := processRuntime(t)
+	ctx := context.Background()
+	other := testRuntimeOn(t, Options{Network: r.opts.Network, Enforcer: EnforcerProcess, Spares: -1})
+	spec := enforcedSpec(t, r, image, `{"defaultAction":"deny","egress":[{"action":"allow","target":"created.test"}]}`)
+	inst, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	status, body, err := r.agents.Policy(ctx, inst.Address, spec.EgressToken, http.MethodPatch,
+		[]byte(`[{"action":"allow","target":"patched.test"}]`), 5*time.Second)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("PATCH /policy: %d %s %v", status, body, err)
+	}
+	if _, err := other.SweepHelpers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway that made it is gone: nothing of it starts its enforcers again.
+	r.procs.close()
+	first := enforcerRecordOf(t, r, spec.ID)
+	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := readEnforcerRecord(other.procs.sandboxDir(spec.ID))
+		if err == nil && rec.PID != first.PID && other.procs.running(spec.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the enforcer, killed once its gateway was gone, was not started again by the other gateway")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if got = signedPolicy(t, inst.Address, spec.EgressToken); strings.Contains(got, "patched.test") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(got, "patched.test") || !strings.Contains(got, "created.test") {
+		t.Fatalf("policy after the other gateway's restart: %s, want the patched one", got)
+	}
+	if err := other.Delete(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(other.procs.sandboxDir(spec.ID)); err == nil {
+		t.Error("the enforcer's directory is left after Delete")
+	}
+}
