@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,20 @@ func TestEnforcerProcessIsolation(t *testing.T) {
 	}
 	if got := statusField(t, pid, "NoNewPrivs"); got != "1" {
 		t.Errorf("NoNewPrivs %s, want 1", got)
+	}
+	// Every thread is under the enforcer's syscall filter (sandbox-agent/egress/syscallfilter.go).
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of the enforcer: %v", err)
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/status")
+		if err != nil {
+			continue // the thread ended
+		}
+		if !regexp.MustCompile(`(?m)^Seccomp:\s+2$`).Match(status) {
+			t.Errorf("thread %s of the enforcer is not under a seccomp filter", task.Name())
+		}
 	}
 
 	workload := containerPid(t, containerName(spec.ID))

@@ -123,6 +123,10 @@ func Main(ctx context.Context, args []string) error {
 	if err := noNewPrivs(); err != nil {
 		return fmt.Errorf("egress: no_new_privs: %w", err)
 	}
+	// Nor does it reach the kernel beyond what it needs (syscallfilter.go).
+	if err := installSyscallFilter(); err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
 	// Past --max-file-bytes a write fails instead of the signal ending the enforcer.
 	signal.Ignore(syscall.SIGXFSZ)
 	c, err := parseFlags(args)

@@ -70,8 +70,12 @@ const childEnv = "SANDGATE_EGRESS_TEST_CHILD"
 
 // TestMain lets the test binary double as the enforcer: the tests start it again with
 // childEnv set inside the sandbox namespace (`ip netns exec`), which runs Main exactly
-// as `sandbox-agent egress` would.
+// as `sandbox-agent egress` would; with filterChildEnv set it is the child of
+// TestEnforcerSyscallFilter.
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(filterChildEnv); mode != "" {
+		os.Exit(syscallFilterChild(mode))
+	}
 	if os.Getenv(childEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		err := Main(ctx, os.Args[1:])
