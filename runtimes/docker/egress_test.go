@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -127,18 +128,27 @@ func waitSpare(t *testing.T, r *Runtime) {
 // the answer is signed.
 func signedPolicy(t *testing.T, addr, token string) string {
 	t.Helper()
+	policy, err := readSignedPolicy(addr, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy
+}
+
+// readSignedPolicy is signedPolicy's request; an error for no answer or one unsigned.
+func readSignedPolicy(addr, token string) (string, error) {
 	req, _ := http.NewRequest("GET", "http://"+net.JoinHostPort(addr, strconv.Itoa(runtimes.EgressPort))+"/policy", nil)
 	nonce := egressauth.Sign(req, token, nil, time.Now())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("GET /policy: %v", err)
+		return "", fmt.Errorf("GET /policy: %w", err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || !egressauth.VerifyResponse(token, nonce, resp.StatusCode, body, resp.Header.Get(egressauth.HeaderResponseSignature)) {
-		t.Fatalf("GET /policy: %d %s (signature ok: false)", resp.StatusCode, body)
+		return "", fmt.Errorf("GET /policy: %d %s (signature ok: false)", resp.StatusCode, body)
 	}
-	return string(body)
+	return string(body), nil
 }
 
 // TestEgressSidecarLifecycle: the sidecar joins only the workload's network namespace,

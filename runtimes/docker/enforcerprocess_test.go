@@ -244,6 +244,35 @@ func TestEnforcerProcessIsolation(t *testing.T) {
 	}
 }
 
+// waitRestartedPatched waits until sandbox id's enforcer, whose process killed was
+// killed, runs again as another process (as r sees it) and enforces its policy with
+// "patched.test" allowed through the API.
+func waitRestartedPatched(t *testing.T, r *Runtime, id string, killed int, addr, token string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := readEnforcerRecord(r.procs.sandboxDir(id))
+		if err == nil && rec.PID != killed && r.procs.running(id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed enforcer process was not started again")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The new process answers once its rules are installed.
+	var got string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if got, err = readSignedPolicy(addr, token); strings.Contains(got, "patched.test") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(got, "patched.test") || !strings.Contains(got, "created.test") {
+		t.Fatalf("policy after the restart: %q (%v), want the patched one", got, err)
+	}
+}
+
 // TestEgressProcessLifecycle: an enforcer process killed is started again by its
 // runtime with the policy it had (its state), a restarted gateway's runtime finds it
 // running and knows its token, RestoreEgress gives a workload whose enforcer is gone a
@@ -269,26 +298,7 @@ func TestEgressProcessLifecycle(t *testing.T) {
 	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		rec, err := readEnforcerRecord(r.procs.sandboxDir(id))
-		if err == nil && rec.PID != first.PID && r.procs.running(id) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed enforcer process was not started again")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	var got string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if got = signedPolicy(t, inst.Address, spec.EgressToken); strings.Contains(got, "patched.test") || time.Now().After(deadline) {
-			break
-		}
-	}
-	if !strings.Contains(got, "patched.test") || !strings.Contains(got, "created.test") {
-		t.Fatalf("policy after the restart: %s, want the patched one", got)
-	}
+	waitRestartedPatched(t, r, id, first.PID, inst.Address, spec.EgressToken)
 
 	// A gateway that restarts finds the process running and its token.
 	r2 := testRuntimeOn(t, Options{Network: r.opts.Network, Enforcer: EnforcerProcess, Spares: -1})
@@ -376,26 +386,7 @@ func TestEnforcerProcessAdoptedByAnotherGateway(t *testing.T) {
 	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		rec, err := readEnforcerRecord(other.procs.sandboxDir(spec.ID))
-		if err == nil && rec.PID != first.PID && other.procs.running(spec.ID) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the enforcer, killed once its gateway was gone, was not started again by the other gateway")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	var got string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if got = signedPolicy(t, inst.Address, spec.EgressToken); strings.Contains(got, "patched.test") || time.Now().After(deadline) {
-			break
-		}
-	}
-	if !strings.Contains(got, "patched.test") || !strings.Contains(got, "created.test") {
-		t.Fatalf("policy after the other gateway's restart: %s, want the patched one", got)
-	}
+	waitRestartedPatched(t, other, spec.ID, first.PID, inst.Address, spec.EgressToken)
 	if err := other.Delete(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
