@@ -44,9 +44,10 @@ var deniedSyscalls = []uintptr{
 }
 
 // namespaceCloneFlags are the clone flags that make a namespace: a clone with any of
-// them is refused.
+// them is refused. (CLONE_NEWTIME shares its bit with clone's exit signal, so clone
+// cannot take it; unshare and clone3, which can, are refused whole.)
 const namespaceCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
-	unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
+	unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 
 // Offsets into struct seccomp_data.
 const (
