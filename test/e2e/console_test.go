@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -58,6 +61,43 @@ func (b *consoleBrowser) open(t *testing.T, hash string) {
 	b.loads++
 	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/console/?load=%d%s", b.base, b.loads, hash))); err != nil {
 		t.Fatalf("open %s: %v", hash, err)
+	}
+}
+
+// failFirstRequest makes the page's next request whose URL matches pattern fail as a
+// reset connection (Chromium's Fetch interception: a stand-in for a network that drops
+// one request, which a real one does not do on demand) and lets the later ones through.
+// stop ends the interception and reports how many it failed and let through.
+func (b *consoleBrowser) failFirstRequest(t *testing.T, pattern string) (stop func() (failed, continued int)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(b.ctx)
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
+		cancel()
+		t.Fatalf("intercept %s: %v", pattern, err)
+	}
+	var failedN, continuedN int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			if failedN == 0 {
+				failedN++
+				_, _ = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: network.ErrorReasonConnectionReset})
+				continue
+			}
+			continuedN++
+			_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+		}
+	}()
+	return func() (int, int) {
+		_, _ = chromedp.Call(b.ctx, fetch.Disable, cdp.Empty{})
+		cancel()
+		<-done
+		return failedN, continuedN
 	}
 }
 
@@ -539,6 +579,21 @@ deny contains {"code": "ADMISSION::IMAGE_NOT_ALLOWED", "message": msg} if {
 		b.click(t, "[data-testid=create-submit]")
 		b.waitFor(t, 30*time.Second, "the refusal in the form", `document.querySelector("[data-testid=create-error]").textContent.includes("forbidden by the console test")`)
 		b.shot(t, "policy-refuses-image")
+	})
+
+	t.Run("a read the network drops is sent again", func(t *testing.T) {
+		b.route(t, "#/audit")
+		b.waitFor(t, 20*time.Second, "the audit page", `document.querySelector("[data-testid=events-live-tail]")`)
+		stop := b.failFirstRequest(t, "*/v1/policy")
+		b.route(t, "#/policy")
+		b.waitFor(t, 20*time.Second, "the Rego in force, read on the second try", `document.querySelector("#rego-source")?.value.includes("package sandgate")`)
+		failed, continued := stop()
+		if failed != 1 || continued < 1 {
+			t.Fatalf("GET /v1/policy: %d dropped, %d let through; want 1 dropped and the retry through", failed, continued)
+		}
+		if strings.Contains(b.eval(t, `document.body.innerText`), "did not answer") {
+			t.Fatal("the page shows the dropped read's error after the retry answered")
+		}
 	})
 
 	t.Run("the policy playground and the Rego tests", func(t *testing.T) {

@@ -280,6 +280,25 @@ async function errorFrom(res: Response): Promise<ApiError> {
   return new ApiError(res.status, code, message, res.headers.get("X-Request-ID") || undefined);
 }
 
+/** networkRetryPauses are the pauses before a read the network dropped is sent again (ms). */
+const networkRetryPauses = [300, 1000];
+
+/** sleep waits ms, or rejects with the signal's AbortError when it is aborted first. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason ?? new DOMException("Aborted", "AbortError"));
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason ?? new DOMException("Aborted", "AbortError"));
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
 /** request sends one API call. Bodies: FormData and Blob as they are, anything else as JSON. */
 export async function request<T>(method: string, path: string, body?: Body, opts: RequestOptions = {}): Promise<T> {
   const headers: Record<string, string> = { Accept: "application/json", ...(opts.headers || {}) };
@@ -290,13 +309,24 @@ export async function request<T>(method: string, path: string, body?: Body, opts
     payload = JSON.stringify(body);
     headers["Content-Type"] = "application/json";
   }
-  if (method !== "GET" && method !== "HEAD") Object.assign(headers, mutationHeaders());
+  const idempotent = method === "GET" || method === "HEAD";
+  if (!idempotent) Object.assign(headers, mutationHeaders());
   let res: Response;
-  try {
-    res = await fetch(withQuery(path, opts.query), { method, headers, body: payload, credentials: "same-origin", signal: opts.signal });
-  } catch (e) {
-    if ((e as Error).name === "AbortError") throw e;
-    throw new ApiError(0, "NETWORK", "The gateway did not answer. Check that it is running and that this machine can reach it.");
+  // A read the network dropped (a reset connection, a network change on the machine) is
+  // sent again after a pause, twice at most; a change is never sent twice.
+  const pauses = idempotent ? [...networkRetryPauses] : [];
+  for (;;) {
+    try {
+      res = await fetch(withQuery(path, opts.query), { method, headers, body: payload, credentials: "same-origin", signal: opts.signal });
+      break;
+    } catch (e) {
+      if ((e as Error).name === "AbortError") throw e;
+      const pause = pauses.shift();
+      if (pause === undefined) {
+        throw new ApiError(0, "NETWORK", "The gateway did not answer. Check that it is running and that this machine can reach it.");
+      }
+      await sleep(pause, opts.signal);
+    }
   }
   if (!res.ok) {
     const err = await errorFrom(res);
