@@ -37,6 +37,13 @@ type EnforcerRestorer interface {
 	RestoreEnforcer(ctx context.Context, id, egressToken string, egress EgressSpec) error
 }
 
+// EnforcerRestartCounter starts enforcers again itself when they exit (Docker's
+// enforcers as host processes), and counts those restarts for the metrics.
+type EnforcerRestartCounter interface {
+	// EnforcerProcessRestarts is how many enforcers this runtime has started again.
+	EnforcerProcessRestarts() uint64
+}
+
 // HelperSweeper runs helper containers beside a sandbox (Docker's enforcer and namespace
 // holder). SweepHelpers removes the helpers whose sandbox no longer exists, and what
 // else such a sandbox left (Docker: its agent directory volume, and agent binary

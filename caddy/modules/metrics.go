@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/metrics"
+	"github.com/sandgate/sandgate/runtimes"
 	"github.com/sandgate/sandgate/tracing"
 )
 
@@ -66,7 +68,11 @@ func (a *App) provisionMetrics(ctx caddy.Context) error {
 	if reg == nil {
 		return errors.New("no Caddy metrics registry")
 	}
-	for _, c := range a.core.service.Usage().Collectors(a.MetricsTenantLabel != "off") {
+	collectors := a.core.service.Usage().Collectors(a.MetricsTenantLabel != "off")
+	if rc, ok := a.core.service.Runtime().(runtimes.EnforcerRestartCounter); ok {
+		collectors = append(collectors, metrics.NewEnforcerRestarts(rc.EnforcerProcessRestarts))
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -132,6 +133,7 @@ func (m *Manager) restore(ctx context.Context, rr runtimes.EnforcerRestorer, id 
 		return
 	}
 	m.restores.succeeded(id)
+	m.metrics.EnforcerRestore(metrics.EnforcerRestored)
 	m.log.Info("egress enforcer restored", "sandbox", id, "policyFromRecord", fromRecord)
 	m.host.Emit(ctx, rec, "sandbox.enforcer.restored", map[string]any{"policyFromRecord": fromRecord})
 }
@@ -157,6 +159,7 @@ func (m *Manager) restoreFailed(ctx context.Context, id string, err error) {
 		return nil
 	})
 	if merr == nil {
+		m.metrics.EnforcerRestore(metrics.EnforcerLost)
 		m.host.Emit(ctx, sb, "sandbox.failed", map[string]any{"reason": ReasonEnforcerLost, "message": message})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/runtimes"
@@ -56,6 +57,9 @@ func TestCheckEnforcers(t *testing.T) {
 	if ev := s.host.events("sandbox.enforcer.restored")[0]; ev.Data["policyFromRecord"] != true {
 		t.Errorf("event data %v", ev.Data)
 	}
+	if n := s.restoresCounted(t, metrics.EnforcerRestored); n != 1 {
+		t.Errorf("sandgate_enforcer_restores_total{outcome=restored} %v after one restore, want 1", n)
+	}
 
 	s.runtime.mu.Lock()
 	s.runtime.missing, s.runtime.restoreErr = []string{sb.ID}, errSentinel
@@ -79,6 +83,9 @@ func TestCheckEnforcers(t *testing.T) {
 	}
 	if !slices.Contains(s.host.dropped, sb.ID) {
 		t.Error("the failed sandbox's route was not dropped")
+	}
+	if n := s.restoresCounted(t, metrics.EnforcerLost); n != 1 {
+		t.Errorf("sandgate_enforcer_restores_total{outcome=lost} %v after the sandbox was lost, want 1", n)
 	}
 }
 

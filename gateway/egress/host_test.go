@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/gateway/metrics"
@@ -244,6 +245,7 @@ type started struct {
 	d       coredeps.Deps
 	host    *testHost
 	runtime *enforcingRuntime
+	metrics *metrics.Set
 }
 
 // blockedTarget is what the platform denies every sandbox in these tests (always_deny).
@@ -262,9 +264,34 @@ func startManager(t *testing.T, enforcing bool) started {
 	if enforcing {
 		runtime = rt
 	}
-	m := New(d.Store, runtime, d.Policy, agentclient.New(), metrics.New(), h, d.Log)
+	set := metrics.New()
+	m := New(d.Store, runtime, d.Policy, agentclient.New(), set, h, d.Log)
 	t.Cleanup(m.Stop)
-	return started{m: m, d: d, host: h, runtime: rt}
+	return started{m: m, d: d, host: h, runtime: rt, metrics: set}
+}
+
+// restoresCounted is sandgate_enforcer_restores_total of outcome, as a scrape reads it.
+func (s started) restoresCounted(t *testing.T, outcome string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.metrics.Collectors()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sandgate_enforcer_restores_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // runningSandbox starts a sandbox on the in-process runtime with a fakeEnforcer beside

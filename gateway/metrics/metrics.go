@@ -76,6 +76,7 @@ type Set struct {
 	proxiedBytesBy [2]atomic.Pointer[prometheus.Counter]
 	egressDenied   prometheus.Counter
 	renewAccess    *prometheus.CounterVec
+	enforcers      *prometheus.CounterVec
 
 	// recent keeps the last creates' total durations for the console's p50/p99.
 	recentMu sync.Mutex
@@ -136,12 +137,16 @@ func New() *Set {
 			Namespace: Namespace, Name: "renew_on_access_total",
 			Help: "Renew-on-access decisions this gateway took, by outcome (renewed; cooldown: another renewal was too recent; unchanged: the rule or the TTL plugin kept the expiry; failed: the store did not answer).",
 		}, []string{"outcome"}),
+		enforcers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "enforcer_restores_total",
+			Help: "Egress enforcers this gateway's reconciler found gone from a running sandbox, by outcome (restored: a new one enforces the sandbox's policy; lost: restoring failed until the sandbox was marked Failed, ENFORCER_LOST).",
+		}, []string{"outcome"}),
 	}
 }
 
 // Collectors lists the series of s for registration.
 func (s *Set) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes, s.egressDenied, s.renewAccess}
+	return []prometheus.Collector{s.createStage, s.claim, s.batch, s.policy, s.reconcile, s.proxied, s.proxiedBytes, s.egressDenied, s.renewAccess, s.enforcers}
 }
 
 // CreateStage records a create stage that began at start, and its span in ctx's trace.
@@ -293,6 +298,29 @@ func (s *Set) RenewOnAccess(outcome string) {
 	if s != nil {
 		s.renewAccess.WithLabelValues(outcome).Inc()
 	}
+}
+
+// Outcomes of an enforcer restore (EnforcerRestore).
+const (
+	EnforcerRestored = "restored"
+	EnforcerLost     = "lost"
+)
+
+// EnforcerRestore counts one restore of a sandbox's egress enforcer by its outcome.
+func (s *Set) EnforcerRestore(outcome string) {
+	if s != nil {
+		s.enforcers.WithLabelValues(outcome).Inc()
+	}
+}
+
+// NewEnforcerRestarts reports, as sandgate_enforcer_process_restarts_total, the count
+// read returns at each scrape: the enforcer processes the runtime started again after
+// they exited (runtimes.EnforcerRestartCounter).
+func NewEnforcerRestarts(read func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "enforcer_process_restarts_total",
+		Help: "Egress enforcer processes this gateway started again after they exited (Docker, enforcers as host processes; a restarted enforcer keeps its policy and vault).",
+	}, func() float64 { return float64(read()) })
 }
 
 // StatusClass turns an HTTP status into its class label ("2xx"); anything outside

@@ -21,6 +21,7 @@ func TestGrafanaDashboardNamesKnownSeries(t *testing.T) {
 			c.Describe(ch)
 		}
 		NewFleetCollector(func(context.Context) (Fleet, error) { return Fleet{}, nil }, FleetOptions{TenantLabel: true}).Describe(ch)
+		NewEnforcerRestarts(func() uint64 { return 0 }).Describe(ch)
 		close(ch)
 	}()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)

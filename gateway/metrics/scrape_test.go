@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,9 +231,14 @@ func TestCountersScrape(t *testing.T) {
 	s.Proxied(true, 600, 0)
 	s.Proxied(false, -1, 9)
 	s.Proxied(false, 101, 0)
+	s.EnforcerRestore(EnforcerRestored)
+	s.EnforcerRestore(EnforcerRestored)
+	s.EnforcerRestore(EnforcerLost)
+	var restarts atomic.Uint64
+	restarts.Store(5)
 
-	e := scrape(t, s.Collectors()...)
-	for _, family := range []string{"sandgate_reconcile", "sandgate_renew_on_access", "sandgate_egress_denials", "sandgate_proxied_requests", "sandgate_proxied_response_bytes"} {
+	e := scrape(t, append(s.Collectors(), NewEnforcerRestarts(restarts.Load))...)
+	for _, family := range []string{"sandgate_reconcile", "sandgate_renew_on_access", "sandgate_egress_denials", "sandgate_proxied_requests", "sandgate_proxied_response_bytes", "sandgate_enforcer_restores", "sandgate_enforcer_process_restarts"} {
 		if e.types[family] != "counter" {
 			t.Errorf("%s is a %q, want a counter", family, e.types[family])
 		}
@@ -251,6 +257,9 @@ func TestCountersScrape(t *testing.T) {
 		`sandgate_proxied_requests_total{class="1xx",kind="preview"}`:   1,
 		`sandgate_proxied_response_bytes_total{kind="agent"}`:           100,
 		`sandgate_proxied_response_bytes_total{kind="preview"}`:         9,
+		`sandgate_enforcer_restores_total{outcome="restored"}`:          2,
+		`sandgate_enforcer_restores_total{outcome="lost"}`:              1,
+		`sandgate_enforcer_process_restarts_total`:                      5,
 	})
 	if n := len(e.seriesOf("sandgate_proxied_requests_total")); n != 4 {
 		t.Errorf("%d proxied series, want 4: %v", n, e.seriesOf("sandgate_proxied_requests_total"))

@@ -54,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,6 +127,8 @@ type processEnforcers struct {
 	// ownerPID is the main process of a running container (for a restart's namespace).
 	ownerPID func(containerID string) (int, error)
 	log      *slog.Logger
+	// restarts counts the enforcers this runtime started again after they exited.
+	restarts atomic.Uint64
 
 	mu      sync.Mutex
 	started map[string]*enforcerProcess // the ones this runtime watches and restarts
@@ -513,6 +516,7 @@ func (e *processEnforcers) watch(p *enforcerProcess) {
 			return
 		}
 		if again {
+			e.restarts.Add(1)
 			e.log.Warn("egress enforcer process exited; started it again", "id", p.id)
 		}
 	}
@@ -879,6 +883,16 @@ func (r *Runtime) chooseEnforcer(engineHost string) error {
 	procs.adoptAll()
 	r.procs = procs
 	return nil
+}
+
+// EnforcerProcessRestarts implements runtimes.EnforcerRestartCounter: the enforcer
+// processes this runtime started again after they exited (0 with sidecars, which their
+// own loop restarts).
+func (r *Runtime) EnforcerProcessRestarts() uint64 {
+	if r.procs == nil {
+		return 0
+	}
+	return r.procs.restarts.Load()
 }
 
 // EnforcerProcessOf returns the record of sandbox id's enforcer process under the

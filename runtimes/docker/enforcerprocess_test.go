@@ -299,6 +299,9 @@ func TestEgressProcessLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRestartedPatched(t, r, id, first.PID, inst.Address, spec.EgressToken)
+	if n := r.EnforcerProcessRestarts(); n != 1 {
+		t.Errorf("the runtime counts %d enforcer restarts, want 1", n)
+	}
 
 	// A gateway that restarts finds the process running and its token.
 	r2 := testRuntimeOn(t, Options{Network: r.opts.Network, Enforcer: EnforcerProcess, Spares: -1})
@@ -387,6 +390,9 @@ func TestEnforcerProcessAdoptedByAnotherGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRestartedPatched(t, other, spec.ID, first.PID, inst.Address, spec.EgressToken)
+	if n, m := other.EnforcerProcessRestarts(), r.EnforcerProcessRestarts(); n != 1 || m != 0 {
+		t.Errorf("enforcer restarts counted: %d by the gateway that restarted it, %d by the one gone; want 1 and 0", n, m)
+	}
 	if err := other.Delete(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -464,6 +464,10 @@ func TestEnforcerKilled(t *testing.T) {
 		if _, ok := w.g.eventSandboxes("sandbox.enforcer.restored")[s.id]; !ok {
 			t.Errorf("no sandbox.enforcer.restored event")
 		}
+		_, metrics := scrape(t, "http://"+w.g.Addr+"/metrics", w.g.APIKey)
+		if n, _ := seriesValue(metrics, "sandgate_enforcer_restores_total", "outcome=restored"); n != 1 {
+			t.Errorf(`sandgate_enforcer_restores_total{outcome="restored"} %v after one restore, want 1`, n)
+		}
 	})
 }
 

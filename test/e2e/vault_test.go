@@ -527,6 +527,14 @@ func TestCredentialVault(t *testing.T) {
 		if ans.Auth != sha256Hex([]byte("Bearer "+real)) {
 			t.Fatalf("after the restart the real token was not injected: %s", ans.Auth)
 		}
+		// An enforcer process restarted by its gateway is counted; a sidecar's own loop
+		// restarts it out of the gateway's sight.
+		if _, ok := docker.EnforcerProcessOf(id); ok {
+			_, metrics := scrape(t, "http://"+g.Addr+"/metrics", g.APIKey)
+			if n, _ := seriesValue(metrics, "sandgate_enforcer_process_restarts_total"); n < 1 {
+				t.Errorf("sandgate_enforcer_process_restarts_total %v after a restart, want at least 1", n)
+			}
+		}
 	})
 
 	t.Run("the real value is nowhere the workload or the logs can see", func(t *testing.T) {
