@@ -89,6 +89,9 @@ type App struct {
 	// "process" (a host process in the sandbox's network namespace), "container" (a
 	// sidecar) or "auto" (default: a process where the host allows it).
 	Enforcer string `json:"enforcer,omitempty"`
+	// ContainerLogMax bounds the engine's log of every container of a Docker runtime
+	// (docker.Options.ContainerLogMax): a size ("10m") or "off".
+	ContainerLogMax string `json:"container_log_max,omitempty"`
 	// Kubeconfig is the kubeconfig of the Kubernetes runtime; empty uses the in-cluster
 	// config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
@@ -296,7 +299,7 @@ var runtimeBuilders = map[string]func(ctx context.Context, a *App, log *slog.Log
 		}
 		return docker.New(ctx, docker.Options{Host: a.DockerHost, Network: a.DockerNetwork, AgentBinary: a.AgentBinary,
 			NoEgress: a.Egress == "off", OCIRuntime: a.OCIRuntime, ReadOnlyRootfs: a.ReadOnlyRootfs == "on",
-			NoAntiSpoof: a.AntiSpoof == "off", Enforcer: a.Enforcer, Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA,
+			NoAntiSpoof: a.AntiSpoof == "off", Enforcer: a.Enforcer, ContainerLogMax: a.ContainerLogMax, Pull: docker.PullPolicy(a.ImagePull), ImageRegistries: a.ImageRegistries, VaultUpstreamCA: upstreamCA,
 			SandboxDNS: sandboxDNS, Logger: log})
 	},
 }
@@ -392,6 +395,9 @@ func (a *App) Validate() error {
 	}
 	if _, err := docker.ParsePullPolicy(a.ImagePull); err != nil {
 		return fmt.Errorf("image_pull: %w", err)
+	}
+	if err := docker.CheckContainerLogMax(a.ContainerLogMax); err != nil {
+		return fmt.Errorf("container_log_max: %w", err)
 	}
 	if _, err := docker.ParseSandboxDNS(a.SandboxDNS); err != nil {
 		return fmt.Errorf("sandbox_dns: %w", err)

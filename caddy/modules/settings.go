@@ -66,6 +66,7 @@ var settings = []setting{
 	{name: "docker_host", env: "SANDGATE_DOCKER_HOST", doc: "unix:///…", field: func(a *App) any { return &a.DockerHost }},
 	{name: "docker_network", env: "SANDGATE_DOCKER_NETWORK", def: "sandgate", doc: "the sandboxes' bridge network", field: func(a *App) any { return &a.DockerNetwork }},
 	{name: "antispoof", env: "SANDGATE_ANTISPOOF", def: "on", values: []string{"on", "off"}, doc: "on|off: docker: pin each sandbox's bridge port to its own IP and MAC (needs root on the engine's host)", field: func(a *App) any { return &a.AntiSpoof }},
+	{name: "container_log_max", env: "SANDGATE_CONTAINER_LOG_MAX", def: "10m", doc: "size|off: docker: each container's output log kept as two files of this size at most where the engine's log driver is json-file or local; off: the engine's own settings", field: func(a *App) any { return &a.ContainerLogMax }},
 	{name: "enforcer", env: "SANDGATE_ENFORCER", def: "auto", values: []string{"auto", "process", "container"}, doc: "auto|process|container: docker: each sandbox's egress enforcer as a host process in its network namespace, or as a sidecar container; auto: a process where the gateway is root on the engine's host with version 1 cgroups", field: func(a *App) any { return &a.Enforcer }},
 	{name: "kubeconfig", env: "SANDGATE_KUBECONFIG", doc: "empty: in-cluster config", field: func(a *App) any { return &a.Kubeconfig }},
 	{name: "namespace", env: "SANDGATE_NAMESPACE", def: "sandgate-sandboxes", doc: "the Kubernetes runtime's sandbox namespace", field: func(a *App) any { return &a.Namespace }},

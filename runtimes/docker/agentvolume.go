@@ -154,6 +154,7 @@ func (r *Runtime) createFiller(ctx context.Context, vol, image string) (client.C
 				Labels: map[string]string{labelRole: roleAgentVolume, labelSpareOwner: r.owner},
 			},
 			HostConfig: &container.HostConfig{
+				LogConfig:   r.logConfig,
 				NetworkMode: "none",
 				Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/agent",
 					VolumeOptions: &mount.VolumeOptions{NoCopy: true, Labels: r.agentBinaryLabels()}}},

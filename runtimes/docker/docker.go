@@ -118,6 +118,11 @@ type Options struct {
 	Enforcer string
 	// EnforcerDir holds the enforcer processes' directories (empty: defaultEnforcerDir).
 	EnforcerDir string
+	// ContainerLogMax bounds the engine's log of every container the runtime makes (the
+	// engine's size form, "10m"; two files of it at most) where the engine keeps logs on
+	// its own disk; "off" leaves the engine's settings; empty: DefaultContainerLogMax
+	// (containerlogs.go).
+	ContainerLogMax string
 	// Agents calls the sandboxes' agents and enforcers while they start (nil: a client
 	// of the runtime's own). The gateway uses the same one (AgentClient).
 	Agents *agentclient.Client
@@ -139,13 +144,16 @@ type Runtime struct {
 	pullCount atomic.Int64
 
 	// Spare network namespace holders (holders.go), made in the background (bg).
-	spares        chan holder
-	spareMu       sync.Mutex
-	spareMaking   int
-	spareWG       sync.WaitGroup
-	bg            context.Context
-	cancelBg      context.CancelFunc
-	owner         string
+	spares      chan holder
+	spareMu     sync.Mutex
+	spareMaking int
+	spareWG     sync.WaitGroup
+	bg          context.Context
+	cancelBg    context.CancelFunc
+	owner       string
+	// logConfig is every container's log configuration (containerlogs.go; zero: the
+	// engine's own).
+	logConfig     container.LogConfig
 	helperImageMu sync.Mutex
 	helperImageID string // the helpers' image, once checked (helperimage.go)
 
@@ -225,6 +233,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("sandbox-agent binary %q: %w (build it with `make build`)", opts.AgentBinary, err)
 	}
 	if err := r.chooseEnforcer(host); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if err := r.chooseLogConfig(ctx); err != nil {
 		cli.Close()
 		return nil, err
 	}
@@ -397,6 +409,7 @@ func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, spare bool) (r
 	}
 	hostCfg := &container.HostConfig{
 		NetworkMode: container.NetworkMode(r.opts.Network),
+		LogConfig:   r.logConfig,
 		DNS:         r.sandboxDNS(),
 		CapDrop:     []string{"ALL"},
 		CapAdd:      keptCapabilities,

@@ -133,6 +133,7 @@ func (r *Runtime) prepareEgress(ctx context.Context, spec runtimes.Spec, netns, 
 			},
 		},
 		HostConfig: &container.HostConfig{
+			LogConfig: r.logConfig,
 			// The network namespace only: no PidMode (see the file comment).
 			NetworkMode: container.NetworkMode("container:" + netns),
 			CapDrop:     []string{"ALL"},

@@ -218,6 +218,7 @@ func (r *Runtime) makeSpare(ctx context.Context) (holder, error) {
 			Labels:     map[string]string{labelRole: roleNetns, labelSpareOwner: r.owner},
 		},
 		HostConfig: &container.HostConfig{
+			LogConfig:      r.logConfig,
 			NetworkMode:    container.NetworkMode(r.opts.Network),
 			DNS:            r.sandboxDNS(),
 			CapDrop:        []string{"ALL"},

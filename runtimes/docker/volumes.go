@@ -265,6 +265,7 @@ func (r *Runtime) ownVolumeRoot(ctx context.Context, claim string, owner runtime
 			Labels: map[string]string{labelRole: roleVolumeRoot, labelSpareOwner: r.owner},
 		},
 		HostConfig: &container.HostConfig{
+			LogConfig:   r.logConfig,
 			NetworkMode: "none",
 			Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: claim, Target: "/" + volumeRootTarget,
 				VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
