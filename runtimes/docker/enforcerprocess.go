@@ -391,7 +391,7 @@ func (e *processEnforcers) launch(p *enforcerProcess) error {
 			return err
 		}
 	}
-	logFile, err := os.OpenFile(filepath.Join(p.dir, "enforcer.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	logFile, err := os.OpenFile(filepath.Join(p.dir, enforcerLogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("enforcer log: %w", err)
 	}
@@ -680,13 +680,21 @@ func (e *processEnforcers) sweepCandidates() []string {
 // workload (live: the ids that have one, listed after the candidates were read), and
 // adopts those of live sandboxes that no runtime here watches yet: started by another
 // gateway of the network after this one started, they are started again by this one
-// too, with their state, should that gateway be gone when they exit.
+// too, with their state, should that gateway be gone when they exit. It rotates the
+// live ones' logs (enforcerlog.go).
 func (e *processEnforcers) sweep(candidates []string, live map[string]bool) int {
 	removed := 0
 	for _, id := range candidates {
 		if live[id] {
-			if rec, err := readEnforcerRecord(e.sandboxDir(id)); err == nil && rec.Network == e.network {
+			dir := e.sandboxDir(id)
+			if rec, err := readEnforcerRecord(dir); err == nil && rec.Network == e.network {
 				e.adopt(id, rec)
+			}
+			if err := withDirLock(dir, func() error {
+				_, err := rotateEnforcerLog(dir, enforcerLogRotateBytes)
+				return err
+			}); err != nil && !errors.Is(err, os.ErrNotExist) {
+				e.log.Warn("rotate an enforcer process's log", "id", id, "err", err)
 			}
 			continue
 		}

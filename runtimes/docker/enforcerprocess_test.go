@@ -303,6 +303,28 @@ func TestEgressProcessLifecycle(t *testing.T) {
 		t.Errorf("the runtime counts %d enforcer restarts, want 1", n)
 	}
 
+	// A log grown to its rotation size is kept as enforcer.log.1 by the next sweep and
+	// emptied in place.
+	logPath := filepath.Join(r.procs.sandboxDir(id), enforcerLogFile)
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = logFile.Write(make([]byte, enforcerLogRotateBytes))
+	logFile.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.SweepHelpers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := os.Stat(logPath + ".1"); err != nil || kept.Size() < enforcerLogRotateBytes {
+		t.Errorf("after the sweep enforcer.log.1 is %v (%v), want the rotated log", kept, err)
+	}
+	if now, err := os.Stat(logPath); err != nil || now.Size() >= enforcerLogRotateBytes {
+		t.Errorf("after the sweep enforcer.log is %v (%v), want it emptied", now, err)
+	}
+
 	// A gateway that restarts finds the process running and its token.
 	r2 := testRuntimeOn(t, Options{Network: r.opts.Network, Enforcer: EnforcerProcess, Spares: -1})
 	listed, err := r2.List(ctx)
