@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/gateway/metrics"
 	"github.com/sandgate/sandgate/gateway/principal"
 	"github.com/sandgate/sandgate/gateway/store"
 	"github.com/sandgate/sandgate/test/coredeps"
+	"github.com/sandgate/sandgate/test/promtest"
 )
 
 // testHost is the core's part of the feature for these tests, over the real store: API
@@ -145,25 +145,7 @@ func (s started) putKey(t *testing.T, tenant, id, role string) string {
 // renewCount is the renew_on_access_total series of outcome.
 func (s started) renewCount(t *testing.T, outcome string) float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(s.metrics.Collectors()...)
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != metrics.Namespace+"_renew_on_access_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return promtest.Counter(t, s.metrics.Collectors(), metrics.Namespace+"_renew_on_access_total", "outcome", outcome)
 }
 
 // wantCode fails unless err is a fault.Error of kind and code.

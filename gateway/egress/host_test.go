@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/gateway/fault"
 	"github.com/sandgate/sandgate/gateway/metrics"
@@ -26,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/sandbox-agent/agentproto"
 	"github.com/sandgate/sandgate/sandbox-agent/egress/egressauth"
 	"github.com/sandgate/sandgate/test/coredeps"
+	"github.com/sandgate/sandgate/test/promtest"
 )
 
 // testHost is the core's part of the feature for these tests: what the feature hands
@@ -273,25 +273,7 @@ func startManager(t *testing.T, enforcing bool) started {
 // restoresCounted is sandgate_enforcer_restores_total of outcome, as a scrape reads it.
 func (s started) restoresCounted(t *testing.T, outcome string) float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(s.metrics.Collectors()...)
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "sandgate_enforcer_restores_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return promtest.Counter(t, s.metrics.Collectors(), "sandgate_enforcer_restores_total", "outcome", outcome)
 }
 
 // runningSandbox starts a sandbox on the in-process runtime with a fakeEnforcer beside
