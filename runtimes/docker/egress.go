@@ -512,7 +512,7 @@ func (r *Runtime) SweepHelpers(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	// Enforcer processes' directories likewise (enforcerprocess.go).
-	var procCandidates []string
+	var procCandidates []enforcerCandidate
 	if r.procs != nil {
 		procCandidates = r.procs.sweepCandidates()
 	}

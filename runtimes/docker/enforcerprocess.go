@@ -309,9 +309,9 @@ func (e *processEnforcers) adopt(id string, rec EnforcerRecord) {
 
 // adoptAll adopts every enforcer process of this runtime's network (New).
 func (e *processEnforcers) adoptAll() {
-	for _, id := range e.sweepCandidates() {
-		if rec, err := readEnforcerRecord(e.sandboxDir(id)); err == nil && rec.Network == e.network {
-			e.adopt(id, rec)
+	for _, c := range e.sweepCandidates() {
+		if c.rec != nil {
+			e.adopt(c.id, *c.rec)
 		}
 	}
 }
@@ -652,12 +652,12 @@ func (e *processEnforcers) remove(id string) bool {
 // after its workload, so that a create in flight is never taken for an orphan. A
 // directory without a record is a start in flight or a removal half done, left to them
 // unless it is older than a minute.
-func (e *processEnforcers) sweepCandidates() []string {
+func (e *processEnforcers) sweepCandidates() []enforcerCandidate {
 	entries, err := os.ReadDir(e.dir)
 	if err != nil {
 		return nil
 	}
-	var ids []string
+	var candidates []enforcerCandidate
 	for _, ent := range entries {
 		id := ent.Name()
 		if !ent.IsDir() || strings.HasPrefix(id, ".") {
@@ -668,12 +668,22 @@ func (e *processEnforcers) sweepCandidates() []string {
 			if info, serr := ent.Info(); serr != nil || time.Since(info.ModTime()) < time.Minute {
 				continue
 			}
-		} else if rec.Network != e.network {
+			candidates = append(candidates, enforcerCandidate{id: id})
 			continue
 		}
-		ids = append(ids, id)
+		if rec.Network != e.network {
+			continue
+		}
+		candidates = append(candidates, enforcerCandidate{id: id, rec: &rec})
 	}
-	return ids
+	return candidates
+}
+
+// enforcerCandidate is a directory sweepCandidates listed, with its record as read then
+// (nil: none, the directory older than a minute).
+type enforcerCandidate struct {
+	id  string
+	rec *enforcerRecord
 }
 
 // sweep removes the enforcers of candidates (sweepCandidates) whose sandbox has no
@@ -682,13 +692,14 @@ func (e *processEnforcers) sweepCandidates() []string {
 // gateway of the network after this one started, they are started again by this one
 // too, with their state, should that gateway be gone when they exit. It rotates the
 // live ones' logs (enforcerlog.go).
-func (e *processEnforcers) sweep(candidates []string, live map[string]bool) int {
+func (e *processEnforcers) sweep(candidates []enforcerCandidate, live map[string]bool) int {
 	removed := 0
-	for _, id := range candidates {
+	for _, c := range candidates {
+		id := c.id
 		if live[id] {
 			dir := e.sandboxDir(id)
-			if rec, err := readEnforcerRecord(dir); err == nil && rec.Network == e.network {
-				e.adopt(id, rec)
+			if c.rec != nil {
+				e.adopt(id, *c.rec)
 			}
 			if err := withDirLock(dir, func() error {
 				_, err := rotateEnforcerLog(dir, enforcerLogRotateBytes)
@@ -921,9 +932,9 @@ func RemoveEnforcerProcesses(network string) int {
 	e := &processEnforcers{dir: defaultEnforcerDir, network: network, cgroups: enforcerCgroups{root: cgroupV1Root},
 		log: slog.New(slog.DiscardHandler), started: map[string]*enforcerProcess{}}
 	n := 0
-	for _, id := range e.sweepCandidates() {
-		if rec, err := readEnforcerRecord(e.sandboxDir(id)); err == nil && rec.Network == network {
-			e.remove(id)
+	for _, c := range e.sweepCandidates() {
+		if c.rec != nil {
+			e.remove(c.id)
 			n++
 		}
 	}
